@@ -1,0 +1,161 @@
+"""The two kinds of environment and the one batch interface the rollout engine drives.
+
+- `JaxEnv`: a gymnax environment (pure `reset_env` / `step_env` on `flax.struct` dataclasses,
+  vmappable and jittable) plus host-side text rendering and an action lookup.
+- `HostEnv`: a Gym-style text environment (`reset(seed)` / `step(action_text)`), for text and tool
+  tasks and for users' own environments.
+- `EnvBatch`: what the rollout sees. A batch of episodes of one env that advance turn by turn;
+  each turn executes the (already parsed) actions of every active episode and returns text
+  observations, summed turn rewards and done flags. Both kinds are wrapped into it (`envs.batch`).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Generic, Sequence, TypeVar
+
+import numpy as np
+from gymnax.environments import environment as gymnax_env
+
+# One action as parsed from the model's answer: an action id for envs with an action lookup,
+# the raw (stripped) answer text for envs without one.
+Action = int | str
+
+TState = TypeVar("TState")
+TParams = TypeVar("TParams")
+
+
+class JaxEnv(gymnax_env.Environment[TState, TParams], Generic[TState, TParams]):
+    """A gymnax environment that can also be played in text.
+
+    Subclasses implement gymnax's `reset_env(key, params) -> (obs, state)` and
+    `step_env(key, state, action, params) -> (obs, state, reward, terminated, info)`; `info` must
+    hold `action_is_effective` and `success` as arrays so a vmapped batch can report them.
+    The host-side methods below work on one *unbatched* state converted to numpy.
+    """
+
+    # Case-insensitive action names -> action ids, e.g. {"up": 0, ...}. Keys are lower-case.
+    action_lookup: dict[str, int] = {}
+
+    @property
+    def action_names(self) -> list[str]:
+        """Display names of the actions in id order (e.g. ["Up", "Down", "Left", "Right"])."""
+        raise NotImplementedError
+
+    def instruction(self) -> str:
+        """Task description for the system prompt (RAGEN's `env_instruction`)."""
+        raise NotImplementedError
+
+    def legend(self) -> str:
+        """Symbol legend for the system prompt (RAGEN's `grid_vocab` text); may be empty."""
+        return ""
+
+    def render_text(self, state: Any, params: TParams | None = None) -> str:
+        """One unbatched state (numpy or jax leaves) -> the text observation."""
+        raise NotImplementedError
+
+    def seed_to_key(self, seed: int) -> Any:
+        """The PRNG key whose `reset` gives the episode of integer `seed` (same seed, same state)."""
+        import jax
+
+        return jax.random.PRNGKey(seed)
+
+
+class HostEnv(abc.ABC):
+    """A Gym-style text environment run on the host.
+
+    `reset(seed) -> (observation_text, info)`;
+    `step(action_text) -> (observation_text, reward, terminated, truncated, info)`.
+    `info` may carry `success` (bool) and `action_is_valid` / `action_is_effective` (bool).
+    Set `action_lookup` to a {lower-case name: id} dict if the env takes named actions that the
+    rollout should parse and validate (then `step` receives the canonical action *name*).
+    """
+
+    action_lookup: dict[str, int] | None = None
+    # Display names, id order; used in the system prompt when `action_lookup` is set.
+    action_names: list[str] | None = None
+    # Seconds a single reset/step may take before the episode is ended with an error.
+    step_timeout_s: float = 60.0
+
+    @abc.abstractmethod
+    def instruction(self) -> str:
+        """Task description for the system prompt."""
+
+    def legend(self) -> str:
+        """Optional symbol legend for the system prompt."""
+        return ""
+
+    @abc.abstractmethod
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        """Start the episode of integer `seed`; same seed, same episode."""
+
+    @abc.abstractmethod
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Apply one action; returns (text, reward, terminated, truncated, info)."""
+
+    def close(self) -> None:
+        """Release resources (processes, sockets)."""
+
+
+@dataclasses.dataclass
+class TurnResult:
+    """What one turn of a batch of episodes returns (all arrays have leading dim B).
+
+    observations: new text observation per episode ("" for inactive episodes).
+    rewards [B] float32: sum of env rewards over the actions executed this turn.
+    terminated / truncated [B] bool: env-side episode end (truncated = the env's own step cap).
+    success [B] bool: the env reports the task solved.
+    actions_executed [B] int32: how many actions actually ran (execution stops at the first done).
+    action_is_effective [B] bool: some executed action changed the state.
+    errors: per-episode error text ("" when fine): an env that raised or timed out ends its
+      episode (terminated) with the error recorded here, and the batch continues.
+    infos: per-episode extra info dicts (numbers are averaged into metrics by the rollout).
+    """
+
+    observations: list[str]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    success: np.ndarray
+    actions_executed: np.ndarray
+    action_is_effective: np.ndarray
+    errors: list[str]
+    infos: list[dict[str, Any]]
+
+
+class EnvBatch(abc.ABC):
+    """A fixed-size batch of episodes of one environment, advanced in lockstep by the rollout."""
+
+    # Lower-case name -> id when answers are parsed into named actions; None = free text action.
+    action_lookup: dict[str, int] | None
+    # Display action names (for the system prompt) or None.
+    action_names: list[str] | None
+
+    @property
+    @abc.abstractmethod
+    def batch_size(self) -> int:
+        """Number of episodes B."""
+
+    @abc.abstractmethod
+    def instruction(self) -> str:
+        """Task description for the system prompt."""
+
+    def legend(self) -> str:
+        """Symbol legend for the system prompt."""
+        return ""
+
+    @abc.abstractmethod
+    def reset(self, seeds: Sequence[int]) -> list[str]:
+        """Start B episodes, episode i from integer seed `seeds[i]`; returns B observations."""
+
+    @abc.abstractmethod
+    def step(self, actions: Sequence[Sequence[Action]], active: np.ndarray) -> TurnResult:
+        """Run each active episode's actions in order, stopping at the first done.
+
+        actions: B lists (possibly empty) of parsed actions; active [B] bool. Inactive episodes
+        and episodes with no action are left unchanged (reward 0, not done).
+        """
+
+    def close(self) -> None:
+        """Release resources."""

@@ -1,0 +1,102 @@
+"""Environments by name, with RAGEN's variant names and parameters.
+
+An entry names a factory by import path (imported only when the env is made, so optional
+dependencies of one env never break another) and the keyword arguments of that variant.
+Users add their own with `register("MyEnv", MyEnvClass, kind="host", size=3)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable, Literal
+
+EnvKind = Literal["jax", "host"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """A registered environment: `factory(**kwargs)` builds one env instance."""
+
+    name: str
+    factory: str | Callable[..., Any]  # "package.module:ClassName" or a callable
+    kind: EnvKind
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def resolve_factory(self) -> Callable[..., Any]:
+        if callable(self.factory):
+            return self.factory
+        module_name, _, attr = self.factory.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ImportError(
+                f"Environment {self.name!r} needs module {module_name!r}, which failed to import: "
+                f"{e}. Install that environment's optional dependencies."
+            ) from e
+        return getattr(module, attr)
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register(
+    name: str,
+    factory: str | Callable[..., Any],
+    *,
+    kind: EnvKind,
+    overwrite: bool = False,
+    **kwargs: Any,
+) -> EnvSpec:
+    """Register an environment variant under `name` (kind "jax" for JaxEnv, "host" for HostEnv)."""
+    if kind not in ("jax", "host"):
+        raise ValueError(f"kind must be 'jax' or 'host', got {kind!r}")
+    if name in _REGISTRY and not overwrite:
+        raise ValueError(f"Environment {name!r} is already registered; pass overwrite=True to replace it.")
+    spec = EnvSpec(name=name, factory=factory, kind=kind, kwargs=dict(kwargs))
+    _REGISTRY[name] = spec
+    return spec
+
+
+def get_spec(name: str) -> EnvSpec:
+    """The spec of a registered env, or a clear error listing the known names."""
+    if name not in _REGISTRY:
+        raise KeyError(f"Unknown environment {name!r}. Registered: {', '.join(sorted(_REGISTRY))}.")
+    return _REGISTRY[name]
+
+
+def registered_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def make(name: str, **overrides: Any) -> Any:
+    """Build one env instance of variant `name`; `overrides` replace the variant's kwargs."""
+    spec = get_spec(name)
+    kwargs = {**spec.kwargs, **overrides}
+    return spec.resolve_factory()(**kwargs)
+
+
+# RAGEN's built-in variants (config/envs.yaml in the original).
+register("SimpleSokoban", "envs.sokoban.env:Sokoban", kind="jax",
+         dim_room=(6, 6), num_boxes=1, max_steps=100, search_depth=30, render_mode="text")
+register("CoordSokoban", "envs.sokoban.env:Sokoban", kind="jax",
+         dim_room=(6, 6), num_boxes=1, max_steps=100, search_depth=30, render_mode="grid_coord")
+register("LargerSokoban", "envs.sokoban.env:Sokoban", kind="jax",
+         dim_room=(8, 8), num_boxes=2, max_steps=100, search_depth=10, render_mode="text")
+register("SokobanDifferentGridVocab", "envs.sokoban.env:Sokoban", kind="jax",
+         dim_room=(6, 6), num_boxes=1, max_steps=100, search_depth=30, render_mode="text",
+         grid_vocab="different")
+register("FrozenLake", "envs.frozenlake.env:FrozenLake", kind="jax",
+         size=4, p=0.9, success_rate=1.0, render_mode="text")
+register("CoordFrozenLake", "envs.frozenlake.env:FrozenLake", kind="jax",
+         size=4, p=0.9, success_rate=1.0, render_mode="grid_coord")
+register("Bandit", "envs.bandit.env:Bandit", kind="jax", arm_names="train")
+register("BanditTest", "envs.bandit.env:Bandit", kind="jax", arm_names="test")
+register("Countdown", "envs.countdown.env:CountdownEnv", kind="host")
+register("MetamathQA", "envs.metamathqa.env:MetaMathQAEnv", kind="host")
+register("SimpleSudoku", "envs.sudoku.env:SudokuEnv", kind="host", difficulty="easy")
+register("MediumSudoku", "envs.sudoku.env:SudokuEnv", kind="host", difficulty="medium")
+register("WebShop", "envs.webshop.env:WebShopEnv", kind="host")
+register("SearchQA", "envs.searchqa.env:SearchQAEnv", kind="host")
+register("DeepCoder", "envs.deepcoder.env:DeepCoderEnv", kind="host")
+register("Lean", "envs.lean.env:LeanEnv", kind="host")
