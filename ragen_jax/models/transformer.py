@@ -1,0 +1,286 @@
+"""Flax NNX decoder-only LMs (Qwen2/2.5, Qwen3, Llama 3.x) with a per-row KV cache, and a value model.
+
+Parameter names mirror Hugging Face's (`model.layers[i].self_attn.q_proj.kernel` is the transposed
+`model.layers.i.self_attn.q_proj.weight`) so checkpoint mapping stays a one-liner per tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from ragen_jax.models.config import ModelConfig
+
+_INIT = nnx.initializers.normal(0.02)
+_NEG = float(np.finfo(np.float32).min)
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Keys and values of every layer; row b's sequence lies in slots 0.. of axis 2."""
+
+    k: jax.Array  # [num_layers, B, S, num_kv_heads, head_dim]
+    v: jax.Array  # [num_layers, B, S, num_kv_heads, head_dim]
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[2]
+
+
+def init_cache(config: ModelConfig, batch_size: int, max_len: int, dtype: Any = None) -> KVCache:
+    """A zero KV cache [num_layers, B, max_len, num_kv_heads, head_dim] in the compute dtype by default."""
+    shape = (config.num_layers, batch_size, max_len, config.num_kv_heads, config.head_dim)
+    dtype = jnp.dtype(dtype) if dtype is not None else config.jnp_dtype
+    return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
+
+
+def rope_inv_freq(config: ModelConfig) -> np.ndarray:
+    """Inverse RoPE frequencies [head_dim // 2] in float32, with llama3/linear scaling as in transformers."""
+    dim = config.head_dim
+    inv = (1.0 / (np.float32(config.rope_theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))))
+    inv = inv.astype(np.float32)
+    params = config.rope_params
+    kind = params.get("rope_type", "default")
+    if kind == "linear":
+        return (inv / np.float32(params["factor"])).astype(np.float32)
+    if kind == "llama3":
+        factor = np.float32(params["factor"])
+        low, high = np.float32(params["low_freq_factor"]), np.float32(params["high_freq_factor"])
+        old_len = np.float32(params["original_max_position_embeddings"])
+        wavelen = np.float32(2 * math.pi) / inv
+        scaled = np.where(wavelen > old_len / low, inv / factor, inv).astype(np.float32)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old_len / high) & ~(wavelen > old_len / low)
+        return np.where(medium, smoothed, scaled).astype(np.float32)
+    return inv
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+    """Rotates x [B, T, N, hd] by positions [B, T] (rotate-half convention, as transformers)."""
+    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)[None, None, :]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
+    cos, sin = jnp.cos(emb).astype(x.dtype), jnp.sin(emb).astype(x.dtype)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+class RMSNorm(nnx.Module):
+    """RMSNorm computed in float32, scaled by a learned weight after casting back (as transformers)."""
+
+    def __init__(self, dim: int, eps: float, *, param_dtype: Any):
+        self.weight = nnx.Param(jnp.ones((dim,), param_dtype))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.weight[...].astype(x.dtype) * normed.astype(x.dtype)
+
+
+def _linear(cfg: ModelConfig, d_in: int, d_out: int, bias: bool, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(
+        d_in, d_out, use_bias=bias, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
+        kernel_init=_INIT, rngs=rngs,
+    )
+
+
+class Attention(nnx.Module):
+    """Grouped-query self-attention with RoPE, optional q/k bias (Qwen2) and q/k RMSNorm (Qwen3)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        d, h, kv, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = _linear(cfg, d, h * hd, cfg.attention_bias, rngs)
+        self.k_proj = _linear(cfg, d, kv * hd, cfg.attention_bias, rngs)
+        self.v_proj = _linear(cfg, d, kv * hd, cfg.attention_bias, rngs)
+        self.o_proj = _linear(cfg, h * hd, d, False, rngs)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, param_dtype=cfg.jnp_param_dtype)
+            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, param_dtype=cfg.jnp_param_dtype)
+        self.num_heads, self.num_kv_heads, self.head_dim = h, kv, hd
+        self.qk_norm = cfg.qk_norm
+
+    def __call__(self, x, positions, inv_freq, mask, layer_cache, cache_index):
+        """x [B, T, D], mask [B, T, S] bool -> (out [B, T, D], (k, v) of this layer or None)."""
+        b, t, _ = x.shape
+        q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
+        new_layer_cache = None
+        if layer_cache is not None:
+            ck, cv = layer_cache
+            rows = jnp.arange(b)[:, None]
+            slots = cache_index[:, None] + jnp.arange(t)[None, :]
+            ck = ck.at[rows, slots].set(k.astype(ck.dtype), mode="drop")
+            cv = cv.at[rows, slots].set(v.astype(cv.dtype), mode="drop")
+            new_layer_cache = (ck, cv)
+            k, v = ck.astype(q.dtype), cv.astype(q.dtype)
+        groups = self.num_heads // self.num_kv_heads
+        qg = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
+        scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+        scores = scores * (1.0 / math.sqrt(self.head_dim))
+        scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, self.num_heads * self.head_dim)
+        return self.o_proj(out), new_layer_cache
+
+
+class MLP(nnx.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.gate_proj = _linear(cfg, cfg.hidden_size, cfg.intermediate_size, False, rngs)
+        self.up_proj = _linear(cfg, cfg.hidden_size, cfg.intermediate_size, False, rngs)
+        self.down_proj = _linear(cfg, cfg.intermediate_size, cfg.hidden_size, False, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm transformer block: x + attn(norm(x)); x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        pdt = cfg.jnp_param_dtype
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pdt)
+        self.self_attn = Attention(cfg, rngs=rngs)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pdt)
+        self.mlp = MLP(cfg, rngs=rngs)
+
+    def __call__(self, x, positions, inv_freq, mask, layer_cache, cache_index):
+        attn, new_layer_cache = self.self_attn(
+            self.input_layernorm(x), positions, inv_freq, mask, layer_cache, cache_index
+        )
+        x = x + attn
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, new_layer_cache
+
+
+def _remat_policy(name: str):
+    return {"full": None, "dots": jax.checkpoint_policies.checkpoint_dots}[name]
+
+
+def _attention_mask(t: int, attention_mask, cache, cache_index) -> jax.Array:
+    """Boolean mask [B, T, S] of which keys each query may attend to."""
+    if cache is None:
+        causal = jnp.tril(jnp.ones((t, t), bool))[None]
+        if attention_mask is None:
+            return causal
+        return causal & attention_mask.astype(bool)[:, None, :]
+    slots = jnp.arange(cache.max_len)[None, None, :]
+    limit = cache_index[:, None, None] + jnp.arange(t)[None, :, None]
+    mask = slots <= limit
+    if attention_mask is not None:
+        mask = mask & attention_mask.astype(bool)[:, None, :]
+    return mask
+
+
+class Decoder(nnx.Module):
+    """Embedding, decoder layers and final norm: the backbone shared by CausalLM and ValueModel."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = cfg
+        self.embed_tokens = nnx.Embed(
+            cfg.vocab_size, cfg.hidden_size, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
+            embedding_init=_INIT, rngs=rngs,
+        )
+        self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=cfg.jnp_param_dtype)
+
+    def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None):
+        """tokens/positions [B, T] -> (hidden [B, T, D] after the final norm, new KVCache | None)."""
+        chex.assert_rank([tokens, positions], 2)
+        chex.assert_equal_shape([tokens, positions])
+        b, t = tokens.shape
+        if (cache is None) != (cache_index is None):
+            raise ValueError("Pass cache and cache_index together (cache_index [B] int32: first free slot per row).")
+        if cache is not None:
+            chex.assert_shape(cache_index, (b,))
+            if attention_mask is not None:
+                chex.assert_shape(attention_mask, (b, cache.max_len))
+        elif attention_mask is not None:
+            chex.assert_shape(attention_mask, (b, t))
+        mask = _attention_mask(t, attention_mask, cache, cache_index)
+        inv_freq = rope_inv_freq(self.config)
+        x = self.embed_tokens(tokens)
+        new_k, new_v = (cache.k, cache.v) if cache is not None else (None, None)
+        for i, layer in enumerate(self.layers):
+            layer_cache = (new_k[i], new_v[i]) if cache is not None else None
+            call = DecoderLayer.__call__
+            if self.config.remat != "none":
+                call = nnx.remat(call, policy=_remat_policy(self.config.remat))
+            x, updated = call(layer, x, positions, inv_freq, mask, layer_cache, cache_index)
+            if cache is not None:
+                new_k = new_k.at[i].set(updated[0])
+                new_v = new_v.at[i].set(updated[1])
+        new_cache = KVCache(k=new_k, v=new_v) if cache is not None else None
+        return self.norm(x), new_cache
+
+
+class CausalLM(nnx.Module):
+    """Decoder-only language model; `__call__` gives float32 logits and the updated cache."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.model = Decoder(config, rngs=rngs)
+        if not config.tie_word_embeddings:
+            self.lm_head = _linear(config, config.hidden_size, config.vocab_size, False, rngs)
+
+    def hidden(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None):
+        """tokens/positions [B, T] int32 -> (hidden [B, T, D] after the final norm, new_cache | None).
+
+        attention_mask: [B, T] bool without a cache (False = padding key); with a cache, optionally
+        [B, S] over cache slots. With a cache, row b's tokens go to slots cache_index[b]...
+        """
+        return self.model(tokens, positions, attention_mask=attention_mask, cache=cache, cache_index=cache_index)
+
+    def lm_head_matrix(self) -> jax.Array:
+        """Output projection [D, V] (the tied embedding transposed when tied)."""
+        if self.config.tie_word_embeddings:
+            return self.model.embed_tokens.embedding[...].T
+        return self.lm_head.kernel[...]
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        """hidden [B, T, D] -> logits [B, T, V] float32 (compute-dtype inputs, float32 accumulation)."""
+        w = self.lm_head_matrix().astype(self.config.jnp_dtype)
+        return jnp.einsum("btd,dv->btv", hidden.astype(self.config.jnp_dtype), w, preferred_element_type=jnp.float32)
+
+    def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None):
+        """-> (logits [B, T, V] float32, new_cache | None)."""
+        h, new_cache = self.hidden(tokens, positions, attention_mask=attention_mask, cache=cache, cache_index=cache_index)
+        return self.logits(h), new_cache
+
+
+class ValueModel(nnx.Module):
+    """PPO critic: the causal LM backbone and a Linear(D -> 1) head giving one value per token."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.model = Decoder(config, rngs=rngs)
+        self.score = nnx.Linear(
+            config.hidden_size, 1, use_bias=True, dtype=jnp.float32, param_dtype=jnp.float32,
+            kernel_init=_INIT, rngs=rngs,
+        )
+
+    def __call__(self, tokens, positions, *, attention_mask=None) -> jax.Array:
+        """tokens/positions [B, T] -> values [B, T] float32."""
+        h, _ = self.model(tokens, positions, attention_mask=attention_mask)
+        return self.score(h.astype(jnp.float32))[..., 0]
+
+    @classmethod
+    def from_causal_lm(cls, lm: CausalLM, *, rngs: nnx.Rngs) -> "ValueModel":
+        """A critic whose backbone is a copy of lm's (value head freshly initialised)."""
+        critic = cls(lm.config, rngs=rngs)
+        nnx.update(critic.model, jax.tree.map(jnp.copy, nnx.state(lm.model)))
+        return critic
