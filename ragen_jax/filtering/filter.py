@@ -1,0 +1,199 @@
+"""The rollout filter as one call: score groups, select, report RAGEN's metrics.
+
+`filter_rollouts` runs on the host (arrays of a few hundred numbers); the trainer then gathers
+the kept trajectories with `compact` so dropped groups cost no update compute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import numpy as np
+
+from ragen_jax.filtering.scores import group_scores, metric_quantity
+from ragen_jax.filtering.select import PROB_MODES, STRATEGIES, ZERO_TOL, select_groups
+
+LOSS_SCALINGS = ("none", "linear", "sqrt")
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterConfig:
+    """Filter options; names follow RAGEN's `rollout_filter_*` keys (see from_mapping)."""
+
+    strategy: str = "top_p"  # rollout_filter_strategy
+    value: float = 1.0  # rollout_filter_value (1.0 with top_p = no filtering)
+    metric: str = "reward_variance"  # rollout_filter_metric
+    include_zero: bool = True  # rollout_filter_include_zero
+    prob_mode: str = "linear"  # rollout_filter_top_p_prob_mode
+    selection_eps: float = 0.01  # rollout_filter_selection_eps
+    largest: bool = True  # rollout_filter_type == "largest"
+    loss_scaling: str = "none"  # actor.filter_loss_scaling
+    empty_stop_steps: int = 5  # rollout_filter_empty_stop_steps (0 disables the early stop)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"filter strategy {self.strategy!r} not in {STRATEGIES}.")
+        if self.prob_mode not in PROB_MODES:
+            raise ValueError(f"filter prob_mode {self.prob_mode!r} not in {PROB_MODES}.")
+        if self.loss_scaling not in LOSS_SCALINGS:
+            raise ValueError(f"filter loss_scaling {self.loss_scaling!r} not in {LOSS_SCALINGS}.")
+        metric_quantity(self.metric)
+
+    @classmethod
+    def from_mapping(cls, cfg: Mapping[str, Any]) -> "FilterConfig":
+        """Build from a dict / ConfigDict; accepts our field names or RAGEN's key names."""
+        aliases = {
+            "rollout_filter_strategy": "strategy",
+            "rollout_filter_value": "value",
+            "rollout_filter_metric": "metric",
+            "rollout_filter_include_zero": "include_zero",
+            "rollout_filter_top_p_prob_mode": "prob_mode",
+            "top_p_prob_mode": "prob_mode",
+            "rollout_filter_selection_eps": "selection_eps",
+            "filter_loss_scaling": "loss_scaling",
+            "rollout_filter_empty_stop_steps": "empty_stop_steps",
+        }
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, val in dict(cfg).items():
+            if key in ("rollout_filter_type", "filter_type", "type"):
+                if val not in ("largest", "smallest"):
+                    raise ValueError(f"filter type {val!r} must be 'largest' or 'smallest'.")
+                kwargs["largest"] = val == "largest"
+                continue
+            name = aliases.get(key, key)
+            if name not in fields:
+                raise ValueError(f"Unknown filter option {key!r}; known: {sorted(fields)}.")
+            kwargs[name] = val
+        return cls(**kwargs)
+
+    @property
+    def is_noop(self) -> bool:
+        """True when the config keeps every group whatever the scores."""
+        return self.strategy == "top_p" and self.value >= 1.0 and self.include_zero
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterResult:
+    """Outcome of one filter call; `kept_traj` indexes the unfiltered trajectory axis."""
+
+    kept_groups: np.ndarray  # [K] sorted group indices
+    kept_traj: np.ndarray  # [K * group_size] sorted trajectory indices
+    scores: np.ndarray  # [G] selection scores
+    num_groups: int
+    metrics: dict[str, float]
+
+    @property
+    def kept_ratio(self) -> float:
+        return self.kept_groups.size / self.num_groups
+
+    @property
+    def empty(self) -> bool:
+        return self.kept_groups.size == 0
+
+
+def _chosen_mean(values: np.ndarray, kept: np.ndarray) -> float:
+    return float(values[kept].mean()) if kept.size else 0.0
+
+
+def filter_metrics(
+    stats: Mapping[str, np.ndarray], quantity: str, scores: np.ndarray, kept: np.ndarray
+) -> dict[str, float]:
+    """RAGEN's `rollout/*` filter metrics, before (in_group_*) and after (chosen_in_group_*)."""
+    metrics: dict[str, float] = {}
+    base_keys = ("std", "max", "mean")
+    for key in base_keys:
+        metrics[f"rollout/in_group_{key}"] = float(stats[key].mean())
+        metrics[f"rollout/chosen_in_group_{key}"] = _chosen_mean(stats[key], kept)
+    keys = base_keys + (("sum",) if quantity == "reward" else ())
+    for key in keys:
+        metrics[f"rollout/in_group_{quantity}_{key}"] = float(stats[key].mean())
+        metrics[f"rollout/chosen_in_group_{quantity}_{key}"] = _chosen_mean(stats[key], kept)
+    metrics["rollout/filter_kept_count"] = float(kept.size)
+    metrics["rollout/filter_kept_ratio"] = kept.size / scores.size
+    metrics["rollout/filter_zero_count"] = float(np.sum(np.abs(scores) <= ZERO_TOL))
+    return metrics
+
+
+def groups_to_rows(kept_groups: np.ndarray, row_group: np.ndarray) -> np.ndarray:
+    """Sorted row indices whose group id [R] is kept; rows may be trajectories or turns."""
+    return np.nonzero(np.isin(np.asarray(row_group), kept_groups))[0]
+
+
+def filter_rollouts(
+    rewards: np.ndarray | None,
+    group_size: int,
+    config: FilterConfig = FilterConfig(),
+    *,
+    entropy: np.ndarray | None = None,
+    length: np.ndarray | None = None,
+) -> FilterResult:
+    """Score contiguous groups of per-trajectory values [N], select groups, report metrics."""
+    scores, stats = group_scores(
+        rewards, group_size, config.metric, entropy=entropy, length=length
+    )
+    kept = select_groups(
+        scores,
+        config.strategy,
+        config.value,
+        include_zero=config.include_zero,
+        eps=config.selection_eps,
+        prob_mode=config.prob_mode,
+        largest=config.largest,
+    )
+    row_group = np.arange(scores.size * group_size) // group_size
+    return FilterResult(
+        kept_groups=kept,
+        kept_traj=groups_to_rows(kept, row_group),
+        scores=scores,
+        num_groups=int(scores.size),
+        metrics=filter_metrics(stats, metric_quantity(config.metric), scores, kept),
+    )
+
+
+def advantage_scale(kept_ratio: float, mode: str = "none") -> float:
+    """Factor applied to advantages after filtering: 1, kept_ratio, or sqrt(kept_ratio)."""
+    if mode not in LOSS_SCALINGS:
+        raise ValueError(f"advantage scaling mode {mode!r} not in {LOSS_SCALINGS}.")
+    if mode == "linear":
+        return float(kept_ratio)
+    if mode == "sqrt":
+        return float(np.sqrt(kept_ratio))
+    return 1.0
+
+
+def soft_reweight(
+    rewards: np.ndarray, group_size: int, eps: float = 1e-6
+) -> tuple[np.ndarray, dict[str, float]]:
+    """Soft alternative to hard filtering for GRPO: per-trajectory weights [N] = std_g / max_g std.
+
+    Multiply each trajectory's advantages by its weight: groups with little reward signal are
+    down-weighted instead of dropped (RAGEN's `soft_advantage_reweight`, unbiased group std).
+    """
+    _, stats = group_scores(rewards, group_size, "reward_variance")
+    group_weight = stats["std"] / (stats["std"].max() + eps)
+    metrics = {
+        "train/soft_reweight_min": float(group_weight.min()),
+        "train/soft_reweight_max": float(group_weight.max()),
+        "train/soft_reweight_mean": float(group_weight.mean()),
+    }
+    return np.repeat(group_weight, group_size), metrics
+
+
+def update_empty_streak(
+    streak: int, result: FilterResult, stop_steps: int
+) -> tuple[int, bool, dict[str, float]]:
+    """Count consecutive steps where the filter kept nothing -> (streak, stop_now, metrics).
+
+    An empty step is skipped by the trainer; `stop_now` is the early stop once the streak reaches
+    stop_steps (0 disables it). Non-empty steps reset the streak.
+    """
+    if not result.empty:
+        return 0, False, {"rollout/empty_after_filter": 0.0}
+    streak += 1
+    metrics = {
+        "rollout/empty_after_filter": 1.0,
+        "rollout/consecutive_empty_after_filter_steps": float(streak),
+    }
+    return streak, stop_steps > 0 and streak >= stop_steps, metrics

@@ -1,0 +1,77 @@
+"""Per-group statistics and selection scores for the SNR-adaptive rollout filter.
+
+Groups are contiguous: trajectory n belongs to group n // group_size. Standard deviations are
+unbiased (ddof=1), as RAGEN computes them; a group of one trajectory has std 0 by definition here
+(RAGEN would produce NaN).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+# metric name -> (per-trajectory quantity, per-group statistic used as the selection score)
+METRICS: Mapping[str, tuple[str, str]] = {
+    "reward_variance": ("reward", "std"),
+    "reward": ("reward", "mean"),
+    "reward_mean": ("reward", "mean"),
+    "reward_sum": ("reward", "sum"),
+    "entropy": ("entropy", "mean"),
+    "entropy_variance": ("entropy", "std"),
+    "length": ("length", "mean"),
+}
+
+
+def _as_groups(values: np.ndarray, group_size: int, name: str) -> np.ndarray:
+    """values [N] -> [G, group_size], with a clear error when N is not a multiple."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 1:
+        raise ValueError(f"{name} must be 1-D [N], got shape {values.shape}.")
+    if group_size < 1 or values.shape[0] % group_size != 0:
+        raise ValueError(
+            f"{name} has {values.shape[0]} entries, not a multiple of group_size={group_size}; "
+            "pass one value per trajectory with groups stored contiguously."
+        )
+    return values.reshape(-1, group_size)
+
+
+def group_stats(values: np.ndarray, group_size: int, name: str = "values") -> dict[str, np.ndarray]:
+    """Per-group std (unbiased), mean, max and sum of per-trajectory values [N] -> each [G]."""
+    grouped = _as_groups(values, group_size, name)
+    std = grouped.std(axis=1, ddof=1) if group_size > 1 else np.zeros(grouped.shape[0])
+    return {
+        "std": std,
+        "mean": grouped.mean(axis=1),
+        "max": grouped.max(axis=1),
+        "sum": grouped.sum(axis=1),
+    }
+
+
+def metric_quantity(metric: str) -> str:
+    """Which per-trajectory quantity ("reward", "entropy", "length") a metric reads."""
+    if metric not in METRICS:
+        raise ValueError(f"Unknown filter metric {metric!r}; choose one of {sorted(METRICS)}.")
+    return METRICS[metric][0]
+
+
+def group_scores(
+    rewards: np.ndarray | None,
+    group_size: int,
+    metric: str = "reward_variance",
+    *,
+    entropy: np.ndarray | None = None,
+    length: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Selection scores [G] for `metric` plus the group stats of the quantity it reads.
+
+    rewards/entropy/length are per-trajectory [N] (total reward, mean token entropy, response
+    length); only the one the metric reads is required.
+    """
+    quantity = metric_quantity(metric)
+    values = {"reward": rewards, "entropy": entropy, "length": length}[quantity]
+    if values is None:
+        arg = "rewards" if quantity == "reward" else quantity
+        raise ValueError(f"Filter metric {metric!r} needs per-trajectory `{arg}` [N].")
+    stats = group_stats(values, group_size, name=quantity)
+    return stats[METRICS[metric][1]], stats
