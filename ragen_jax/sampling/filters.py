@@ -1,0 +1,64 @@
+"""Logit processing (temperature, top-k, then top-p) and one sampling step over a batch of logits."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from ragen_jax.sampling.config import SamplingConfig
+
+
+def _nucleus_threshold(sorted_desc: jax.Array, top_p: float) -> jax.Array:
+    """Smallest logit kept by nucleus filtering, from logits sorted descending [B, K] -> [B, 1].
+
+    A token is kept when the probability mass strictly before it is < top_p, so the top token always stays.
+    """
+    probs = jax.nn.softmax(sorted_desc, axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    n_keep = jnp.sum(mass_before < top_p, axis=-1, keepdims=True)
+    return jnp.take_along_axis(sorted_desc, jnp.maximum(n_keep, 1) - 1, axis=-1)
+
+
+def process_logits(logits: jax.Array, config: SamplingConfig) -> jax.Array:
+    """Sampling-distribution logits [B, V]: logits / temperature, -inf outside top-k, then outside the nucleus."""
+    chex.assert_rank(logits, 2)
+    x = logits.astype(jnp.float32)
+    if config.temperature != 1.0:
+        x = x / config.temperature
+    vocab = x.shape[-1]
+    if 0 < config.top_k < vocab:
+        top_vals, _ = jax.lax.top_k(x, config.top_k)
+        if config.top_p < 1.0:
+            threshold = _nucleus_threshold(top_vals, config.top_p)
+        else:
+            threshold = top_vals[:, -1:]
+        return jnp.where(x >= threshold, x, -jnp.inf)
+    if config.top_p < 1.0:
+        sorted_desc = jnp.flip(jnp.sort(x, axis=-1), axis=-1)
+        return jnp.where(x >= _nucleus_threshold(sorted_desc, config.top_p), x, -jnp.inf)
+    return x
+
+
+def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+    """log softmax(logits)[token] per row: logits [B, V], tokens [B] -> [B] float32 (no full log-softmax)."""
+    chex.assert_rank([logits, tokens], [2, 1])
+    picked = jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
+
+
+def sample_step(key: jax.Array, logits: jax.Array, config: SamplingConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Picks one token per row from raw logits [B, V] -> (tokens [B] int32, logprobs [B], raw_logprobs [B]).
+
+    logprobs are under the sampling distribution (also for greedy), raw_logprobs under the raw model.
+    """
+    chex.assert_rank(logits, 2)
+    logits = logits.astype(jnp.float32)
+    processed = process_logits(logits, config) if config.filters_logits else logits
+    if config.greedy:
+        tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    else:
+        tokens = jax.random.categorical(key, processed, axis=-1).astype(jnp.int32)
+    raw = token_logprobs(logits, tokens)
+    sampled = token_logprobs(processed, tokens) if config.filters_logits else raw
+    return tokens, sampled, raw

@@ -1,0 +1,228 @@
+"""Batched generation over a per-row KV cache: a jitted prefill of the new tokens, then a jitted
+`lax.while_loop` decode. Both take the split model state, donate the cache and are compiled once per
+(prompt-length bucket) and per SamplingConfig respectively."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from ragen_jax.models import KVCache, ModelConfig, init_cache
+from ragen_jax.sampling.buckets import bucket_length
+from ragen_jax.sampling.config import SamplingConfig
+from ragen_jax.sampling.filters import sample_step
+from ragen_jax.sampling.stopping import INACTIVE, stop_reason
+
+log = logging.getLogger(__name__)
+
+
+@flax.struct.dataclass
+class SampleOutput:
+    """What one `Sampler.generate` call produced; see `Sampler.generate` for the cache semantics."""
+
+    tokens: jax.Array  # [B, N] int32, pad_id after each row's length
+    lengths: jax.Array  # [B] int32, 0 for inactive rows; includes the eos/stop tokens
+    logprobs: jax.Array  # [B, N] f32 under the sampling distribution; 0 past length
+    raw_logprobs: jax.Array  # [B, N] f32 under the raw model (temperature 1, full vocab); 0 past length
+    finish_reason: jax.Array  # [B] int32: 0 length cap, 1 eos, 2 stop sequence, -1 inactive
+    cache: KVCache
+    cache_lens: jax.Array  # [B] int32 tokens of each row whose K/V are in the cache
+
+
+@flax.struct.dataclass
+class _LoopState:
+    step: jax.Array  # [] int32: index of the token sampled next
+    cache: KVCache
+    tokens: jax.Array  # [B, N]
+    logprobs: jax.Array  # [B, N]
+    raw_logprobs: jax.Array  # [B, N]
+    last: jax.Array  # [B] last sampled token, fed at the next step
+    lengths: jax.Array  # [B]
+    done: jax.Array  # [B] bool
+    reason: jax.Array  # [B]
+
+
+def model_config_of(graphdef: Any) -> ModelConfig:
+    """The ModelConfig stored as a static attribute in a CausalLM's graphdef."""
+    for _, value in getattr(graphdef, "attributes", ()):
+        config = getattr(value, "value", None)
+        if isinstance(config, ModelConfig):
+            return config
+    raise ValueError("Could not find a ModelConfig in the graphdef; pass Sampler(..., model_config=...).")
+
+
+def _prefill(graphdef, params, cache, tokens, cache_index, last_index):
+    """Writes tokens [B, Tb] into the cache from cache_index [B]; -> (cache, hidden at last_index [B, D] f32)."""
+    model = nnx.merge(graphdef, params)
+    positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+    hidden, cache = model.hidden(tokens, positions, cache=cache, cache_index=cache_index)
+    last = jnp.take_along_axis(hidden, last_index[:, None, None], axis=1)[:, 0]
+    return cache, last.astype(jnp.float32)
+
+
+def _column(x: jax.Array, value: jax.Array, step: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_update_slice_in_dim(x, value[:, None].astype(x.dtype), step, axis=1)
+
+
+def _decode(graphdef, config: SamplingConfig, pad_id: int, params, cache, hidden, base, active, key):
+    """Samples up to config.max_new_tokens per row in a while_loop that stops once every row is done."""
+    model = nnx.merge(graphdef, params)
+    batch, n = base.shape[0], config.max_new_tokens
+    logits = model.logits(hidden[:, None, :].astype(model.config.jnp_dtype))[:, 0]
+    tok, lp, raw = sample_step(jax.random.fold_in(key, 0), logits, config)
+    zeros = jnp.zeros((batch, n), jnp.float32)
+    tokens = _column(jnp.full((batch, n), pad_id, jnp.int32), jnp.where(active, tok, pad_id), 0)
+    why = stop_reason(tokens, jnp.int32(0), tok, config)
+    state = _LoopState(
+        step=jnp.int32(1),
+        cache=cache,
+        tokens=tokens,
+        logprobs=_column(zeros, jnp.where(active, lp, 0.0), 0),
+        raw_logprobs=_column(zeros, jnp.where(active, raw, 0.0), 0),
+        last=tok,
+        lengths=active.astype(jnp.int32),
+        done=~active | (why > 0),
+        reason=jnp.where(active, why, INACTIVE).astype(jnp.int32),
+    )
+
+    def cond(s: _LoopState) -> jax.Array:
+        return (s.step < n) & ~jnp.all(s.done)
+
+    def body(s: _LoopState) -> _LoopState:
+        # Row b feeds its last token into slot base + length - 1; finished rows rewrite a slot past their end.
+        index = base + jnp.maximum(s.lengths - 1, 0)
+        logits, cache = model(s.last[:, None], index[:, None], cache=s.cache, cache_index=index)
+        tok, lp, raw = sample_step(jax.random.fold_in(key, s.step), logits[:, 0], config)
+        live = ~s.done
+        tokens = _column(s.tokens, jnp.where(live, tok, pad_id), s.step)
+        why = jnp.where(live, stop_reason(tokens, s.step, tok, config), 0)
+        return _LoopState(
+            step=s.step + 1,
+            cache=cache,
+            tokens=tokens,
+            logprobs=_column(s.logprobs, jnp.where(live, lp, 0.0), s.step),
+            raw_logprobs=_column(s.raw_logprobs, jnp.where(live, raw, 0.0), s.step),
+            last=jnp.where(live, tok, s.last),
+            lengths=s.lengths + live.astype(jnp.int32),
+            done=s.done | (why > 0),
+            reason=jnp.where(why > 0, why, s.reason),
+        )
+
+    s = jax.lax.while_loop(cond, body, state)
+    return SampleOutput(
+        tokens=s.tokens,
+        lengths=s.lengths,
+        logprobs=s.logprobs,
+        raw_logprobs=s.raw_logprobs,
+        finish_reason=s.reason,
+        cache=s.cache,
+        cache_lens=base + jnp.maximum(s.lengths - 1, 0),
+    )
+
+
+class Sampler:
+    """Compiled batched generation for one model graph, batch size and cache size.
+
+    `generate` consumes (donates) the cache it is given; use the one in its output for the next turn.
+    """
+
+    def __init__(self, graphdef, *, cache_size: int, pad_id: int, batch_size: int, dtype=None,
+                 model_config: ModelConfig | None = None):
+        if cache_size < 1 or batch_size < 1:
+            raise ValueError(f"cache_size and batch_size must be >= 1, got {cache_size} and {batch_size}.")
+        self.graphdef = graphdef
+        self.model_config = model_config or model_config_of(graphdef)
+        self.cache_size, self.pad_id, self.batch_size, self.dtype = cache_size, int(pad_id), batch_size, dtype
+        self._programs: dict[tuple, Any] = {}
+
+    @property
+    def num_programs(self) -> int:
+        """How many distinct (prefill bucket | sampling config) programs this sampler has compiled."""
+        return len(self._programs)
+
+    def init_cache(self) -> tuple[KVCache, jax.Array]:
+        """An empty cache [L, B, cache_size, kv_heads, head_dim] and cache_lens zeros [B]."""
+        cache = init_cache(self.model_config, self.batch_size, self.cache_size, self.dtype)
+        return cache, jnp.zeros((self.batch_size,), jnp.int32)
+
+    def _program(self, key: tuple, build):
+        fn = self._programs.get(key)
+        if fn is None:
+            log.info("sampler: compiling %s (batch %d, cache %d); %d programs so far",
+                     key, self.batch_size, self.cache_size, len(self._programs) + 1)
+            fn = self._programs[key] = build()
+        return fn
+
+    def _prefill_fn(self, bucket: int):
+        build = lambda: jax.jit(functools.partial(_prefill, self.graphdef), donate_argnums=(1,))
+        return self._program(("prefill", bucket), build)
+
+    def _decode_fn(self, config: SamplingConfig):
+        build = lambda: jax.jit(functools.partial(_decode, self.graphdef, config, self.pad_id), donate_argnums=(1,))
+        return self._program(("decode", config), build)
+
+    def _check(self, new_tokens, new_lens, cache_lens, active, config: SamplingConfig) -> None:
+        b = self.batch_size
+        if new_tokens.ndim != 2 or new_tokens.shape[0] != b:
+            raise ValueError(f"new_tokens must be [batch_size={b}, T] int32, got shape {new_tokens.shape}.")
+        for name, x in (("new_lens", new_lens), ("cache_lens", cache_lens), ("active", active)):
+            if x.shape != (b,):
+                raise ValueError(f"{name} must have shape [{b}], got {x.shape}.")
+        if np.any(new_lens < 0) or np.any(new_lens > new_tokens.shape[1]):
+            raise ValueError(f"new_lens must lie in [0, {new_tokens.shape[1]}] (new_tokens' width), got {new_lens}.")
+        if np.any(cache_lens < 0):
+            raise ValueError(f"cache_lens must be >= 0, got {cache_lens}.")
+        empty = np.flatnonzero(active & (new_lens == 0))
+        if empty.size:
+            raise ValueError(
+                f"Row {empty[0]} is active but has new_lens 0: feed at least one token (the last sampled "
+                "token of the previous call) or mark the row inactive."
+            )
+        need = cache_lens + new_lens + config.max_new_tokens
+        over = np.flatnonzero(active & (need > self.cache_size))
+        if over.size:
+            r = over[0]
+            raise ValueError(
+                f"Row {r} would overflow the KV cache by {need[r] - self.cache_size} tokens: cache_lens "
+                f"{cache_lens[r]} + new_lens {new_lens[r]} + max_new_tokens {config.max_new_tokens} > "
+                f"cache_size {self.cache_size}. Raise Sampler(cache_size=...) or lower max_new_tokens."
+            )
+
+    def generate(self, params, new_tokens, new_lens, key, config: SamplingConfig, *,
+                 cache: KVCache | None = None, cache_lens=None, active=None) -> SampleOutput:
+        """Appends new_tokens[b, :new_lens[b]] to row b's cached sequence and samples a continuation.
+
+        new_tokens [B, Tn] int32 (right-padded); cache_lens/active [B]. The output cache holds every token
+        except the last sampled one of each row, which the caller feeds first on the next call.
+        """
+        if (cache is None) != (cache_lens is None):
+            raise ValueError("Pass cache and cache_lens together (both from Sampler.init_cache or a SampleOutput).")
+        if cache is None:
+            cache, cache_lens = self.init_cache()
+        if cache.k.shape[1:3] != (self.batch_size, self.cache_size):
+            raise ValueError(f"cache has [B, S] = {cache.k.shape[1:3]}, this sampler expects "
+                             f"{(self.batch_size, self.cache_size)}; create it with Sampler.init_cache().")
+        tokens_np = np.asarray(new_tokens, dtype=np.int32)
+        lens_np = np.asarray(new_lens, dtype=np.int32)
+        cache_lens_np = np.asarray(cache_lens, dtype=np.int32)
+        active_np = np.ones((self.batch_size,), bool) if active is None else np.asarray(active, dtype=bool)
+        self._check(tokens_np, lens_np, cache_lens_np, active_np, config)
+
+        lens_np = np.where(active_np, lens_np, 0)
+        bucket = bucket_length(int(lens_np.max()))
+        padded = np.full((self.batch_size, bucket), self.pad_id, np.int32)
+        width = min(bucket, tokens_np.shape[1])
+        padded[:, :width] = tokens_np[:, :width]
+        cache_index = jnp.asarray(cache_lens_np)
+        cache, hidden = self._prefill_fn(bucket)(
+            params, cache, jnp.asarray(padded), cache_index, jnp.asarray(np.maximum(lens_np - 1, 0))
+        )
+        base = jnp.asarray(cache_lens_np + lens_np)
+        return self._decode_fn(config)(params, cache, hidden, base, jnp.asarray(active_np), key)
