@@ -1,0 +1,93 @@
+"""Token-in/token-out context assembly.
+
+A conversation is rendered with the model's own chat template, but every assistant message is
+replaced by the exact tokens that were sampled for it: the template is rendered with sentinel
+strings in the assistant slots, the text between sentinels is tokenized (and cached: those pieces
+repeat across turns and episodes), and the sampled token lists are spliced in. Nothing the model
+wrote is ever re-tokenized, and template/environment tokens never enter the loss mask.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+_SENTINEL = "\u2063RAGEN_ASSISTANT_{}\u2063"
+
+
+class ContextBuilder:
+    """Turns chat messages (with sampled assistant tokens) into token ids and a turn map."""
+
+    def __init__(self, tokenizer, *, enable_think: bool = True, cache_size: int = 65536):
+        self.tokenizer = tokenizer
+        self.generation_suffix = "<think>" if enable_think else "<answer>"
+        self._encode_cached = functools.lru_cache(maxsize=cache_size)(self._encode)
+        eos_ids = tuple(tokenizer.eos_token_ids)
+        self._eos_ids = frozenset(eos_ids)
+        self._eos_texts = tuple(tokenizer.decode([i]) for i in eos_ids)
+
+    def _encode(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(text))
+
+    def assemble(self, messages: list[dict], *, add_generation_prompt: bool) -> tuple[np.ndarray, np.ndarray]:
+        """messages -> (tokens [L] int32, turn_of_token [L] int32).
+
+        turn_of_token is the index (within `messages`' assistant messages, in order) of the
+        assistant message a sampled token belongs to, or -1 for template/environment tokens.
+        An assistant message with "tokens" is spliced in verbatim after the generation suffix
+        ("<think>") that preceded its sampling; one without "tokens" is rendered as text.
+        """
+        assistant = [m for m in messages if m["role"] == "assistant" and m.get("tokens") is not None]
+        render_messages = []
+        k = 0
+        for m in messages:
+            content = m["content"]
+            if m["role"] == "assistant" and m.get("tokens") is not None:
+                content = _SENTINEL.format(k)
+                k += 1
+            render_messages.append({"role": m["role"], "content": content})
+        text = self.tokenizer.apply_chat_template(render_messages, add_generation_prompt=add_generation_prompt)
+        tokens: list[int] = []
+        turns: list[int] = []
+        rest = text
+        for i, message in enumerate(assistant):
+            before, sep, rest = rest.partition(_SENTINEL.format(i))
+            if not sep:
+                raise ValueError(
+                    "The chat template altered an assistant message's content, so sampled tokens "
+                    "cannot be spliced in; use a template that renders assistant content verbatim."
+                )
+            self._append_text(tokens, turns, before)
+            self._append_text(tokens, turns, self.generation_suffix)
+            sampled = list(message["tokens"])
+            tokens.extend(sampled)
+            turns.extend([i] * len(sampled))
+            if sampled and sampled[-1] in self._eos_ids:
+                rest = self._drop_leading_eos(rest)
+        self._append_text(tokens, turns, rest)
+        if add_generation_prompt:
+            self._append_text(tokens, turns, self.generation_suffix)
+        return np.asarray(tokens, np.int32), np.asarray(turns, np.int32)
+
+    def _append_text(self, tokens: list[int], turns: list[int], text: str) -> None:
+        if text:
+            piece = self._encode_cached(text)
+            tokens.extend(piece)
+            turns.extend([-1] * len(piece))
+
+    def _drop_leading_eos(self, text: str) -> str:
+        """After a response that already ended with the end-of-turn token, skip the template's copy."""
+        for eos_text in self._eos_texts:
+            if eos_text and text.startswith(eos_text):
+                return text[len(eos_text):]
+        return text
+
+
+def common_prefix_length(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two 1-D int arrays."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.nonzero(a[:n] != b[:n])[0]
+    return int(diff[0]) if len(diff) else n

@@ -1,0 +1,64 @@
+"""Rollout dumps as RAGEN writes them: JSONL of OpenAI chat messages, or a PKL of everything."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from typing import Any
+
+from ragen_jax.rollout.prompts import build_messages
+from ragen_jax.rollout.types import Episode, RolloutResult
+
+
+def episode_messages(ep: Episode, *, max_tokens: int, enable_think: bool, format_penalty: float) -> list[dict]:
+    """The whole conversation (all turns, no truncation) as plain chat messages."""
+    messages = build_messages(ep.system, ep.history, 0, mode="full", max_tokens=max_tokens,
+                              enable_think=enable_think, format_penalty=format_penalty)
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def episode_record(ep: Episode, index: int, **prompt_kwargs: Any) -> dict:
+    """One JSONL line: {"custom_id", "messages", "metadata"}."""
+    return {
+        "custom_id": f"traj_{index}",
+        "messages": episode_messages(ep, **prompt_kwargs),
+        "metadata": {
+            "env_id": index,
+            "env_tag": ep.env_tag,
+            "seed": ep.seed,
+            "group_id": ep.group_id,
+            "num_turns": ep.num_turns,
+            "num_actions": ep.num_actions,
+            "total_reward": ep.total_reward,
+            "env_reward": ep.env_reward,
+            "penalty": ep.penalty,
+            "success": ep.success,
+            "terminated": ep.terminated,
+            "truncated": ep.truncated,
+            "error": ep.error,
+            "response_tokens": [r.response_tokens for r in ep.history if r.response_tokens is not None],
+        },
+    }
+
+
+def write_jsonl(path: str, episodes: list[Episode], **prompt_kwargs: Any) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for i, ep in enumerate(episodes):
+            f.write(json.dumps(episode_record(ep, i, **prompt_kwargs), ensure_ascii=False) + "\n")
+    return path
+
+
+def read_jsonl(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_pkl(path: str, result: RolloutResult) -> str:
+    """The full rollout: episodes, the training batch arrays and the metrics."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as f:
+        pickle.dump({"episodes": result.episodes, "batch": result.batch.arrays(),
+                     "metrics": result.metrics}, f)
+    return path

@@ -1,0 +1,43 @@
+"""Rollout metrics under RAGEN's names: `{tag}/success`, `{tag}/pass@{k}`, `{tag}/num_actions`..."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from numbers import Number
+from typing import Any
+
+import numpy as np
+
+from ragen_jax.rollout.types import Episode
+
+
+def accumulate_info(sums: dict[str, float], info: dict[str, Any]) -> None:
+    """Add an env step's numeric/bool info values into per-episode sums (averaged per turn later)."""
+    for k, v in info.items():
+        if isinstance(v, (bool, np.bool_, Number, np.number)) and k not in ("success",):
+            sums[k] = sums.get(k, 0.0) + float(v)
+
+
+def episode_metrics(episodes: list[Episode], tag: str) -> dict[str, float]:
+    """Per-env-tag metrics over a batch of episodes (groups share `group_id`)."""
+    by_group: dict[int, list[Episode]] = defaultdict(list)
+    for ep in episodes:
+        by_group[ep.group_id].append(ep)
+    group_size = max(len(v) for v in by_group.values())
+    turns = np.array([max(ep.num_turns, 1) for ep in episodes], np.float64)
+    out = {
+        f"{tag}/success": float(np.mean([ep.success for ep in episodes])),
+        f"{tag}/num_actions": float(np.mean([ep.num_actions for ep in episodes])),
+        f"{tag}/num_turns": float(np.mean([ep.num_turns for ep in episodes])),
+        f"{tag}/pass@{group_size}": float(np.mean([any(e.success for e in g) for g in by_group.values()])),
+        f"{tag}/action_is_valid": float(np.mean(np.array([ep.valid_turns for ep in episodes]) / turns)),
+        f"{tag}/action_is_effective": float(np.mean(np.array([ep.effective_turns for ep in episodes]) / turns)),
+        f"{tag}/reward": float(np.mean([ep.total_reward for ep in episodes])),
+        f"{tag}/env_reward": float(np.mean([ep.env_reward for ep in episodes])),
+        f"{tag}/format_penalty": float(np.mean([ep.penalty for ep in episodes])),
+        f"{tag}/env_error": float(np.mean([bool(ep.error) for ep in episodes])),
+    }
+    keys = {k for ep in episodes for k in ep.info_sums} - {"action_is_valid", "action_is_effective"}
+    for k in sorted(keys):
+        out[f"{tag}/{k}"] = float(np.mean([ep.info_sums.get(k, 0.0) / t for ep, t in zip(episodes, turns)]))
+    return out

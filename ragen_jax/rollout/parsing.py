@@ -1,0 +1,114 @@
+"""Parse a model response into actions, as RAGEN does (think/answer tags, `||` separator).
+
+The parser never raises and runs in time linear in the response: it must survive any text a
+policy can produce (unclosed or nested tags, unicode, megabytes of output).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+ACTION_SEP = "||"
+SPECIAL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
+# The reference patterns. `_match_think_answer` computes the same match in linear time (a
+# backtracking regex is quadratic on adversarial text such as "<think></think>" * 100_000).
+THINK_ANSWER_PATTERN = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_ONLY_PATTERN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedResponse:
+    """A response split into reasoning and actions.
+
+    format_ok: the think/answer pattern matched.
+    think: reasoning text ("" if absent); answer: the raw answer text.
+    action_names: the kept action strings (first `max_actions`, stripped, empties dropped).
+    actions: the executable actions: ids for names found in the lookup (unknown names dropped),
+      or the answer strings themselves when the env has no lookup.
+    num_invalid: how many kept names were not in the lookup.
+    """
+
+    format_ok: bool
+    think: str
+    answer: str
+    action_names: tuple[str, ...]
+    actions: tuple[int | str, ...]
+    num_invalid: int
+
+    @property
+    def turn_is_valid(self) -> bool:
+        """RAGEN's rule: a turn is penalised when no action is valid or any action is invalid."""
+        return bool(self.actions) and self.num_invalid == 0
+
+
+def _match_think_answer(text: str) -> tuple[str, str] | None:
+    """(think, answer) exactly as `THINK_ANSWER_PATTERN.search` would find them, in O(len)."""
+    start = text.find("<think>")
+    if start < 0:
+        return None
+    think_start = start + len("<think>")
+    pos = text.find("</think>", think_start)
+    while pos >= 0:
+        k = pos + len("</think>")
+        while k < len(text) and _is_regex_space(text[k]):
+            k += 1
+        if text.startswith("<answer>", k):
+            answer_start = k + len("<answer>")
+            answer_end = text.find("</answer>", answer_start)
+            if answer_end < 0:
+                return None  # no later closing can succeed either
+            return text[think_start:pos], text[answer_start:answer_end]
+        pos = text.find("</think>", pos + 1)
+    return None
+
+
+def _match_answer_only(text: str) -> str | None:
+    start = text.find("<answer>")
+    if start < 0:
+        return None
+    end = text.find("</answer>", start + len("<answer>"))
+    return None if end < 0 else text[start + len("<answer>"):end]
+
+
+def _is_regex_space(char: str) -> bool:
+    return re.match(r"\s", char) is not None
+
+
+def _strip_specials(text: str) -> str:
+    for token in SPECIAL_TOKENS:
+        text = text.replace(token, "")
+    return text.strip()
+
+
+def parse_response(
+    response: str,
+    *,
+    action_lookup: dict[str, int] | None,
+    max_actions: int,
+    enable_think: bool = True,
+    separator: str = ACTION_SEP,
+) -> ParsedResponse:
+    """Parse one full response text (including the leading `<think>` of the generation prefix)."""
+    if enable_think:
+        match = _match_think_answer(response)
+        if match is None:
+            return ParsedResponse(False, "", "", (), (), 0)
+        think, answer = _strip_specials(match[0]), _strip_specials(match[1])
+    else:
+        answer_text = _match_answer_only(response)
+        if answer_text is None:
+            return ParsedResponse(False, "", "", (), (), 0)
+        think, answer = "", _strip_specials(answer_text)
+    names = tuple(a.strip() for a in answer.split(separator) if a.strip())[:max_actions]
+    if action_lookup is None:
+        return ParsedResponse(True, think, answer, names, names, 0)
+    actions = []
+    invalid = 0
+    for name in names:
+        action_id = action_lookup.get(name.lower())
+        if action_id is None:
+            invalid += 1
+        else:
+            actions.append(action_id)
+    return ParsedResponse(True, think, answer, names, tuple(actions), invalid)
