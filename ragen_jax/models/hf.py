@@ -1,0 +1,237 @@
+"""Hugging Face checkpoint folders: memory-mapped safetensors load into NNX models, and HF-compatible export."""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import ExitStack
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors import safe_open
+
+from ragen_jax.models.config import DTYPES, ModelConfig, config_from_hf, config_to_hf
+from ragen_jax.models.tokenizer import Tokenizer
+from ragen_jax.models.transformer import CausalLM, ValueModel
+
+_LOADABLE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
+_INDEX = "model.safetensors.index.json"
+
+
+def hf_name(path: tuple[Any, ...]) -> tuple[str, bool]:
+    """Maps an NNX state path to (HF tensor name, whether the tensor is a transposed Linear weight)."""
+    *parents, leaf = (str(p) for p in path)
+    if leaf == "kernel":
+        return ".".join(parents + ["weight"]), True
+    if leaf == "embedding":
+        return ".".join(parents + ["weight"]), False
+    return ".".join(parents + [leaf]), False
+
+
+def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dtype: str | None = None) -> ModelConfig:
+    """ModelConfig from folder/config.json, with optional parameter/compute dtype overrides."""
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"Checkpoint folder {folder!r} does not exist; pass a local Hugging Face model folder.")
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is missing; a Hugging Face model folder needs config.json next to its safetensors.")
+    for name, value in (("param_dtype", param_dtype), ("dtype", dtype)):
+        if value is not None and value not in DTYPES:
+            raise ValueError(f"{name}={value!r} cannot be honoured; choose one of {DTYPES}.")
+    with open(path) as f:
+        hf = json.load(f)
+    try:
+        return config_from_hf(hf, param_dtype=param_dtype, dtype=dtype)
+    except KeyError as e:
+        raise ValueError(f"{path} lacks the required key {e.args[0]!r}.") from e
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def _weight_files(folder: str) -> dict[str, str]:
+    """Tensor name -> safetensors file path, for single-file or sharded checkpoints."""
+    index = os.path.join(folder, _INDEX)
+    if os.path.isfile(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        return {name: os.path.join(folder, fname) for name, fname in weight_map.items()}
+    single = os.path.join(folder, "model.safetensors")
+    if not os.path.isfile(single):
+        raise FileNotFoundError(
+            f"No weights in {folder!r}: expected model.safetensors or {_INDEX} with its shards "
+            "(PyTorch .bin checkpoints must be converted to safetensors first)."
+        )
+    with safe_open(single, framework="numpy") as f:
+        return {name: single for name in f.keys()}
+
+
+def _fresh_param(path: tuple[Any, ...], abstract: jax.ShapeDtypeStruct, seed: int) -> jax.Array:
+    """Initial value for a parameter the checkpoint may lack (the critic's value head)."""
+    if path[-1] == "kernel":
+        key = jax.random.key(seed)
+        return (0.02 * jax.random.normal(key, abstract.shape, jnp.float32)).astype(abstract.dtype)
+    return jnp.zeros(abstract.shape, abstract.dtype)
+
+
+def load_model(
+    folder: str | os.PathLike,
+    *,
+    param_dtype: str | None = None,
+    dtype: str | None = None,
+    model_cls: type = CausalLM,
+    remat: str | None = None,
+    seed: int = 0,
+) -> CausalLM | ValueModel:
+    """Builds model_cls from config.json and fills it tensor by tensor from memory-mapped safetensors.
+
+    Dtypes default to the checkpoint's (float32 if it is not float32/bfloat16). A ValueModel loads
+    the backbone and, when present, `score.weight/bias`; otherwise its head is freshly initialised.
+    """
+    folder = os.fspath(folder)
+    config = read_config(folder, param_dtype=param_dtype, dtype=dtype)
+    if remat is not None:
+        config = config.replace(remat=remat)
+    abstract = nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(seed)))
+    graphdef, abs_state = nnx.split(abstract)
+    files = _weight_files(folder)
+    flat = []
+    with ExitStack() as stack:
+        handles: dict[str, Any] = {}
+        for path, var in nnx.to_flat_state(abs_state):
+            name, transposed = hf_name(path)
+            spec = var.get_value()
+            if name not in files:
+                if model_cls is ValueModel and path[0] == "score":
+                    flat.append((path, var.replace(_fresh_param(path, spec, seed))))
+                    continue
+                where = _INDEX if os.path.isfile(os.path.join(folder, _INDEX)) else "model.safetensors"
+                raise KeyError(f"Tensor {name!r} is missing from {os.path.join(folder, where)} (needed for {config.architecture}).")
+            fname = files[name]
+            if fname not in handles:
+                if not os.path.isfile(fname):
+                    raise FileNotFoundError(f"Shard {fname} listed in {_INDEX} is missing.")
+                handles[fname] = stack.enter_context(safe_open(fname, framework="numpy"))
+            flat.append((path, var.replace(_read_tensor(handles[fname], name, fname, spec, transposed))))
+    state = nnx.from_flat_state(flat)
+    return nnx.merge(graphdef, state)
+
+
+def _read_tensor(handle: Any, name: str, fname: str, spec: jax.ShapeDtypeStruct, transposed: bool) -> jax.Array:
+    """Reads one tensor (memory-mapped), checks its shape, transposes Linear weights, casts to spec.dtype."""
+    sl = handle.get_slice(name)
+    src_dtype = sl.get_dtype()
+    if src_dtype not in _LOADABLE:
+        raise ValueError(
+            f"Tensor {name!r} in {fname} has dtype {src_dtype}, which cannot be converted to {spec.dtype}; "
+            f"supported checkpoint dtypes: {', '.join(_LOADABLE)} (dequantise the checkpoint first)."
+        )
+    found = tuple(sl.get_shape())
+    expected = tuple(spec.shape[::-1]) if transposed else tuple(spec.shape)
+    if found != expected:
+        raise ValueError(
+            f"Tensor {name!r} in {fname} has shape {found}, expected {expected} from config.json; "
+            "the config and weights do not belong together."
+        )
+    arr = handle.get_tensor(name)
+    if transposed:
+        arr = arr.T
+    out = jnp.asarray(arr, dtype=spec.dtype)
+    del arr
+    return out
+
+
+def load_tokenizer(folder: str | os.PathLike) -> Tokenizer:
+    """The folder's tokenizer through transformers' AutoTokenizer (chat template included)."""
+    return Tokenizer.from_folder(folder)
+
+
+def from_pretrained(
+    folder: str | os.PathLike,
+    *,
+    param_dtype: str | None = None,
+    dtype: str | None = None,
+    model_cls: type = CausalLM,
+    remat: str | None = None,
+) -> tuple[CausalLM | ValueModel, Tokenizer]:
+    """(model, tokenizer) from a local Hugging Face folder (config.json, safetensors, tokenizer files)."""
+    model = load_model(folder, param_dtype=param_dtype, dtype=dtype, model_cls=model_cls, remat=remat)
+    return model, load_tokenizer(folder)
+
+
+def _shard_plan(model: nnx.Module, dtype: str, max_shard_bytes: int) -> list[list[tuple[Any, ...]]]:
+    """Parameter paths grouped into shards of at most max_shard_bytes (a bigger tensor gets its own)."""
+    itemsize = jnp.dtype(dtype).itemsize
+    shards: list[list[tuple[Any, ...]]] = [[]]
+    size = 0
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        nbytes = int(np.prod(var.get_value().shape)) * itemsize
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(path)
+        size += nbytes
+    return shards
+
+
+def _export_tensor(var: Any, path: tuple[Any, ...], dtype: str) -> tuple[str, np.ndarray]:
+    """(HF name, numpy tensor in PyTorch layout and the given dtype) of one parameter."""
+    name, transposed = hf_name(path)
+    arr = np.asarray(jax.device_get(var.get_value())).astype(jnp.dtype(dtype))
+    return name, np.ascontiguousarray(arr.T if transposed else arr)
+
+
+def save_pretrained(
+    model: CausalLM | ValueModel,
+    folder: str | os.PathLike,
+    tokenizer: Tokenizer | None = None,
+    *,
+    max_shard_bytes: int = 2 * 1024**3,
+) -> None:
+    """Writes config.json + safetensors (sharded above max_shard_bytes) + tokenizer files, loadable by transformers/vLLM.
+
+    LoRA adapters are merged into a copy first; the original model is left untouched.
+    """
+    from safetensors.numpy import save_file
+
+    from ragen_jax.models.lora import has_lora, merged_copy
+
+    if has_lora(model):
+        model = merged_copy(model)
+    config: ModelConfig = model.config
+    if config.architecture == "qwen2" and not config.attention_bias:
+        raise ValueError("transformers' Qwen2 always has q/k/v biases; set attention_bias=True for qwen2 models.")
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    extra: dict[str, Any] = {}
+    if tokenizer is not None:
+        eos = tokenizer.eos_token_ids
+        extra.update(eos_token_id=eos[0] if len(eos) == 1 else list(eos), pad_token_id=tokenizer.pad_token_id)
+        bos = tokenizer.hf.bos_token_id
+        extra["bos_token_id"] = bos
+    hf_cfg = config_to_hf(config, **extra)
+    if isinstance(model, ValueModel):
+        hf_cfg["architectures"] = [hf_cfg["architectures"][0].replace("CausalLM", "TokenClassification")]
+        hf_cfg["num_labels"] = 1
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(hf_cfg, f, indent=2, sort_keys=True)
+    params = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    plan = _shard_plan(model, config.param_dtype, max_shard_bytes)
+    names = ["model.safetensors"] if len(plan) == 1 else [
+        f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))
+    ]
+    weight_map, total = {}, 0
+    for fname, paths in zip(names, plan):
+        shard = dict(_export_tensor(params[p], p, config.param_dtype) for p in paths)
+        save_file(shard, os.path.join(folder, fname), metadata={"format": "pt"})
+        weight_map.update({name: fname for name in shard})
+        total += sum(a.nbytes for a in shard.values())
+        del shard
+    if len(plan) > 1:
+        with open(os.path.join(folder, _INDEX), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
+    if tokenizer is not None:
+        tokenizer.save(folder)

@@ -1,0 +1,86 @@
+"""A thin wrapper around a transformers tokenizer: ids without implicit specials, chat template, eos set."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+_EOS_CANDIDATES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
+
+
+class Tokenizer:
+    """What ragen_jax needs from a tokenizer; `hf` exposes the underlying transformers tokenizer."""
+
+    def __init__(self, hf: Any):
+        self.hf = hf
+
+    @classmethod
+    def from_folder(cls, folder: str | os.PathLike) -> "Tokenizer":
+        """Loads with transformers' AutoTokenizer from a local folder (never the network)."""
+        from transformers import AutoTokenizer
+
+        folder = os.fspath(folder)
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"Tokenizer folder {folder!r} does not exist; pass a local checkpoint folder.")
+        try:
+            hf = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        except Exception as e:  # transformers raises many kinds here; name the folder
+            raise ValueError(
+                f"Could not load a tokenizer from {folder!r} ({type(e).__name__}: {e}). The folder needs "
+                "tokenizer.json (or vocab/merges files) and tokenizer_config.json."
+            ) from e
+        return cls(hf)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of text, with no BOS/EOS or other special tokens added."""
+        return list(self.hf.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
+        """The prompt text given by the tokenizer's own chat template."""
+        if not getattr(self.hf, "chat_template", None):
+            raise ValueError("This tokenizer has no chat_template; add one to tokenizer_config.json or chat_template.jinja.")
+        return self.hf.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def token_id(self, token: str) -> int:
+        """Id of a single (special) token; raises if the string is not exactly one token."""
+        tid = self.hf.convert_tokens_to_ids(token)
+        if tid is None or tid == self.hf.unk_token_id and token != self.hf.unk_token:
+            raise KeyError(f"{token!r} is not a single token in this vocabulary.")
+        return int(tid)
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """Ids that end a turn: the tokenizer's eos plus the chat end-of-message tokens it knows."""
+        ids: list[int] = []
+        if self.hf.eos_token_id is not None:
+            ids.append(int(self.hf.eos_token_id))
+        vocab = self.hf.get_vocab()
+        for tok in _EOS_CANDIDATES:
+            if tok in vocab and vocab[tok] not in ids:
+                ids.append(int(vocab[tok]))
+        return tuple(ids)
+
+    @property
+    def pad_token_id(self) -> int:
+        """The pad id; falls back to the first eos id when the tokenizer defines no pad token."""
+        if self.hf.pad_token_id is not None:
+            return int(self.hf.pad_token_id)
+        return self.eos_token_ids[0]
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids (base vocabulary plus added tokens)."""
+        return len(self.hf)
+
+    def save(self, folder: str | os.PathLike) -> None:
+        """Writes the tokenizer files (tokenizer.json, tokenizer_config.json, chat template) into folder."""
+        os.makedirs(folder, exist_ok=True)
+        self.hf.save_pretrained(os.fspath(folder))
+
+    def __len__(self) -> int:
+        return self.vocab_size
