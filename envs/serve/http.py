@@ -1,0 +1,158 @@
+"""Small JSON-over-HTTP helpers shared by the env server and the retrieval server (stdlib only).
+
+Handlers answer JSON with a Content-Length on HTTP/1.1 keep-alive connections; bad requests get
+a 4xx JSON body `{"error": "..."}` that names the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+MAX_BODY_BYTES = 1 << 20
+
+
+class HttpError(Exception):
+    """An error to answer with `status` and a JSON `{"error": message}` body."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def to_jsonable(value: Any) -> Any:
+    """Best-effort conversion of env info values (numpy scalars, sets, tuples) to JSON types."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalar / 0-d array
+        try:
+            return to_jsonable(value.item())
+        except (ValueError, TypeError):
+            pass
+    if hasattr(value, "tolist"):
+        return to_jsonable(value.tolist())
+    return str(value)
+
+
+Route = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """Dispatches `(method, path)` to `server.routes`; each route takes the JSON body (or {})."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = 300  # idle keep-alive connections are closed after this many seconds
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet by default
+        if getattr(self.server, "verbose", False):
+            super().log_message(format, *args)
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _read_json(self) -> dict[str, Any]:
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            if self.command == "POST":
+                raise HttpError(411, "POST needs a Content-Length header and a JSON object body.")
+            return {}
+        try:
+            length = int(length_text)
+        except ValueError:
+            raise HttpError(400, f"Bad Content-Length {length_text!r}.") from None
+        if length > MAX_BODY_BYTES:
+            raise HttpError(413, f"Body of {length} bytes exceeds the {MAX_BODY_BYTES}-byte limit.")
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return {}
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise HttpError(400, f"Body is not valid JSON ({e}); send a JSON object.") from None
+        if not isinstance(data, dict):
+            raise HttpError(400, f"Body must be a JSON object, got {type(data).__name__}.")
+        return data
+
+    def _dispatch(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        routes: dict[tuple[str, str], Route] = self.server.routes  # type: ignore[attr-defined]
+        try:
+            body = self._read_json()
+            route = routes.get((self.command, path))
+            if route is None:
+                allowed = sorted(m for (m, p) in routes if p == path)
+                if allowed:
+                    raise HttpError(405, f"{self.command} {path} not allowed; use {', '.join(allowed)}.")
+                known = ", ".join(f"{m} {p}" for m, p in sorted(routes))
+                raise HttpError(404, f"No endpoint {self.command} {path}. Endpoints: {known}.")
+            status, payload = route(body)
+        except HttpError as e:
+            status, payload = e.status, {"error": e.message}
+        except Exception as e:  # a bug in a route must not kill the connection silently
+            status, payload = 500, {"error": f"{type(e).__name__}: {e}"}
+        self._send(status, payload)
+
+    do_GET = _dispatch
+    do_POST = _dispatch
+
+
+class JsonServer(ThreadingHTTPServer):
+    """A threading HTTP server (one thread per connection) over a route table."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, host: str, port: int, routes: dict[tuple[str, str], Route], verbose: bool = False):
+        super().__init__((host, port), JsonHandler)
+        self.routes = routes
+        self.verbose = verbose
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start_background(self) -> "JsonServer":
+        """Serve in a daemon thread (for tests and in-process use); `stop()` ends it."""
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def require(body: dict[str, Any], key: str, kind: type | tuple[type, ...], hint: str = "") -> Any:
+    """`body[key]` checked for presence and type, else a 400 that says what to send."""
+    if key not in body:
+        raise HttpError(400, f"Missing field {key!r}. {hint}".strip())
+    value = body[key]
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise HttpError(400, f"Field {key!r} must be {_kind_name(kind)}, got bool.")
+    if not isinstance(value, kind):
+        raise HttpError(400, f"Field {key!r} must be {_kind_name(kind)}, got {type(value).__name__}.")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)

@@ -1,0 +1,126 @@
+"""WebShop as a host env: shop on a simulated site with `search[query]` / `click[element]`.
+
+Reward on buying is WebShop's purchase score; like RAGEN, the step reward is 1.0 when the score
+reaches 1 and 0 otherwise (`reward_mode="score"` returns the raw score). The episode of seed s
+is goal `perm[goal_index(s, split)]`, RAGEN's split and permutation scheme.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+from typing import Any, Literal
+
+from envs.protocols import HostEnv
+from envs.webshop.data import Catalog, load_catalog
+from envs.webshop.generate import synthetic_catalog
+from envs.webshop.site import ProductSearch, Session, WebShopSite
+
+INSTRUCTION = (
+    "You are web shopping. I will give you instructions about what to do. You have to follow the "
+    "instructions. Every round I will give you an observation and a list of available actions; "
+    "you have to respond with one action based on the state and instruction. You can use "
+    "search[<your query>] when a search bar is available, and click[<an element>] to click one of "
+    "the clickable elements listed."
+)
+# Advice appended to every observation (RAGEN adds similar shopping tips to its WebShop state).
+TIPS = (
+    "Buy a close-enough product within the action limit; it does not have to match perfectly.",
+    "Leave size and color out of the search query; pick them as options on the product page.",
+    "Search at most twice and prefer products on the current page over paging.",
+    "On a product page click each wanted option (e.g. size, then color), one at a time, then click[buy now].",
+    "If you have fewer than 3 actions left, buy the product in front of you.",
+)
+PERMUTATION_SEED = 42
+Split = Literal["train", "val", "test"]
+
+
+@lru_cache(maxsize=8)
+def _site(data_dir: str | None, num_products: int | None, seed: int) -> WebShopSite:
+    """One shared site (catalogue + BM25 index) per data source, reused by every env instance."""
+    catalog: Catalog = (load_catalog(data_dir, num_products=num_products, seed=seed) if data_dir
+                        else synthetic_catalog(num_products or 300, seed))
+    return WebShopSite(catalog, ProductSearch(catalog))
+
+
+@lru_cache(maxsize=8)
+def _permutation(n: int) -> tuple[int, ...]:
+    order = list(range(n))
+    random.Random(PERMUTATION_SEED).shuffle(order)
+    return tuple(order)
+
+
+def goal_index(seed: int, split: Split, num_goals: int) -> int:
+    """RAGEN's split: test = first 500 goals, val = next 1000, train = the rest (scaled down to
+    10% / 10% / 80% for catalogues under 3000 goals), then a fixed permutation."""
+    n_test, n_val = (500, 1000) if num_goals >= 3000 else (max(1, num_goals // 10), max(1, num_goals // 10))
+    if split == "test":
+        idx = seed % n_test
+    elif split == "val":
+        idx = seed % n_val + n_test
+    elif split == "train":
+        idx = seed % (num_goals - n_test - n_val) + n_test + n_val
+    else:
+        raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
+    return _permutation(num_goals)[idx]
+
+
+class WebShopEnv(HostEnv):
+    """WebShop text env. Data: the synthetic catalogue by default, or the original files in `data_dir`."""
+
+    def __init__(self, data_dir: str | None = None, num_products: int | None = None, seed: int = 0,
+                 split: Split = "train", reward_mode: Literal["binary", "score"] = "binary",
+                 max_steps: int | None = None, show_tips: bool = True):
+        if reward_mode not in ("binary", "score"):
+            raise ValueError(f"reward_mode must be 'binary' or 'score', got {reward_mode!r}")
+        self.site = _site(data_dir, num_products, seed)
+        self.split, self.reward_mode, self.max_steps, self.show_tips = split, reward_mode, max_steps, show_tips
+        goal_index(0, split, len(self.site.catalog.goals))  # validate the split early
+        self.session: Session | None = None
+        self.num_steps = 0
+
+    def instruction(self) -> str:
+        return INSTRUCTION
+
+    def _text(self, observation: str) -> str:
+        s = self.session
+        actions = self.site.available_actions(s)
+        tips = ("\n" + "\n".join(TIPS)) if self.show_tips and s.page != "done" else ""
+        return f"{observation}.{tips}\nAvailable actions: {', '.join(actions)}."
+
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        goals = self.site.catalog.goals
+        goal = goals[goal_index(int(seed), self.split, len(goals))]
+        self.session = Session(goal=goal)
+        self.num_steps = 0
+        obs = self.site.render(self.session)
+        return self._text(obs), {"instruction_text": goal.instruction_text,
+                                 "available_actions": self.site.available_actions(self.session)}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.session is None:
+            raise RuntimeError("WebShopEnv.step called before reset(seed).")
+        if self.session.page == "done":
+            raise RuntimeError("The episode is over (the product was bought); call reset(seed).")
+        before = self.site.render(self.session)
+        valid, done = self.site.step(self.session, action)
+        after = self.site.render(self.session)
+        self.num_steps += 1
+        raw = self.session.score.total if self.session.score else 0.0
+        reward = (1.0 if raw >= 1.0 else 0.0) if self.reward_mode == "binary" else raw
+        if not done:
+            reward = 0.0
+        truncated = not done and self.max_steps is not None and self.num_steps >= self.max_steps
+        end_of_page = self.session.page == "results" and not self.site._page_products(self.session)
+        info: dict[str, Any] = {
+            "action_is_valid": valid,
+            "action_is_effective": after != before,
+            "success": bool(done and raw >= 1.0),
+            "raw_reward": raw,
+            "success_purchase": bool(done),
+            "end_of_page": end_of_page,
+            "available_actions": self.site.available_actions(self.session),
+        }
+        if self.session.score is not None:
+            info["purchase"] = self.session.score.info()
+        return self._text(after), reward, done, truncated, info
