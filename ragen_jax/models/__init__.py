@@ -11,3 +11,6 @@ __all__ = [
     "from_pretrained", "load_model", "load_tokenizer", "read_config", "save_pretrained",
     "apply_lora", "has_lora", "lora_filter", "merge_lora", "Tokenizer",
 ]
+from ragen_jax.models.tiny import load_tiny_tokenizer, make_tiny_model, tiny_config
+
+__all__ += ["load_tiny_tokenizer", "make_tiny_model", "tiny_config"]
