@@ -78,9 +78,9 @@ def make(name: str, **overrides: Any) -> Any:
 
 # RAGEN's built-in variants (config/envs.yaml in the original).
 register("SimpleSokoban", "envs.sokoban.env:Sokoban", kind="jax",
-         dim_room=(6, 6), num_boxes=1, max_steps=100, search_depth=30, render_mode="text")
+         dim_room=(6, 6), num_boxes=1, max_steps=100, search_depth=300, render_mode="text")
 register("CoordSokoban", "envs.sokoban.env:Sokoban", kind="jax",
-         dim_room=(6, 6), num_boxes=1, max_steps=100, search_depth=30, render_mode="grid_coord")
+         dim_room=(6, 6), num_boxes=1, max_steps=100, search_depth=300, render_mode="grid_coord")
 register("LargerSokoban", "envs.sokoban.env:Sokoban", kind="jax",
          dim_room=(8, 8), num_boxes=2, max_steps=100, search_depth=10, render_mode="text")
 register("SokobanDifferentGridVocab", "envs.sokoban.env:Sokoban", kind="jax",

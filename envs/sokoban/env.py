@@ -1,0 +1,190 @@
+"""Sokoban as a gymnax environment with RAGEN's rules, rewards and text observations.
+
+Levels come from RAGEN's generator run on the host (`envs.sokoban.generator`): `reset(key)`
+samples a level bank uniformly on device; `reset_from_seeds(seeds)` gives exactly RAGEN's level
+of each integer seed (what `EnvBatch` uses). Steps are pure JAX.
+Actions: 0 Up, 1 Down, 2 Left, 3 Right (RAGEN's ids 1..4 minus one; gym-sokoban's push actions).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from gymnax.environments import spaces
+
+from envs.protocols import JaxEnv
+from envs.sokoban import levels, oracle, render
+from envs.sokoban.generator import BOX, BOX_ON_TARGET, DELTAS, FLOOR, PLAYER, TARGET, WALL, GeneratorConfig
+from envs.sokoban.types import SokobanParams, SokobanState
+
+STEP_PENALTY, BOX_ON_REWARD, BOX_OFF_PENALTY, SOLVED_REWARD = -0.1, 1.0, -1.0, 10.0
+
+_GRID_INSTRUCTION = (
+    "You are solving the Sokoban puzzle. \n"
+    "You are the player and you need to push all boxes to targets. \n"
+    "When you are right next to a box, you can push it by moving in the same direction. \n"
+    "You cannot push a box through a wall, and you cannot pull a box. \n"
+    "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>\n"
+)
+_COORD_INSTRUCTION = (
+    "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets.\n"
+    "You are provided with a symbol grid and the zero-indexed coordinates of the player, each box, and each target. \n"
+    "Coordinates range from the top-left corner (0, 0) to the bottom-right corner ({r}, {c}). \n"
+    "When you are exactly next to a box, you can push it by moving in the same direction. \n"
+    "You cannot push a box through a wall, and you cannot pull a box.\n"
+    "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>.\n"
+)
+_FORMATS = {"text": "grid", "grid": "grid", "coord": "coord", "grid_coord": "grid_coord"}
+
+
+def _state_from_level(fixed: jax.Array, room: jax.Array, level_id: jax.Array) -> SokobanState:
+    player = jnp.argwhere(room == PLAYER, size=1)[0].astype(jnp.int32)
+    return SokobanState(
+        fixed=fixed.astype(jnp.int8), room=room.astype(jnp.int8), player=player,
+        boxes_on_target=jnp.sum(room == BOX_ON_TARGET).astype(jnp.int32),
+        solved=jnp.all((fixed != TARGET) | (room == BOX_ON_TARGET)),
+        time=jnp.zeros((), jnp.int32), level_id=jnp.asarray(level_id, jnp.int32),
+    )
+
+
+def _cell(grid: jax.Array, pos: jax.Array) -> jax.Array:
+    """grid[pos], with cells outside the grid read as walls."""
+    inside = jnp.all((pos >= 0) & (pos < jnp.array(grid.shape)))
+    clipped = jnp.clip(pos, 0, jnp.array(grid.shape) - 1)
+    return jnp.where(inside, grid[clipped[0], clipped[1]], WALL)
+
+
+def step_level(state: SokobanState, action: jax.Array) -> tuple[SokobanState, jax.Array, jax.Array]:
+    """gym-sokoban's push/move for one action id: (new state, reward [], moved [] bool)."""
+    delta = jnp.array(DELTAS, jnp.int32)[action]
+    p1, p2 = state.player + delta, state.player + 2 * delta
+    c1, c2 = _cell(state.room, p1), _cell(state.room, p2)
+    push = ((c1 == BOX) | (c1 == BOX_ON_TARGET)) & ((c2 == FLOOR) | (c2 == TARGET))
+    moved = push | (c1 == FLOOR) | (c1 == TARGET)
+    room = state.room
+    box_code = jnp.where(_cell(state.fixed, p2) == TARGET, BOX_ON_TARGET, BOX).astype(jnp.int8)
+    safe2 = jnp.clip(p2, 0, jnp.array(room.shape) - 1)
+    room = room.at[safe2[0], safe2[1]].set(jnp.where(push, box_code, room[safe2[0], safe2[1]]))
+    room = room.at[state.player[0], state.player[1]].set(
+        jnp.where(moved, state.fixed[state.player[0], state.player[1]], room[state.player[0], state.player[1]]))
+    safe1 = jnp.clip(p1, 0, jnp.array(room.shape) - 1)
+    room = room.at[safe1[0], safe1[1]].set(jnp.where(moved, PLAYER, room[safe1[0], safe1[1]]).astype(jnp.int8))
+    on_target = jnp.sum(room == BOX_ON_TARGET).astype(jnp.int32)
+    solved = jnp.all((state.fixed != TARGET) | (room == BOX_ON_TARGET))
+    reward = (STEP_PENALTY
+              + jnp.where(on_target > state.boxes_on_target, BOX_ON_REWARD, 0.0)
+              + jnp.where(on_target < state.boxes_on_target, BOX_OFF_PENALTY, 0.0)
+              + jnp.where(solved, SOLVED_REWARD, 0.0)).astype(jnp.float32)
+    new_state = state.replace(room=room, player=jnp.where(moved, p1, state.player), boxes_on_target=on_target,
+                              solved=solved, time=state.time + 1)
+    return new_state, reward, moved
+
+
+class Sokoban(JaxEnv[SokobanState, SokobanParams]):
+    """RAGEN's Sokoban: rewards -0.1/step, +1 box on target, -1 box off, +10 solved; 100-step cap."""
+
+    action_lookup = {"up": 0, "down": 1, "left": 2, "right": 3}
+
+    def __init__(self, dim_room: Sequence[int] = (6, 6), num_boxes: int = 1, max_steps: int = 100,
+                 search_depth: int = 300, render_mode: str = "text", grid_vocab: str = "default",
+                 bank_size: int = 1024, bank_seed: int = 0, use_cache: bool = True, instruction: str | None = None):
+        super().__init__()
+        if render_mode not in _FORMATS:
+            raise ValueError(f"render_mode must be one of {sorted(_FORMATS)}, got {render_mode!r}.")
+        if grid_vocab not in ("default", "different"):
+            raise ValueError(f"grid_vocab must be 'default' or 'different', got {grid_vocab!r}.")
+        if bank_size < 1:
+            raise ValueError(f"bank_size must be >= 1, got {bank_size}.")
+        self.config = GeneratorConfig(dim_room=tuple(int(d) for d in dim_room), num_boxes=int(num_boxes),
+                                      search_depth=int(search_depth))
+        self.max_steps = int(max_steps)
+        self.observation_format = _FORMATS[render_mode]
+        self.grid_lookup = render.DIFFERENT_GRID_LOOKUP if grid_vocab == "different" else render.GRID_LOOKUP
+        self.grid_vocab = render.DIFFERENT_GRID_VOCAB if grid_vocab == "different" else render.GRID_VOCAB
+        self.bank_size, self.bank_seed, self.use_cache = int(bank_size), int(bank_seed), use_cache
+        self._instruction = instruction
+        self._params: SokobanParams | None = None
+        self._reset_levels = jax.jit(jax.vmap(_state_from_level))
+
+    # ---- gymnax API -------------------------------------------------------------------------
+    @property
+    def default_params(self) -> SokobanParams:
+        """The bank of seeds [bank_seed, bank_seed + bank_size), built (or read from cache) once."""
+        if self._params is None:
+            fixed, room = levels.load_bank(self.config, self.bank_seed, self.bank_size, self.use_cache)
+            self._params = SokobanParams(np.asarray(fixed), np.asarray(room), self.max_steps)  # numpy: safe under jit
+        return self._params
+
+    def reset_env(self, key: chex.PRNGKey, params: SokobanParams) -> tuple[jax.Array, SokobanState]:
+        index = jax.random.randint(key, (), 0, params.fixed_bank.shape[0])
+        state = _state_from_level(jnp.asarray(params.fixed_bank)[index], jnp.asarray(params.room_bank)[index], index)
+        return self.get_obs(state), state
+
+    def step_env(self, key: chex.PRNGKey, state: SokobanState, action: jax.Array,
+                 params: SokobanParams) -> tuple[jax.Array, SokobanState, jax.Array, jax.Array, dict[str, Any]]:
+        del key, params
+        new_state, reward, moved = step_level(state, jnp.asarray(action, jnp.int32))
+        info = {"action_is_effective": moved, "success": new_state.solved}
+        return self.get_obs(new_state), new_state, reward, new_state.solved, info
+
+    def get_obs(self, state: SokobanState, params: SokobanParams | None = None, key: Any = None) -> jax.Array:
+        """Render codes [H, W] int8 (0..6, 6 = player on target)."""
+        on_target = (state.room == PLAYER) & (state.fixed == TARGET)
+        return jnp.where(on_target, jnp.int8(6), state.room)
+
+    def is_terminated(self, state: SokobanState, params: SokobanParams) -> jax.Array:
+        return state.solved
+
+    @property
+    def num_actions(self) -> int:
+        return 4
+
+    def action_space(self, params: SokobanParams | None = None) -> spaces.Discrete:
+        return spaces.Discrete(4)
+
+    def observation_space(self, params: SokobanParams | None = None) -> spaces.Box:
+        return spaces.Box(0, 6, self.config.dim_room, jnp.int8)
+
+    # ---- text side --------------------------------------------------------------------------
+    @property
+    def action_names(self) -> list[str]:
+        return ["Up", "Down", "Left", "Right"]
+
+    def instruction(self) -> str:
+        if self._instruction is not None:
+            return self._instruction
+        if self.observation_format == "grid":
+            return _GRID_INSTRUCTION
+        rows, cols = self.config.dim_room
+        return _COORD_INSTRUCTION.format(r=rows - 1, c=cols - 1)
+
+    def legend(self) -> str:
+        """RAGEN's grid_vocab text, leading newline included (appended to the instruction)."""
+        return "\nThe meaning of each symbol in the state is:\n" + ", ".join(f"{k}: {v}" for k, v in self.grid_vocab.items())
+
+    def render_text(self, state: SokobanState, params: SokobanParams | None = None) -> str:
+        return render.render_text(np.asarray(state.fixed), np.asarray(state.room), self.observation_format, self.grid_lookup)
+
+    # ---- seeds, hand-built levels, oracle ----------------------------------------------------
+    def reset_from_seeds(self, seeds: Sequence[int], params: SokobanParams | None = None) -> SokobanState:
+        """Batched state [B] holding RAGEN's level of each seed (host generation, disk-cached)."""
+        fixed, room = levels.levels_for_seeds(self.config, seeds, self.use_cache)
+        return self._reset_levels(jnp.asarray(fixed), jnp.asarray(room), jnp.full((len(fixed),), -1, jnp.int32))
+
+    def state_from_grid(self, text: str) -> SokobanState:
+        """An unbatched state from a grid drawn in this env's symbols (hand-built levels)."""
+        fixed, room = render.parse_grid(text, self.grid_lookup)
+        return _state_from_level(jnp.asarray(fixed), jnp.asarray(room), jnp.int32(-1))
+
+    def oracle_actions(self, state: SokobanState) -> list[int] | None:
+        """Shortest solution (action ids) from one unbatched state; None if it cannot be solved."""
+        return oracle.solve(np.asarray(state.fixed), np.asarray(state.room))
+
+
+def oracle_actions(env: Sokoban, state: SokobanState) -> list[int] | None:
+    """Module-level alias of `Sokoban.oracle_actions` for per-episode demonstration data."""
+    return env.oracle_actions(state)
