@@ -1,0 +1,73 @@
+"""HotpotQA/SQuAD answer scoring: normalisation, exact match, token F1, and the SearchQA reward
+(1.0 on exact match, else F1 when F1 >= 0.3, else 0), best over all gold answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import string
+from collections import Counter
+from typing import Sequence
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+_SPECIAL = ("yes", "no", "noanswer")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop punctuation and articles, collapse whitespace."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split())
+
+
+def exact_match(prediction: str, gold: str) -> bool:
+    return normalize_answer(prediction) == normalize_answer(gold)
+
+
+def f1_score(prediction: str, gold: str) -> tuple[float, float, float]:
+    """(f1, precision, recall) over normalised tokens; yes/no/noanswer must match exactly."""
+    pred, ref = normalize_answer(prediction), normalize_answer(gold)
+    if (pred in _SPECIAL or ref in _SPECIAL) and pred != ref:
+        return 0.0, 0.0, 0.0
+    pred_tokens, ref_tokens = pred.split(), ref.split()
+    same = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
+    if same == 0:
+        return 0.0, 0.0, 0.0
+    precision, recall = same / len(pred_tokens), same / len(ref_tokens)
+    return 2 * precision * recall / (precision + recall), precision, recall
+
+
+@dataclasses.dataclass(frozen=True)
+class AnswerScore:
+    reward: float
+    exact_match: bool
+    f1: float
+    best_match: str
+
+
+def score_answer(prediction: str, golds: str | Sequence[str], f1_threshold: float = 0.3,
+                 correct_reward: float = 1.0, incorrect_reward: float = 0.0) -> AnswerScore:
+    """The SearchQA reward of `prediction` against one or several gold answers."""
+    golds = [golds] if isinstance(golds, str) else [str(g) for g in golds]
+    best_f1, best = 0.0, ""
+    for gold in golds:
+        if exact_match(prediction, gold):
+            return AnswerScore(correct_reward, True, 1.0, gold)
+        f1 = f1_score(prediction, gold)[0]
+        if f1 > best_f1:
+            best_f1, best = f1, gold
+    reward = correct_reward * best_f1 if best_f1 >= f1_threshold else incorrect_reward
+    return AnswerScore(reward, False, best_f1, best)
+
+
+def extract_answer(text: str) -> str:
+    """A best-effort answer from free text (used when the action is not `finish[...]`)."""
+    text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL)
+    text = " ".join(text.split())
+    for pattern in (r"\\boxed\{([^}]+)\}", r"\*\*([^*]{3,})\*\*",
+                    r"(?:the\s+)?(?:final\s+|correct\s+)?answer\s+is\s*:?\s*([^.!?]+)"):
+        match = re.search(pattern, text, re.IGNORECASE)
+        if match:
+            return match.group(1).strip()
+    sentences = [s.strip() for s in re.split(r"[.!?]+", text) if len(s.strip()) > 5]
+    return sentences[0] if sentences else text[:100].strip()
