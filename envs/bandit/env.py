@@ -1,0 +1,150 @@
+"""RAGEN's two-armed bandit with named arms, as a gymnax environment.
+
+Each episode picks one (low-risk, high-risk) name pair from the split's list and shows the two
+names in random order. The low arm pays 0.1; the high arm pays 1.0 w.p. 0.25, else 0. One pull
+ends the episode; success = pulled the high arm.
+
+Actions are *name ids*: index of the arm name in `arm_names` (the split's names), so one static
+`action_lookup` maps any answer ("Teacher", "trader") to an id, and the env checks that the name
+is one of this episode's two arms. Naming an arm that is not in the episode is an invalid pull:
+reward 0, the episode continues, `action_is_valid` False in info.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from gymnax.environments import spaces
+
+from envs.protocols import JaxEnv
+
+# (low-risk arm, high-risk arm) pairs, as in RAGEN's bandit config.
+ARM_PAIRS = {
+    "train": [
+        ("Teacher", "Trader"), ("Nurse", "StartupFounder"), ("Librarian", "Investor"),
+        ("Accountant", "StockBroker"), ("Engineer", "RealEstateAgent"), ("Pharmacist", "Musician"),
+        ("Clerk", "Freelancer"), ("Technician", "Youtuber"), ("Planner", "Artist"), ("Postman", "Pilot"),
+        ("Banker", "VentureCapitalist"), ("Gardener", "Cryptominer"),
+    ],
+    "test": [
+        ("Receptionist", "Explorer"), ("Archivist", "Filmmaker"), ("Bookkeeper", "Consultant"),
+        ("SocialWorker", "Photographer"), ("Mechanic", "GameDesigner"), ("Secretary", "Entrepreneur"),
+        ("Cashier", "DataScientist"), ("CivilServant", "StartupAccelerator"),
+    ],
+}
+
+_PROMPT = (
+    "You are playing a bandit game. Goal: Maximize your total reward by choosing which arm to pull. \n"
+    "Game Rules: \n"
+    "1. There are 2 arms, named {a} and {b}\n"
+    "2. Each arm has its own reward distribution, related to their names. \n"
+    "3. Analyze the symbolic meaning of each arm's name to guess how their reward distribution might behave.\n"
+    "4. Based on the symbolic meaning of their names, which arm do you think is more likely to give higher rewards "
+    "on average? Choose between {a} and {b}, and output like <answer> {a} </answer> or <answer> {b} </answer>.\n"
+)
+
+
+@struct.dataclass
+class BanditState:
+    """pair [] int32: index in the split's pair list; hi_first [] bool: display order;
+    pulled [] int32: name id pulled (-1 before); reward [] float32: its payout."""
+
+    pair: jax.Array
+    hi_first: jax.Array
+    pulled: jax.Array
+    reward: jax.Array
+    time: jax.Array
+
+
+@struct.dataclass
+class BanditParams:
+    lo_reward: float = 0.1
+    hi_reward: float = 1.0
+    hi_loss_reward: float = 0.0
+    hi_prob: float = 0.25
+    num_pairs: int = struct.field(pytree_node=False, default=12)
+    max_steps_in_episode: int = struct.field(pytree_node=False, default=1)
+
+
+class Bandit(JaxEnv[BanditState, BanditParams]):
+    """Two named arms per episode; actions are arm-name ids (see module docstring)."""
+
+    def __init__(self, arm_names: str = "train", lo_reward: float = 0.1, hi_reward: float = 1.0,
+                 hi_prob: float = 0.25, max_steps: int = 1, instruction: str = ""):
+        super().__init__()
+        if arm_names not in ARM_PAIRS:
+            raise ValueError(f"arm_names must be one of {sorted(ARM_PAIRS)}, got {arm_names!r}.")
+        self.split = arm_names
+        self.pairs = ARM_PAIRS[arm_names]
+        self._names = [name for pair in self.pairs for name in pair]  # id 2k: low arm of pair k; 2k+1: high
+        self.action_lookup = {name.lower(): i for i, name in enumerate(self._names)}
+        self.lo_reward, self.hi_reward, self.hi_prob, self.max_steps = lo_reward, hi_reward, hi_prob, max_steps
+        self._instruction = instruction
+
+    @property
+    def default_params(self) -> BanditParams:
+        return BanditParams(lo_reward=self.lo_reward, hi_reward=self.hi_reward, hi_prob=self.hi_prob,
+                            num_pairs=len(self.pairs), max_steps_in_episode=self.max_steps)
+
+    def reset_env(self, key: chex.PRNGKey, params: BanditParams) -> tuple[jax.Array, BanditState]:
+        k_pair, k_order = jax.random.split(key)
+        state = BanditState(pair=jax.random.randint(k_pair, (), 0, params.num_pairs),
+                            hi_first=jax.random.bernoulli(k_order), pulled=jnp.array(-1, jnp.int32),
+                            reward=jnp.zeros((), jnp.float32), time=jnp.zeros((), jnp.int32))
+        return self.get_obs(state), state
+
+    def step_env(self, key: chex.PRNGKey, state: BanditState, action: jax.Array,
+                 params: BanditParams) -> tuple[jax.Array, BanditState, jax.Array, jax.Array, dict[str, Any]]:
+        action = jnp.asarray(action, jnp.int32)
+        valid = (action // 2 == state.pair) & (state.pulled < 0)
+        is_hi = action % 2 == 1
+        hi_pay = jnp.where(jax.random.bernoulli(key, params.hi_prob), params.hi_reward, params.hi_loss_reward)
+        reward = jnp.where(valid, jnp.where(is_hi, hi_pay, params.lo_reward), 0.0).astype(jnp.float32)
+        new_state = state.replace(pulled=jnp.where(valid, action, state.pulled),
+                                  reward=jnp.where(valid, reward, state.reward), time=state.time + 1)
+        info = {"action_is_effective": valid, "action_is_valid": valid, "success": valid & is_hi}
+        return self.get_obs(new_state), new_state, reward, new_state.pulled >= 0, info
+
+    def get_obs(self, state: BanditState, params: BanditParams | None = None, key: Any = None) -> jax.Array:
+        """[3] int32: the displayed arm ids (first, second) and the pulled id (-1 before)."""
+        lo, hi = 2 * state.pair, 2 * state.pair + 1
+        first, second = jnp.where(state.hi_first, hi, lo), jnp.where(state.hi_first, lo, hi)
+        return jnp.stack([first, second, state.pulled]).astype(jnp.int32)
+
+    def is_terminated(self, state: BanditState, params: BanditParams) -> jax.Array:
+        return state.pulled >= 0
+
+    @property
+    def num_actions(self) -> int:
+        return len(self._names)
+
+    def action_space(self, params: BanditParams | None = None) -> spaces.Discrete:
+        return spaces.Discrete(len(self._names))
+
+    def observation_space(self, params: BanditParams | None = None) -> spaces.Box:
+        return spaces.Box(-1, len(self._names) - 1, (3,), jnp.int32)
+
+    @property
+    def action_names(self) -> list[str]:
+        """Every arm name of the split, id order (episodes show two of them)."""
+        return list(self._names)
+
+    def instruction(self) -> str:
+        """RAGEN's Bandit env_instruction is empty: the rules are in the first observation."""
+        return self._instruction
+
+    def render_text(self, state: BanditState, params: BanditParams | None = None) -> str:
+        first, second, pulled = (int(v) for v in np.asarray(self.get_obs(jax.tree.map(jnp.asarray, state))))
+        if pulled < 0:
+            return _PROMPT.format(a=self._names[first], b=self._names[second])
+        return f"{self._names[pulled]}: {round(float(state.reward), 6)} points"
+
+    def episode_arm_names(self, state: BanditState) -> tuple[str, str]:
+        """The two names shown in one unbatched episode, display order."""
+        first, second, _ = (int(v) for v in np.asarray(self.get_obs(jax.tree.map(jnp.asarray, state))))
+        return self._names[first], self._names[second]

@@ -1,0 +1,155 @@
+"""FrozenLake as a gymnax environment with RAGEN's maps, slippery dynamics and text observations.
+
+`reset(key)` draws a map with the jitted generator; `reset_from_seeds(seeds)` gives RAGEN's map
+of each integer seed (host numpy, same draws). Actions: 0 Left, 1 Down, 2 Right, 3 Up (RAGEN's
+ids 1..4 minus one; gymnasium's). With probability 1 - success_rate the move goes to one of the
+two perpendicular directions (half each). Reward 1 on reaching the goal; done on hole or goal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from gymnax.environments import spaces
+
+from envs.frozenlake import oracle, render
+from envs.frozenlake.generator import DELTAS, GOAL, HOLE, START, generate_map_jax, generate_map_numpy
+from envs.frozenlake.types import FrozenLakeParams, FrozenLakeState
+from envs.protocols import JaxEnv
+
+_INSTRUCTION = (
+    "You are solving the FrozenLake puzzle. Forbid the whole and go to the target. You may move to the unintended "
+    "direction due to the slippery ice. Example answer format: <think>To forbid the hole and go to the target, I "
+    "should go left then go up.</think><answer>Left || Up</answer>"
+)
+# RAGEN's CoordFrozenLake text, verbatim (including its "(5, 5)" corner on a 4x4 board).
+_COORD_INSTRUCTION = (
+    "You are solving the FrozenLake puzzle. The observation includes both a symbol grid and zero-indexed "
+    "coordinates for the start, goal, player, and any holes.\n"
+    "Coordinates range from the top-left corner (0, 0) to the bottom-right corner (5, 5).\n"
+    "Beware that the ice is slippery, so the agent might slide and end up in an unintended tile.\n"
+    "Respond with a sequence of actions such as <answer>Left || Up || Up</answer>.\n"
+)
+_FORMATS = {"text": "grid", "grid": "grid", "coord": "coord", "grid_coord": "grid_coord"}
+
+
+def _state_from_tiles(tiles: jax.Array) -> FrozenLakeState:
+    start = jnp.argmax(tiles.reshape(-1) == START).astype(jnp.int32)
+    return FrozenLakeState(tiles=tiles.astype(jnp.int8), pos=start, time=jnp.zeros((), jnp.int32))
+
+
+def slip_direction(key: jax.Array, action: jax.Array, success_rate: jax.Array) -> jax.Array:
+    """The direction actually taken: `action` w.p. success_rate, else action -/+ 1 (mod 4), half each."""
+    u = jax.random.uniform(key)
+    fail = (1.0 - success_rate) / 2.0
+    return jnp.where(u < fail, (action - 1) % 4, jnp.where(u < fail + success_rate, action, (action + 1) % 4))
+
+
+class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
+    """RAGEN's FrozenLake: random solvable maps, slippery moves, reward 1 at the goal."""
+
+    action_lookup = {"left": 0, "down": 1, "right": 2, "up": 3}
+
+    def __init__(self, size: int = 4, p: float = 0.9, success_rate: float = 1.0, render_mode: str = "text",
+                 max_steps: int = 100, instruction: str | None = None):
+        super().__init__()
+        if render_mode not in _FORMATS:
+            raise ValueError(f"render_mode must be one of {sorted(_FORMATS)}, got {render_mode!r}.")
+        if not 0.0 < p <= 1.0 or not 0.0 <= success_rate <= 1.0:
+            raise ValueError(f"Need 0 < p <= 1 and 0 <= success_rate <= 1, got p={p}, success_rate={success_rate}.")
+        if size < 2:
+            raise ValueError(f"size must be >= 2 (start and goal differ), got {size}.")
+        self.size, self.p, self.success_rate, self.max_steps = int(size), float(p), float(success_rate), int(max_steps)
+        self.observation_format = _FORMATS[render_mode]
+        self._instruction = instruction
+        self._reset_maps = jax.jit(jax.vmap(_state_from_tiles))
+
+    # ---- gymnax API -------------------------------------------------------------------------
+    @property
+    def default_params(self) -> FrozenLakeParams:
+        return FrozenLakeParams(p=self.p, success_rate=self.success_rate, size=self.size,
+                                max_steps_in_episode=self.max_steps)
+
+    def reset_env(self, key: chex.PRNGKey, params: FrozenLakeParams) -> tuple[jax.Array, FrozenLakeState]:
+        state = _state_from_tiles(generate_map_jax(key, params.size, params.p))
+        return self.get_obs(state), state
+
+    def step_env(self, key: chex.PRNGKey, state: FrozenLakeState, action: jax.Array,
+                 params: FrozenLakeParams) -> tuple[jax.Array, FrozenLakeState, jax.Array, jax.Array, dict[str, Any]]:
+        n = state.tiles.shape[0]
+        tile = state.tiles.reshape(-1)[state.pos]
+        finished = (tile == HOLE) | (tile == GOAL)  # gymnasium: terminal cells loop with reward 0
+        direction = slip_direction(key, jnp.asarray(action, jnp.int32), params.success_rate)
+        delta = jnp.array(DELTAS, jnp.int32)[direction]
+        r, c = jnp.divmod(state.pos, n)
+        nr, nc = jnp.clip(r + delta[0], 0, n - 1), jnp.clip(c + delta[1], 0, n - 1)
+        pos = jnp.where(finished, state.pos, nr * n + nc).astype(jnp.int32)
+        new_tile = state.tiles.reshape(-1)[pos]
+        on_goal = new_tile == GOAL
+        reward = jnp.where(on_goal & ~finished, 1.0, 0.0).astype(jnp.float32)
+        new_state = state.replace(pos=pos, time=state.time + 1)
+        info = {"action_is_effective": pos != state.pos, "success": on_goal}
+        return self.get_obs(new_state), new_state, reward, (new_tile == HOLE) | on_goal, info
+
+    def get_obs(self, state: FrozenLakeState, params: FrozenLakeParams | None = None, key: Any = None) -> jax.Array:
+        """Tiles [N, N] int8 with the player cell marked 4."""
+        return state.tiles.reshape(-1).at[state.pos].set(4).reshape(state.tiles.shape)
+
+    def is_terminated(self, state: FrozenLakeState, params: FrozenLakeParams) -> jax.Array:
+        tile = state.tiles.reshape(-1)[state.pos]
+        return (tile == HOLE) | (tile == GOAL)
+
+    @property
+    def num_actions(self) -> int:
+        return 4
+
+    def action_space(self, params: FrozenLakeParams | None = None) -> spaces.Discrete:
+        return spaces.Discrete(4)
+
+    def observation_space(self, params: FrozenLakeParams | None = None) -> spaces.Box:
+        return spaces.Box(0, 4, (self.size, self.size), jnp.int8)
+
+    # ---- text side --------------------------------------------------------------------------
+    @property
+    def action_names(self) -> list[str]:
+        return ["Left", "Down", "Right", "Up"]
+
+    def instruction(self) -> str:
+        if self._instruction is not None:
+            return self._instruction
+        return _INSTRUCTION if self.observation_format == "grid" else _COORD_INSTRUCTION
+
+    def legend(self) -> str:
+        """RAGEN's grid_vocab text, leading newline included (appended to the instruction)."""
+        return "\nThe meaning of each symbol in the state is:\n" + ", ".join(f"{k}: {v}" for k, v in render.GRID_VOCAB.items())
+
+    def render_text(self, state: FrozenLakeState, params: FrozenLakeParams | None = None) -> str:
+        return render.render_text(np.asarray(state.tiles), int(state.pos), self.observation_format)
+
+    # ---- seeds, hand-built maps, oracle -------------------------------------------------------
+    def reset_from_seeds(self, seeds: Sequence[int], params: FrozenLakeParams | None = None) -> FrozenLakeState:
+        """Batched state [B] with RAGEN's map of each integer seed."""
+        tiles = np.stack([generate_map_numpy(int(s), self.size, self.p) for s in seeds])
+        return self._reset_maps(jnp.asarray(tiles))
+
+    def state_from_rows(self, rows: Sequence[str]) -> FrozenLakeState:
+        """An unbatched state from gymnasium-style rows ("SFFF", "FHFH", ...; S start, G goal)."""
+        codes = {"F": 0, "H": HOLE, "S": START, "G": GOAL}
+        try:
+            tiles = np.array([[codes[ch] for ch in row] for row in rows], np.int8)
+        except KeyError as e:
+            raise ValueError(f"FrozenLake rows use only F, H, S, G; got {e.args[0]!r}.") from None
+        return _state_from_tiles(jnp.asarray(tiles))
+
+    def oracle_actions(self, state: FrozenLakeState) -> list[int] | None:
+        """Shortest intended-move path to the goal from one unbatched state; None if unreachable."""
+        return oracle.solve(np.asarray(state.tiles), int(state.pos))
+
+
+def oracle_actions(env: FrozenLake, state: FrozenLakeState) -> list[int] | None:
+    """Module-level alias of `FrozenLake.oracle_actions`."""
+    return env.oracle_actions(state)

@@ -1,0 +1,25 @@
+"""FrozenLake state and parameters (flax.struct pytrees, vmappable)."""
+
+from __future__ import annotations
+
+import jax
+from flax import struct
+
+
+@struct.dataclass
+class FrozenLakeState:
+    """tiles [N, N] int8 (0 frozen, 1 hole, 2 start, 3 goal); pos [] int32 flat player cell."""
+
+    tiles: jax.Array
+    pos: jax.Array
+    time: jax.Array  # [] int32
+
+
+@struct.dataclass
+class FrozenLakeParams:
+    """Map distribution and dynamics: frozen probability p, intended-move probability success_rate."""
+
+    p: float = 0.9
+    success_rate: float = 1.0
+    size: int = struct.field(pytree_node=False, default=4)
+    max_steps_in_episode: int = struct.field(pytree_node=False, default=100)
