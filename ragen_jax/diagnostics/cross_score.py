@@ -1,0 +1,120 @@
+"""Cross-scoring: log p(z_i | x_j) of every sampled reasoning under every prompt column.
+
+Each distinct prompt is prefilled once into a KV cache (all but its last token); every
+(reasoning, column) pair then runs only [last prompt token, z tokens] against that column's
+cache rows, so the cost is C*P + R*C*Z tokens instead of R*C*(P+Z). Lengths are bucketed to
+powers of two and the pair batch is fixed, so a run compiles a handful of programs.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from ragen_jax.models import KVCache, init_cache
+
+
+def _bucket(n: int, minimum: int = 8) -> int:
+    """Next power of two >= max(n, minimum)."""
+    return 1 << (max(n, minimum) - 1).bit_length()
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _prefill(graphdef: Any, params: Any, tokens: jax.Array, lengths: jax.Array, max_len: int) -> KVCache:
+    """Writes prompts [C, P] (right-padded, `lengths` real tokens) into a fresh cache [.., C, S, ..]."""
+    model = nnx.merge(graphdef, params)
+    rows, width = tokens.shape
+    cache = init_cache(model.config, rows, max_len)
+    positions = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), (rows, width))
+    _, cache = model.hidden(tokens, positions, cache=cache, cache_index=jnp.zeros((rows,), jnp.int32))
+    return cache
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _score_pairs(
+    graphdef: Any,
+    params: Any,
+    cache: KVCache,
+    cols: jax.Array,
+    tokens: jax.Array,
+    start: jax.Array,
+    mask: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """Summed and mean log-probs [B] of tokens[:, 1:] (mask [B, Z]) given column caches `cols` [B].
+
+    tokens [B, Z+1] = [last prompt token, z...]; `start` [B] is that token's cache slot.
+    """
+    model = nnx.merge(graphdef, params)
+    rows, width = tokens.shape
+    pair_cache = KVCache(k=jnp.take(cache.k, cols, axis=1), v=jnp.take(cache.v, cols, axis=1))
+    positions = start[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
+    hidden, _ = model.hidden(tokens, positions, cache=pair_cache, cache_index=start)
+    logits = model.logits(hidden[:, :-1])
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    target = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+    total = jnp.sum(jnp.where(mask, target, 0.0), axis=-1)
+    count = jnp.maximum(jnp.sum(mask, axis=-1), 1)
+    return total, total / count
+
+
+def _pad_rows(seqs: Sequence[Sequence[int]], width: int, pad_id: int) -> np.ndarray:
+    out = np.full((len(seqs), width), pad_id, dtype=np.int32)
+    for r, seq in enumerate(seqs):
+        out[r, : len(seq)] = seq
+    return out
+
+
+def cross_score(
+    graphdef: Any,
+    params: Any,
+    prompts: Sequence[Sequence[int]],
+    reasonings: Sequence[Sequence[int]],
+    pad_id: int,
+    batch_size: int = 32,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(L_mean [R, C], L_sum [R, C]): mean and summed log p(z_i | x_j) over z_i's tokens.
+
+    prompts [C] are full contexts ending where reasoning starts (e.g. after "<think>");
+    reasonings [R] are token ids. An empty reasoning scores 0. `batch_size` pairs run per call.
+    """
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("cross_score needs at least one prompt column and no empty prompt.")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    num_rows, num_cols = len(reasonings), len(prompts)
+    if num_rows == 0:
+        return np.zeros((0, num_cols)), np.zeros((0, num_cols))
+    prompt_len = np.array([len(p) for p in prompts], dtype=np.int32)
+    width_p = _bucket(int(prompt_len.max()))
+    width_z = _bucket(max(len(z) for z in reasonings))
+    cols_padded = _bucket(num_cols, minimum=1)
+    heads = [list(p[:-1]) for p in prompts] + [[]] * (cols_padded - num_cols)
+    cache = _prefill(
+        graphdef, params, jnp.asarray(_pad_rows(heads, width_p, pad_id)),
+        jnp.asarray(np.pad(prompt_len - 1, (0, cols_padded - num_cols))), width_p + width_z + 1,
+    )
+    # Pair p = (row p // C, column p % C); padded to whole batches with masked dummy pairs.
+    num_pairs = num_rows * num_cols
+    total = -(-num_pairs // batch_size) * batch_size
+    pair_row = np.minimum(np.arange(total) // num_cols, num_rows - 1)
+    pair_col = np.arange(total) % num_cols
+    z_tok = _pad_rows(reasonings, width_z, pad_id)
+    z_mask = _pad_rows([[1] * len(z) for z in reasonings], width_z, 0).astype(bool)
+    last_tok = np.array([p[-1] for p in prompts], dtype=np.int32)
+    sums, means = np.zeros(total), np.zeros(total)
+    for lo in range(0, total, batch_size):
+        rows, cols = pair_row[lo : lo + batch_size], pair_col[lo : lo + batch_size]
+        tokens = np.concatenate([last_tok[cols, None], z_tok[rows]], axis=1)
+        mask = z_mask[rows] & (np.arange(lo, lo + batch_size) < num_pairs)[:, None]
+        s, m = _score_pairs(
+            graphdef, params, cache, jnp.asarray(cols.astype(np.int32)), jnp.asarray(tokens),
+            jnp.asarray(prompt_len[cols] - 1), jnp.asarray(mask),
+        )
+        sums[lo : lo + batch_size], means[lo : lo + batch_size] = np.asarray(s), np.asarray(m)
+    shape = (num_rows, num_cols)
+    return means[:num_pairs].reshape(shape), sums[:num_pairs].reshape(shape)

@@ -1,0 +1,104 @@
+"""Choosing the (prompt x, reasoning z) pairs the MI proxy cross-scores (RAGEN's two samplings).
+
+First turn: rows are first-turn reasonings, columns the distinct first-turn prompts (one per
+group). Trajectory-uniform: pick a trajectory uniformly, then one of its turns uniformly; every
+draw is its own column (identical prompts are merged later, for retrieval only). Empty
+reasonings (no text between the think tags) are skipped. Token ids come from the rollout buffers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+Tokens = Sequence[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSample:
+    """Rows (reasonings) and columns (prompts) of one cross-score matrix."""
+
+    prompts: list[list[int]]  # [C] column prompts
+    reasonings: list[list[int]]  # [R] row reasonings
+    col_of_row: np.ndarray  # [R] each row's own column
+
+    @property
+    def col_keys(self) -> list[tuple[int, ...]]:
+        """Per-column prompt signature: equal prompts are one answer for retrieval."""
+        return [tuple(p) for p in self.prompts]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Reasoning token counts [R]."""
+        return np.array([len(z) for z in self.reasonings], dtype=np.int64)
+
+
+def first_turn_pairs(
+    prompts: Sequence[Tokens],
+    reasonings: Sequence[Tokens],
+    group_ids: Sequence[int],
+    rng: np.random.Generator,
+    num_samples: int | None = 64,
+) -> PairSample:
+    """Up to num_samples first-turn pairs [N trajectories] drawn without replacement.
+
+    Columns are the distinct group ids among the draws (sorted); trajectories of one group must
+    share their first-turn prompt.
+    """
+    if not len(prompts) == len(reasonings) == len(group_ids):
+        raise ValueError(
+            f"first_turn_pairs needs one prompt, reasoning and group id per trajectory; got "
+            f"{len(prompts)}, {len(reasonings)}, {len(group_ids)}."
+        )
+    valid = np.array([i for i, z in enumerate(reasonings) if len(z) > 0], dtype=np.int64)
+    if num_samples is not None and num_samples < valid.size:
+        valid = rng.choice(valid, size=num_samples, replace=False)
+    gids = np.asarray(group_ids)[valid]
+    columns = np.unique(gids)
+    col_prompts: list[list[int]] = []
+    for gid in columns:
+        members = valid[gids == gid]
+        first = list(prompts[members[0]])
+        for other in members[1:]:
+            if list(prompts[other]) != first:
+                raise ValueError(
+                    f"Trajectories {members[0]} and {other} of group {gid} have different first-turn "
+                    "prompts; first-turn sampling needs one shared prompt per group."
+                )
+        col_prompts.append(first)
+    return PairSample(
+        prompts=col_prompts,
+        reasonings=[list(reasonings[i]) for i in valid],
+        col_of_row=np.searchsorted(columns, gids).astype(np.int64),
+    )
+
+
+def trajectory_uniform_pairs(
+    turn_prompts: Sequence[Sequence[Tokens]],
+    turn_reasonings: Sequence[Sequence[Tokens]],
+    rng: np.random.Generator,
+    num_samples: int | None = 64,
+) -> PairSample:
+    """min(num_samples, #turns) draws: trajectory uniform, then a turn with reasoning uniform.
+
+    turn_prompts[m][t] is the full context before turn t's reasoning of trajectory m. A draw that
+    lands on a trajectory without reasoning is dropped (as RAGEN does), so R can be smaller.
+    """
+    if len(turn_prompts) != len(turn_reasonings):
+        raise ValueError("turn_prompts and turn_reasonings need one entry per trajectory.")
+    valid_turns = [
+        [t for t, z in enumerate(zs) if len(z) > 0] for zs in turn_reasonings
+    ]
+    total = sum(len(v) for v in valid_turns)
+    draws = total if num_samples is None else min(num_samples, total)
+    prompts, reasonings = [], []
+    for _ in range(draws):
+        m = int(rng.integers(len(valid_turns)))
+        if not valid_turns[m]:
+            continue
+        t = valid_turns[m][int(rng.integers(len(valid_turns[m])))]
+        prompts.append(list(turn_prompts[m][t]))
+        reasonings.append(list(turn_reasonings[m][t]))
+    return PairSample(prompts, reasonings, np.arange(len(reasonings), dtype=np.int64))
