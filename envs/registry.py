@@ -92,10 +92,15 @@ register("CoordFrozenLake", "envs.frozenlake.env:FrozenLake", kind="jax",
          size=4, p=0.9, success_rate=1.0, render_mode="grid_coord")
 register("Bandit", "envs.bandit.env:Bandit", kind="jax", arm_names="train")
 register("BanditTest", "envs.bandit.env:Bandit", kind="jax", arm_names="test")
-register("Countdown", "envs.countdown.env:CountdownEnv", kind="host")
-register("MetamathQA", "envs.metamathqa.env:MetaMathQAEnv", kind="host")
-register("SimpleSudoku", "envs.sudoku.env:SudokuEnv", kind="host", difficulty="easy")
-register("MediumSudoku", "envs.sudoku.env:SudokuEnv", kind="host", difficulty="medium")
+# data_path=None: seeded offline tasks; point it at a local copy of the original data to use that.
+register("Countdown", "envs.countdown.env:CountdownEnv", kind="host",
+         data_path=None, solvable_ops="+-")
+register("MetamathQA", "envs.metamathqa.env:MetaMathQAEnv", kind="host",
+         data_path=None, max_attempts=1)
+register("SimpleSudoku", "envs.sudoku.env:SudokuEnv", kind="host", difficulty="easy",
+         max_steps=81, render_format="with_feedback")
+register("MediumSudoku", "envs.sudoku.env:SudokuEnv", kind="host", difficulty="medium",
+         max_steps=81, render_format="with_feedback")
 register("WebShop", "envs.webshop.env:WebShopEnv", kind="host")
 register("SearchQA", "envs.searchqa.env:SearchQAEnv", kind="host")
 register("DeepCoder", "envs.deepcoder.env:DeepCoderEnv", kind="host")
