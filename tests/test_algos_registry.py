@@ -1,0 +1,100 @@
+"""Registries (lookup, errors, custom registration, import paths) and algorithm presets."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ragen_jax import algos
+from ragen_jax.algos import Registry
+
+
+def test_registry_register_get_and_decorator():
+    reg = Registry("widget")
+
+    @reg.register("double")
+    def double(x):
+        return 2 * x
+
+    reg.register("triple", lambda x: 3 * x)
+    assert reg.get("double")(2) == 4 and reg.get("triple")(2) == 6
+    assert reg.names() == ["double", "triple"] and "double" in reg and len(reg) == 2
+    assert reg.get(double) is double  # callables pass through
+
+
+def test_registry_errors_are_clear():
+    reg = Registry("widget")
+    reg.register("a", abs)
+    with pytest.raises(KeyError, match=r"Unknown widget 'b'. Known: \['a'\]"):
+        reg.get("b")
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("a", len)
+    reg.register("a", len, overwrite=True)
+    assert reg.get("a") is len
+    with pytest.raises(ValueError, match="import paths"):
+        reg.register("x:y", len)
+    with pytest.raises(ImportError, match="no_such_module_xyz"):
+        reg.get("no_such_module_xyz:f")
+    with pytest.raises(AttributeError, match="nope"):
+        reg.get("ragen_jax.algos:nope")
+    with pytest.raises(TypeError):
+        reg.get(3)
+
+
+def test_import_path_with_dotted_attribute():
+    reg = Registry("thing")
+    assert reg.get("ragen_jax.algos:ADVANTAGE_ESTIMATORS.get") == algos.ADVANTAGE_ESTIMATORS.get
+    assert reg.get("ragen_jax.algos.policy_loss:ppo_clip_loss") is algos.ppo_clip_loss
+
+
+def test_builtin_registries_are_populated():
+    assert {"gae", "bilevel_gae", "grpo", "rloo", "reinforce_plus_plus"} <= set(algos.ADVANTAGE_ESTIMATORS)
+    assert {"vanilla", "ppo", "reinforce"} <= set(algos.POLICY_LOSSES)
+    assert {"clipped", "mse"} <= set(algos.VALUE_LOSSES)
+    assert {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k3+"} <= set(algos.KL_ESTIMATORS)
+    assert {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum"} <= set(algos.AGG_MODES)
+
+
+def test_custom_policy_loss_selected_by_name():
+    @algos.POLICY_LOSSES.register("test_sigmoid_pg")
+    def sigmoid_pg(logprobs, old_logprobs, advantages, response_mask, *, temperature=1.0):
+        loss = -advantages * jnp.tanh((logprobs - old_logprobs) / temperature)
+        return loss * response_mask, {}
+
+    try:
+        fn = algos.POLICY_LOSSES.get("test_sigmoid_pg")
+        lp, old = jnp.array([[0.0, -1.0]]), jnp.array([[-1.0, -1.0]])
+        loss, _ = algos.call_with_supported(fn, lp, old, jnp.array([[2.0, 1.0]]), jnp.array([[1, 1]]),
+                                            temperature=2.0, clip_ratio_low=0.2)
+        np.testing.assert_allclose(loss, [[-2 * np.tanh(0.5), 0.0]], rtol=1e-6)
+    finally:
+        algos.POLICY_LOSSES.unregister("test_sigmoid_pg")
+
+
+@pytest.mark.parametrize("name,estimator,norm,agg,critic", [
+    ("ppo", "gae", True, "token-mean", True),
+    ("dapo", "gae", True, "token-mean", True),
+    ("grpo", "grpo", True, "seq-mean-token-mean", False),
+    ("drgrpo", "grpo", False, "seq-mean-token-sum", False),
+])
+def test_presets(name, estimator, norm, agg, critic):
+    cfg = algos.get_preset(name)
+    assert (cfg["adv_estimator"], cfg["loss_agg_mode"], cfg["use_critic"]) == (estimator, agg, critic)
+    if estimator == "grpo":
+        assert cfg["norm_adv_by_std_in_grpo"] is norm
+    assert (cfg["clip_ratio_low"], cfg["clip_ratio_high"], cfg["clip_ratio_c"]) == (0.2, 0.28, 3.0)
+    assert cfg["use_kl_loss"] is False and cfg["entropy_coeff"] == 0.001 and cfg["cliprange_value"] == 0.5
+    # every named piece resolves in its registry
+    algos.ADVANTAGE_ESTIMATORS.get(algos.resolve_adv_estimator(cfg))
+    algos.AGG_MODES.get(cfg["loss_agg_mode"])
+    algos.POLICY_LOSSES.get(cfg["policy_loss"])
+    algos.KL_ESTIMATORS.get(cfg["kl_loss_type"])
+
+
+def test_preset_aliases_fresh_copies_and_errors():
+    assert algos.get_preset("Dr.GRPO")["name"] == "drgrpo"
+    a = algos.get_preset("ppo")
+    a["gamma"] = 0.5
+    assert algos.get_preset("ppo")["gamma"] == 1.0
+    with pytest.raises(KeyError, match="Known"):
+        algos.get_preset("trpo")
+    assert algos.resolve_adv_estimator({**algos.get_preset("ppo"), "bi_level_gae": True}) == "bilevel_gae"
