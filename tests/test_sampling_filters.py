@@ -1,0 +1,118 @@
+"""Temperature / top-k / top-p: exact filtering against a NumPy reference, and sampled frequencies
+(fixed keys, chi-square bound) both from sample_step and through Sampler.generate on a tiny model."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragen_jax.models import CausalLM, ModelConfig
+from ragen_jax.sampling import Sampler, SamplingConfig, process_logits, sample_step
+
+
+def reference_probs(logits: np.ndarray, temperature=1.0, top_k=0, top_p=1.0) -> np.ndarray:
+    """The sampling distribution [V] written independently of the library: sort, cut, renormalise."""
+    x = logits.astype(np.float64) / temperature
+    order = np.argsort(-x, kind="stable")
+    keep = np.zeros_like(x, bool)
+    n = len(x) if top_k == 0 else min(top_k, len(x))
+    keep[order[:n]] = True
+    if top_p < 1.0:
+        p = np.exp(x[order[:n]] - x[order[0]])
+        p /= p.sum()
+        before = np.cumsum(p) - p
+        keep[order[:n][before >= top_p]] = False
+    probs = np.where(keep, np.exp(x - x.max()), 0.0)
+    return probs / probs.sum()
+
+
+def chi_square_ok(counts: np.ndarray, probs: np.ndarray, z: float = 4.0) -> bool:
+    """Pearson chi-square below the Wilson-Hilferty critical value at ~z sigmas; no mass outside support."""
+    if np.any(counts[probs == 0] > 0):
+        return False
+    support = probs > 0
+    expected = probs[support] * counts.sum()
+    stat = np.sum((counts[support] - expected) ** 2 / expected)
+    df = max(int(support.sum()) - 1, 1)
+    critical = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+    return stat < critical
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    temperature=st.sampled_from([0.3, 1.0, 1.7]),
+    top_k=st.sampled_from([0, 1, 3, 8, 40]),
+    top_p=st.sampled_from([0.05, 0.5, 0.9, 1.0]),
+)
+def test_process_logits_matches_reference(seed, temperature, top_k, top_p):
+    logits = np.random.RandomState(seed).randn(3, 20).astype(np.float32) * 2
+    config = SamplingConfig(max_new_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p)
+    got = np.asarray(jax.nn.softmax(process_logits(jnp.asarray(logits), config), axis=-1))
+    for row in range(3):
+        ref = reference_probs(logits[row], temperature, top_k, top_p)
+        np.testing.assert_array_equal(got[row] > 0, ref > 0)
+        np.testing.assert_allclose(got[row], ref, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p",
+    [(1.0, 0, 1.0), (0.5, 0, 1.0), (2.0, 0, 1.0), (1.0, 2, 1.0), (1.0, 0, 0.7), (0.8, 4, 0.6)],
+)
+def test_sample_step_frequencies(temperature, top_k, top_p):
+    logits = np.array([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0], np.float32)
+    n = 20_000
+    config = SamplingConfig(max_new_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p)
+    tokens, logprobs, raw = jax.jit(sample_step, static_argnums=2)(
+        jax.random.key(0), jnp.broadcast_to(jnp.asarray(logits), (n, 8)), config)
+    tokens = np.asarray(tokens)
+    probs = reference_probs(logits, temperature, top_k, top_p)
+    assert chi_square_ok(np.bincount(tokens, minlength=8), probs)
+    np.testing.assert_allclose(np.asarray(logprobs), np.log(probs[tokens]), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(raw), np.log(reference_probs(logits)[tokens]), atol=1e-5)
+
+
+def test_chi_square_check_rejects_a_wrong_distribution():
+    probs = reference_probs(np.array([1.0, 0.5, 0.0, -1.0]))
+    counts = np.bincount(np.random.RandomState(0).choice(4, 5000, p=probs), minlength=4)
+    assert chi_square_ok(counts, probs)
+    assert not chi_square_ok(counts, reference_probs(np.array([1.0, 0.5, 0.0, -1.0]), temperature=0.8))
+    assert not chi_square_ok(counts, reference_probs(np.array([1.0, 0.5, 0.0, -1.0]), top_k=3))
+
+
+VOCAB = 12
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = ModelConfig(architecture="llama", vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                      num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16)
+    lm = CausalLM(cfg, rngs=nnx.Rngs(0))
+    lm.lm_head.kernel.value = 0.25 * jax.random.normal(jax.random.key(1), (32, VOCAB))
+    return nnx.split(lm)
+
+
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p", [(0.6, 0, 1.0), (1.0, 2, 1.0), (1.3, 5, 0.75)]
+)
+def test_generate_samples_the_configured_distribution(tiny, temperature, top_k, top_p):
+    graphdef, params = tiny
+    batch = 512
+    prompt = np.tile(np.array([[3, 7, 1, 4]], np.int32), (batch, 1))
+    sampler = Sampler(graphdef, cache_size=8, pad_id=0, batch_size=batch)
+    config = SamplingConfig(max_new_tokens=2, temperature=temperature, top_k=top_k, top_p=top_p)
+    out = sampler.generate(params, prompt, np.full(batch, 4), jax.random.key(5), config)
+    lm = nnx.merge(graphdef, params)
+    logits, _ = lm(jnp.asarray(prompt[:1]), jnp.arange(4)[None])
+    first = np.asarray(out.tokens[:, 0])
+    assert chi_square_ok(np.bincount(first, minlength=VOCAB), reference_probs(np.asarray(logits[0, -1]), temperature, top_k, top_p))
+    # The second token is drawn inside the while_loop: check it lies in its own row's allowed set.
+    seqs = np.concatenate([prompt, np.asarray(out.tokens[:, :1])], axis=1)
+    step_logits, _ = lm(jnp.asarray(seqs), jnp.tile(jnp.arange(5)[None], (batch, 1)))
+    for b in range(0, batch, 8):
+        allowed = reference_probs(np.asarray(step_logits[b, -1]), temperature, top_k, top_p) > 0
+        assert allowed[int(out.tokens[b, 1])]
+    assert len(np.unique(first)) > 1
