@@ -1,0 +1,82 @@
+"""`RemoteEnv`: a HostEnv whose episodes run on an env server (`python -m envs.serve`).
+
+The rollout uses it like a local env. A dead, slow or failing server raises RemoteEnvError
+(with the cause and a hint) within `timeout_s`, so the host batch ends that episode with the
+error recorded instead of hanging.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envs.protocols import HostEnv
+from envs.serve.jsonclient import JsonClient, ServiceError
+
+
+class RemoteEnvError(ServiceError):
+    """The env server could not run a reset/step (unreachable, timed out, or an error status)."""
+
+
+class RemoteEnv(HostEnv):
+    """One episode stream on a remote env server; not thread-safe (one per episode slot).
+
+    url: the server, e.g. "http://10.0.0.5:8100"; timeout_s bounds every call (default: the
+    server's step timeout + 5 s); retries apply to /spec and /reset only (steps are not repeated).
+    """
+
+    def __init__(self, url: str, timeout_s: float | None = None, retries: int = 2):
+        self._client = JsonClient(url, timeout_s=timeout_s or 30.0, retries=retries)
+        spec = self._call("GET", "/spec", None, idempotent=True)
+        if timeout_s is None:
+            self._client.timeout_s = float(spec.get("step_timeout_s", 60.0)) + 5.0
+        self.url = self._client.base_url
+        self.env_name: str = spec.get("env", "")
+        self._instruction: str = spec.get("instruction", "")
+        self._legend: str = spec.get("legend", "")
+        self.action_lookup = spec.get("action_lookup")
+        self.action_names = spec.get("action_names")
+        self.step_timeout_s = self._client.timeout_s
+        self.session_id: str | None = None
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None, idempotent: bool) -> dict[str, Any]:
+        try:
+            return self._client.call(method, path, body, idempotent=idempotent)
+        except ServiceError as e:
+            raise RemoteEnvError(f"Remote env: {e}", e.status) from e
+
+    def instruction(self) -> str:
+        return self._instruction
+
+    def legend(self) -> str:
+        return self._legend
+
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        body: dict[str, Any] = {"seed": int(seed)}
+        if self.session_id is not None:
+            body["session_id"] = self.session_id
+        try:
+            out = self._call("POST", "/reset", body, idempotent=True)
+        except RemoteEnvError as e:
+            if e.status != 404 or self.session_id is None:
+                raise
+            self.session_id = None  # the server expired our session: start a new one
+            out = self._call("POST", "/reset", {"seed": int(seed)}, idempotent=True)
+        self.session_id = out["session_id"]
+        return out["observation"], out.get("info", {})
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.session_id is None:
+            raise RemoteEnvError("RemoteEnv.step called before reset(seed).")
+        out = self._call("POST", "/step", {"session_id": self.session_id, "action": str(action)}, idempotent=False)
+        return (out["observation"], float(out["reward"]), bool(out["terminated"]), bool(out["truncated"]),
+                out.get("info", {}))
+
+    def close(self) -> None:
+        """Close the server-side session (best effort) and the connection."""
+        if self.session_id is not None:
+            try:
+                self._client.call("POST", "/close", {"session_id": self.session_id}, idempotent=False)
+            except ServiceError:
+                pass
+            self.session_id = None
+        self._client.close()
