@@ -75,6 +75,8 @@ def test_ppo_truncated_importance_weights(run):
 def test_ppo_rejects_bad_dual_clip():
     with pytest.raises(ValueError, match="clip_ratio_c"):
         _ppo(lambda f, *a, **k: f(*a, **k), clip_ratio_c=0.5)
+    with pytest.raises(ValueError, match="tis_cap"):
+        _ppo(lambda f, *a, **k: f(*a, **k), sampler_logprobs=jnp.asarray(OLD), tis_cap=0.0)
 
 
 def test_reinforce_loss_and_entropy_bonus():

@@ -48,6 +48,8 @@ def ppo_clip_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.
     high = clip_ratio_low if clip_ratio_high is None else clip_ratio_high
     if clip_ratio_c is not None and clip_ratio_c <= 1.0:
         raise ValueError(f"Dual-clip constant clip_ratio_c must be > 1 (got {clip_ratio_c}); use None to disable.")
+    if tis_cap is not None and tis_cap <= 0:
+        raise ValueError(f"Truncated-IS cap tis_cap must be > 0 (got {tis_cap}); use None to disable.")
     advantages = jax.lax.stop_gradient(advantages)
     log_ratio = jnp.clip(logprobs - old_logprobs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = jnp.exp(log_ratio)
