@@ -181,3 +181,25 @@ def test_workdir_is_removed(sandbox):
     r = sandbox.run("open('big.bin', 'wb').write(b'0' * 1000)\nimport os\nprint(os.getcwd())")
     assert r.ok
     assert {n for n in set(os.listdir("/tmp")) - before if n.startswith("ragen-sbx-")} == set()
+
+
+def test_degraded_mode_blocks_sockets_and_processes():
+    """Without namespaces or uid switching, the audit hook still refuses sockets and new processes."""
+    sb = Sandbox(SandboxConfig(cpu_time_s=1, wall_time_s=3, use_namespaces=False, drop_privileges=False),
+                 max_concurrency=1)
+    caps = sb.capabilities()
+    assert not caps["netns"] and caps["uid"] is None
+    assert {"socket.__new__", "os.fork", "subprocess.Popen"} <= set(caps["audit_hook"])
+    assert sb.run("print(sum(map(int, input().split())))", "2 3\n").stdout.strip() == "5"
+    r = sb.run("import socket\nsocket.socket()")
+    assert r.status == "runtime_error" and "not allowed" in r.stderr
+    r = sb.run("import os\nos.fork()")
+    assert r.status == "runtime_error" and "not allowed" in r.stderr
+    r = sb.run("import os\nprint(sorted(os.environ), os.getcwd() == os.environ['HOME'])")
+    assert r.stdout.strip() == "['HOME', 'LANG', 'LC_ALL', 'PATH', 'TMPDIR'] True"
+
+
+def test_strict_mode_refuses_without_isolation():
+    sb = Sandbox(SandboxConfig(use_namespaces=False, drop_privileges=False, strict=True), max_concurrency=1)
+    r = sb.run("print('ran')")
+    assert r.status == "sandbox_error" and "ran" not in r.stdout
