@@ -5,6 +5,8 @@ import time
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envs.countdown import (CountdownEnv, CountdownTask, evaluate, generate_task,
                             has_signed_sum_solution, score_answer, solve)
@@ -203,3 +205,22 @@ def test_loader_errors_are_clear(tmp_path):
     csv.write_text("target,nums\n")
     with pytest.raises(ValueError, match="must end with"):
         load_tasks(str(csv))
+
+
+_ARITH = st.from_regex(r"[-+(]{0,2}[0-9]{1,3}( ?[-+*/] ?\(?[0-9]{1,3}\)?){0,5}", fullmatch=True)
+
+
+@settings(max_examples=150, deadline=500)
+@given(st.one_of(st.text(max_size=400), _ARITH))
+def test_any_text_scores_without_error(text):
+    reward = score_answer(text, 24, [4, 6, 1, 1])
+    assert reward in (0.0, 0.1, 1.0)
+    if reward == 1.0:
+        assert evaluate(text) == 24
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 10**9))
+def test_generator_any_seed_gives_solvable_task(seed):
+    task = generate_task(seed, ops="+-*/")
+    assert score_answer(solve(task.nums, task.target), task.target, task.nums) == 1.0

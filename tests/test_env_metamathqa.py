@@ -7,6 +7,8 @@ import time
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envs.metamathqa import (MetaMathQAEnv, TEMPLATES, answers_match, extract_label,
                              generate_problem, load_problems, parse_number)
@@ -162,3 +164,25 @@ def test_loader_errors(tmp_path):
         load_problems(str(path))
     with pytest.raises(ValueError, match="max_attempts"):
         MetaMathQAEnv(max_attempts=0)
+
+
+_NUMBERS = st.from_regex(r"[-$]?[0-9]{0,4}(\.[0-9]{1,3})?( ?/ ?[1-9][0-9]?)?( cm| dollars|%)?\.?",
+                         fullmatch=True)
+
+
+@settings(max_examples=200, deadline=500)
+@given(st.one_of(st.text(max_size=300), _NUMBERS), st.one_of(st.text(max_size=50), _NUMBERS))
+def test_matching_never_raises_and_is_symmetric_for_numbers(answer, label):
+    result = answers_match(answer, label)
+    assert isinstance(result, bool)
+    if parse_number(answer) is not None and parse_number(label) is not None:
+        assert result == answers_match(label, answer)
+
+
+@settings(max_examples=100, deadline=500)
+@given(st.fractions(min_value=-1000, max_value=1000, max_denominator=50))
+def test_fraction_and_latex_forms_agree(value):
+    plain = f"{value.numerator}/{value.denominator}"
+    sign = "-" if value < 0 else ""
+    latex = f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
+    assert answers_match(plain, latex) and parse_number(plain) == value

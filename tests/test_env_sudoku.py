@@ -4,6 +4,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envs.registry import make
 from envs.sudoku import (Placement, SudokuEnv, cells_to_remove, count_solutions,
@@ -199,3 +201,22 @@ def test_constructor_errors():
     with pytest.raises(ValueError, match="render_format"):
         SudokuEnv(render_format="pretty")
     assert is_valid_placement(np.zeros((9, 9), dtype=int), 0, 0, 5)
+
+
+_MOVES = st.from_regex(r"(place [0-9]{1,2} at row [0-9]{1,2} col [0-9]{1,2}|[0-9]{1,2}, ?[0-9]{1,2}, ?[0-9]{1,2})",
+                       fullmatch=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=300), _MOVES), min_size=1, max_size=8))
+def test_any_text_sequence_keeps_board_consistent(actions):
+    env = SudokuEnv(difficulty="medium")
+    env.reset(21)
+    for action in actions:
+        start = time.perf_counter()
+        obs, reward, term, trunc, info = env.step(action)
+        assert time.perf_counter() - start < 0.5
+        assert reward in (pytest.approx(-0.1), pytest.approx(0.5), pytest.approx(1.0))
+        assert info["action_is_valid"] == (reward > 0)
+        assert not find_conflicts(env.grid)                  # valid placements never conflict
+        assert np.array_equal(env.grid[env.initial != 0], env.initial[env.initial != 0])
