@@ -1,0 +1,102 @@
+"""Offline CLI: a tiny HF checkpoint + a small JSONL rollout dump -> the collapse report."""
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from ragen_jax.diagnostics.__main__ import main
+from ragen_jax.diagnostics.offline import load_rollouts, rollout_pairs, think_text
+from ragen_jax.models import make_tiny_model, save_pretrained
+
+
+def _trajectory(n, group, state, thought):
+    return {
+        "custom_id": f"traj_{n}",
+        "messages": [
+            {"role": "system", "content": "You're a helpful assistant. Solve the puzzle."},
+            {"role": "user", "content": f"Turn 1:\nState:\n{state}\nAlways output: <think> ..."},
+            {"role": "assistant", "content": f"<think>{thought}</think><answer>Up</answer>"},
+            {"role": "user", "content": f"Reward:\n0\nTurn 2:\nState:\n{state}#\n"},
+            {"role": "assistant", "content": f"{thought} again</think><answer>Left</answer>"},
+        ],
+        "metadata": {"env_id": n, "group_id": group, "num_turns": 2, "total_reward": 0.0},
+    }
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny_ckpt")
+    model, tok = make_tiny_model(seed=0, num_layers=1, hidden_size=64, intermediate_size=128)
+    save_pretrained(model, folder, tok)
+    return str(folder)
+
+
+@pytest.fixture()
+def rollouts(tmp_path):
+    states = ["#P_O#", "#_PO#", "#O_P#"]
+    records = [
+        _trajectory(n, n // 2, states[n // 2], f"push the box {'up' if n % 2 else 'left'}")
+        for n in range(6)
+    ]
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return path, records
+
+
+def test_think_text():
+    assert think_text("<think> a b </think><answer>x</answer>") == "a b"
+    assert think_text("a b</think><answer>x</answer>") == "a b"
+    assert think_text("<answer>x</answer>") == ""
+
+
+def test_rollout_pairs_rebuild_prompts(checkpoint, rollouts):
+    from ragen_jax.models import load_tokenizer
+
+    tok = load_tokenizer(checkpoint)
+    _, records = rollouts
+    pairs = rollout_pairs(records, tok)
+    assert pairs.group_ids == [0, 0, 1, 1, 2, 2]
+    assert pairs.first_turn_prompts[0] == pairs.first_turn_prompts[1]
+    assert pairs.first_turn_prompts[0] != pairs.first_turn_prompts[2]
+    text = tok.decode(pairs.first_turn_prompts[0])
+    assert text.endswith("<|im_start|>assistant\n<think>") and "#P_O#" in text
+    assert tok.decode(pairs.first_turn_reasonings[1]) == "push the box up"
+    assert len(pairs.turn_prompts[0]) == 2 and len(pairs.turn_prompts[0][1]) > len(pairs.turn_prompts[0][0])
+    assert tok.decode(pairs.turn_reasonings[0][1]) == "push the box left again"
+
+
+def test_cli_reports_metrics(checkpoint, rollouts, tmp_path, capsys):
+    path, records = rollouts
+    out = tmp_path / "report.json"
+    assert main([str(path), "--checkpoint", checkpoint, "--out", str(out), "--batch-size", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "MI estimate" in text and "regime" in text
+    m = json.loads(out.read_text())
+    assert m["collapse_first_turn_sample/num_prompts"] == 3.0
+    assert m["collapse_first_turn_sample/mi_upper_bound"] == pytest.approx(np.log(3))
+    assert m["collapse_first_turn_sample/mi_estimate"] <= np.log(3) + 1e-9
+    assert np.isfinite(m["collapse_first_turn_sample/conditional_entropy_est"])
+    assert m["collapse_first_turn_sample/conditional_entropy_est"] > 0
+    assert "collapse_trajectory_sample/mi_estimate" in m
+    # The pickle form of the same dump gives the same first-turn numbers.
+    pkl = tmp_path / "rollouts.pkl"
+    pkl.write_bytes(pickle.dumps(records))
+    assert len(load_rollouts(str(pkl))) == 6
+    out2 = tmp_path / "report2.json"
+    main([str(pkl), "--checkpoint", checkpoint, "--out", str(out2), "--sampling", "first_turn"])
+    m2 = json.loads(out2.read_text())
+    assert m2["collapse_first_turn_sample/mi_estimate"] == pytest.approx(
+        m["collapse_first_turn_sample/mi_estimate"], abs=1e-6
+    )
+    assert "collapse_trajectory_sample/mi_estimate" not in m2
+
+
+def test_bad_dump_is_named(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"custom_id": "x"}) + "\n")
+    with pytest.raises(ValueError, match="messages"):
+        load_rollouts(str(bad))
+    with pytest.raises(FileNotFoundError):
+        load_rollouts(str(tmp_path / "missing.jsonl"))

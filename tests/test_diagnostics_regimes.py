@@ -1,0 +1,120 @@
+"""Regimes, Echo-Trap warnings, token entropy, plots and the collapse pass with a fake scorer."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ragen_jax.diagnostics import (
+    FIRST_TURN,
+    TRAJECTORY,
+    CollapseConfig,
+    RolloutPairs,
+    classify,
+    collapse_metrics,
+    echo_trap_warnings,
+    regime_metrics,
+    should_compute,
+    token_entropy,
+)
+from ragen_jax.diagnostics.plots import curves_image, regime_plane_image, save_png, tensorboard_layout
+from ragen_jax.diagnostics.warnings import entropy_collapse, falling_reward_std, grad_norm_spike
+
+
+def test_classify_four_quadrants_and_relative_mi():
+    th = {"conditional_entropy": 1.0, "mi": 0.1}
+    assert classify(2.0, 0.5, th) == "diverse"
+    assert classify(2.0, 0.0, th) == "template_collapse"
+    assert classify(0.2, 0.5, th) == "compressed"
+    assert classify(0.2, 0.0, th) == "low_entropy_collapse"
+    rel = {"conditional_entropy": 1.0, "mi": 0.5, "mi_relative": True}
+    assert classify(2.0, 1.0, rel, mi_upper_bound=math.log(4)) == "diverse"  # 1.0 / 1.386 > 0.5
+    assert classify(2.0, 0.5, rel, mi_upper_bound=math.log(4)) == "template_collapse"
+    with pytest.raises(ValueError, match="Unknown regime threshold"):
+        classify(1.0, 1.0, {"entropy": 1.0})
+
+
+def test_regime_metrics_one_hot():
+    m = {f"{FIRST_TURN}/conditional_entropy_est": 2.0, f"{FIRST_TURN}/mi_estimate": 0.0}
+    out = regime_metrics(m, FIRST_TURN, {"conditional_entropy": 1.0, "mi": 0.1})
+    assert out[f"{FIRST_TURN}/regime"] == 1.0
+    assert out[f"{FIRST_TURN}/regime_template_collapse"] == 1.0
+    assert sum(v for k, v in out.items() if "/regime_" in k) == 1.0
+    assert regime_metrics({}, FIRST_TURN) == {}
+
+
+def test_warnings_fire_only_on_the_pattern():
+    steady = [1.0] * 30
+    falling = [1.0] * 15 + list(np.linspace(1.0, 0.1, 15))
+    assert falling_reward_std(steady) is None
+    assert "reward std" in falling_reward_std(falling)
+    assert falling_reward_std(falling[:12]) is None  # too short to judge
+    assert entropy_collapse([1.0] * 20 + [0.3] * 10) is not None
+    assert entropy_collapse([0.01] * 10) is not None  # below the floor
+    assert entropy_collapse([1.0] * 30) is None
+    assert grad_norm_spike([1.0] * 10 + [6.0]) is not None
+    assert grad_norm_spike([1.0] * 10 + [2.0]) is None
+    msgs, flags = echo_trap_warnings(
+        {"rollout/in_group_reward_std": falling, "actor/entropy": [1.0] * 30,
+         "actor/grad_norm": [1.0] * 10 + [9.0]}
+    )
+    assert len(msgs) == 2 and flags["warnings/count"] == 2.0
+    assert flags["warnings/falling_reward_std"] == 1.0 and flags["warnings/entropy_collapse"] == 0.0
+    with pytest.raises(ValueError, match="Unknown warning option"):
+        echo_trap_warnings({}, {"windw": 3})
+
+
+def test_token_entropy():
+    logits = jnp.stack([jnp.zeros((3, 4)), jnp.array([[50.0, 0, 0, 0]] * 3)])  # uniform, peaked
+    mask = jnp.array([[1, 1, 0], [1, 1, 1]], bool)
+    per_row, overall = token_entropy(logits, mask)
+    np.testing.assert_allclose(per_row, [math.log(4), 0.0], atol=1e-5)
+    assert float(overall) == pytest.approx(2 * math.log(4) / 5, abs=1e-5)
+
+
+def test_should_compute_schedule():
+    cfg = CollapseConfig(compute_freq=5)
+    assert [s for s in range(12) if should_compute(s, cfg)] == [1, 5, 10]
+    assert not should_compute(5, CollapseConfig(first_turn_enabled=False, multi_turn_enabled=False))
+
+
+def _copying_scorer(prompts, reasonings):
+    """A policy whose reasoning copies the prompt: high likelihood only under its own prompt."""
+    L = np.array([[-0.2 if z[: len(x)] == x else -20.0 for x in prompts] for z in reasonings])
+    lengths = np.array([len(z) for z in reasonings])[:, None]
+    return L, L * lengths
+
+
+def test_collapse_metrics_end_to_end_with_fake_scorer():
+    groups, size = 8, 4
+    prompts = [[g + 1, g + 2] for g in range(groups) for _ in range(size)]
+    reasonings = [p + [0] for p in prompts]
+    pairs = RolloutPairs(
+        prompts, reasonings, [n // size for n in range(groups * size)],
+        turn_prompts=[[p] for p in prompts], turn_reasonings=[[z] for z in reasonings],
+    )
+    cfg = CollapseConfig(num_samples=16, thresholds={"conditional_entropy": 0.1, "mi": 0.1})
+    m, ema = collapse_metrics(pairs, _copying_scorer, cfg, np.random.default_rng(0))
+    assert m[f"{FIRST_TURN}/retrieval_accuracy"] == 1.0
+    assert m[f"{FIRST_TURN}/mi_estimate"] == pytest.approx(m[f"{FIRST_TURN}/mi_upper_bound"], abs=1e-6)
+    assert m[f"{FIRST_TURN}/regime_diverse"] == 1.0
+    assert m["collapse/first_turn_valid_rate"] == 1.0 and m["collapse/valid_thinking_rate"] == 1.0
+    # Trajectory sampling: duplicate draws are identical columns, merged for retrieval.
+    assert m[f"{TRAJECTORY}/retrieval_accuracy"] == 1.0
+    assert m[f"{TRAJECTORY}/num_prompts"] == 16
+    assert "timing_s/collapse_first_turn_step" in m and "timing_s/collapse_multi_turn_step" in m
+    assert set(ema) == {FIRST_TURN, TRAJECTORY}
+
+
+def test_plots_are_rgb_images(tmp_path):
+    img = regime_plane_image([1.5, 1.0, 0.3], [0.4, 0.02, 0.01], steps=[1, 5, 10])
+    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
+    assert img.std() > 10  # not blank
+    curves = curves_image([1, 5, 10], [0.4, 0.02, 0.01], [1.5, 1.0, 0.3], [2.0, 2.0, 2.0])
+    assert curves.shape[2] == 3 and curves.std() > 10
+    save_png(img, str(tmp_path / "plane.png"))
+    assert (tmp_path / "plane.png").stat().st_size > 1000
+    layout = tensorboard_layout([FIRST_TURN])
+    (chart,) = [v for k, v in layout["collapse diagnostics"].items() if "MI vs" in k]
+    assert f"{FIRST_TURN}/conditional_entropy_est" in chart[1]
