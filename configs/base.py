@@ -1,0 +1,171 @@
+"""RAGEN's defaults (its `_2_sokoban` run on veRL) as an ml_collections config.
+
+Every env config starts from `get_base_config()`, then applies variants named after the colon:
+`--config configs/sokoban.py:tiny,grpo`. Keys mirror RAGEN's meaning; README maps the names.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from ragen_jax.algos.presets import get_preset
+
+MODEL_PATHS = {
+    "3b": "Qwen/Qwen2.5-3B-Instruct",
+    "1.5b": "Qwen/Qwen2.5-1.5B-Instruct",
+    "0.5b": "Qwen/Qwen2.5-0.5B-Instruct",
+}
+
+
+def get_base_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.model = dict(
+        path=MODEL_PATHS["3b"],  # a local HF folder, or a hub id found in the local HF cache
+        preset="",  # "tiny": the built-in tiny model and tokenizer (no files needed)
+        tiny=dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=384),
+        param_dtype="",  # "" = the checkpoint's; "float32" | "bfloat16"
+        dtype="",  # compute dtype, "" = param dtype
+        remat="none",  # none | full | dots
+        critic_path="",  # "" = initialise the critic from the policy checkpoint
+        lora=dict(rank=0, alpha=16.0, target_modules="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"),
+        seed=0,
+    )
+    c.env = dict(
+        name="CoordSokoban",  # registered env variant (envs.registry)
+        tag="",  # metric prefix; "" = the env name
+        groups=8,  # env_groups
+        group_size=16,
+        max_turn=5,
+        max_actions_per_turn=2,
+        max_actions_per_traj=10,
+        kwargs=ml_collections.ConfigDict(),  # overrides of the variant's constructor arguments
+        train_seed=10000,  # first train seed; advances by `groups` per rollout
+    )
+    c.val = dict(
+        name="",  # "" = env.name
+        groups=512,
+        group_size=1,
+        seed=123,
+        temperature=0.5,
+        greedy=False,
+        every=10,  # validate every N steps (0 = never)
+        at_start=True,
+        batch_size=128,  # episodes per validation rollout chunk
+    )
+    c.rollout = dict(
+        response_length=400,
+        max_model_len=3600,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        enable_think=True,
+        stop_at_answer=True,
+        context_mode="full",  # full | limited_multi_turn | single_turn
+        context_window=1,
+        use_turn_scores=False,
+        format_penalty=-0.1,
+        reward_norm_method="identity",  # identity | mean_std | mean | asym_clip
+        reward_norm_grouping="state",  # state | inductive | batch
+    )
+    c.filter = dict(
+        strategy="top_p",  # top_p | top_k | top_k_abs | min_p
+        value=1.0,  # 1.0 with top_p keeps everything (RAGEN's default: no filtering)
+        metric="reward_variance",
+        include_zero=True,
+        prob_mode="linear",  # top_p mode: linear | softmax
+        selection_eps=0.01,
+        largest=True,
+        loss_scaling="none",  # scale advantages by the kept ratio: none | linear | sqrt
+        empty_stop_steps=5,  # stop after N steps in a row where the filter keeps nothing
+    )
+    c.algo = dict(preset="ppo", **_algo_defaults("ppo"))
+    c.optim = dict(
+        actor=dict(lr=1e-6, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
+                   schedule="constant", grad_clip=1.0),
+        critic=dict(lr=1e-5, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
+                    schedule="constant", grad_clip=1.0),
+    )
+    c.trainer = dict(
+        total_steps=200,
+        mini_batch_size=32,  # ppo_mini_batch_size, in samples
+        micro_batch_size=8,  # per gradient-accumulation step
+        epochs=1,  # ppo_epochs
+        critic_warmup=0,
+        logprob_chunk=256,  # positions per chunk when computing log-probs (never [B,T,V] at once)
+        save_every=100,
+        keep_checkpoints=2,
+        resume=False,
+        export_hf=True,  # write the final policy as a Hugging Face folder
+        log_samples_every=10,
+        dump_rollouts_every=0,  # write a JSONL of training rollouts every N steps (0 = never)
+        seed=0,
+        early_stop=dict(
+            reward_std_patience=0,  # stop after N steps of zero in-group reward std (0 = off)
+            val_success_below=0.01,
+            val_patience=5,
+        ),
+    )
+    c.diagnostics = dict(
+        every=5,  # MI / collapse diagnostics every N steps (0 = off)
+        max_pairs=64,
+        sampling="first_turn",  # first_turn | trajectory_uniform | both
+        high_entropy=1.0,  # H(Z|X) threshold (nats per token) for the regime classification
+        high_mi=0.1,  # MI threshold (nats) for the regime classification
+    )
+    c.mesh = dict(data=-1, fsdp=1, tensor=1)
+    c.workdir = "runs/default"
+    return c
+
+
+def _algo_defaults(preset: str) -> dict:
+    p = get_preset(preset)
+    p.pop("name")
+    p["tis_cap"] = 0.0 if p["tis_cap"] is None else p["tis_cap"]
+    p["custom_policy_loss"] = ""  # "package.module:function" overrides policy_loss
+    p["custom_adv_estimator"] = ""  # "package.module:function" overrides adv_estimator
+    p["temperature_in_logprobs"] = True  # divide logits by the rollout temperature (veRL)
+    return p
+
+
+def apply_algo_preset(c: ml_collections.ConfigDict, preset: str) -> None:
+    c.algo.update(dict(preset=preset, **_algo_defaults(preset)))
+
+
+def apply_variants(c: ml_collections.ConfigDict, arg: str | None, variants: dict) -> ml_collections.ConfigDict:
+    """Apply comma-separated variants: algorithm presets, model sizes, and env-specific ones."""
+    for name in filter(None, (arg or "").split(",")):
+        name = name.strip().lower()
+        if name in ("ppo", "grpo", "dapo", "drgrpo"):
+            apply_algo_preset(c, name)
+        elif name in MODEL_PATHS:
+            c.model.path = MODEL_PATHS[name]
+        elif name in variants:
+            variants[name](c)
+        else:
+            known = sorted(set(variants) | set(MODEL_PATHS) | {"ppo", "grpo", "dapo", "drgrpo"})
+            raise ValueError(f"Unknown config variant {name!r}. Known variants: {known}.")
+    return c
+
+
+def apply_tiny(c: ml_collections.ConfigDict) -> None:
+    """The built-in tiny model on CPU: small batches and short turns, learning in minutes."""
+    c.model.preset = "tiny"
+    c.model.param_dtype = "float32"
+    c.env.groups = 8
+    c.env.group_size = 8
+    c.val.groups = 128
+    c.val.batch_size = 128
+    c.val.every = 5
+    c.val.temperature = 0.5
+    c.rollout.response_length = 32
+    c.rollout.max_model_len = 1024
+    c.rollout.context_mode = "single_turn"
+    c.optim.actor.lr = 1e-4
+    c.optim.critic.lr = 1e-3
+    c.optim.actor.warmup_steps = 0
+    c.trainer.total_steps = 30
+    c.trainer.mini_batch_size = 32
+    c.trainer.micro_batch_size = 32
+    c.trainer.save_every = 0
+    c.diagnostics.every = 5
+    c.diagnostics.max_pairs = 32

@@ -1,0 +1,23 @@
+"""Sokoban (RAGEN's `_2_sokoban`): CoordSokoban, 8 groups x 16, PPO, Qwen2.5-3B-Instruct.
+
+Variants: `:tiny` (built-in tiny model on CPU), `:grpo` / `:dapo` / `:drgrpo`, `:0.5b` / `:1.5b`,
+`:filter` (RAGEN-2's recommended top_p 0.9 filter); combine with commas (`:tiny,grpo`).
+"""
+
+from configs.base import apply_tiny, apply_variants, get_base_config
+
+
+def _filter(c):
+    c.filter.strategy, c.filter.value, c.filter.include_zero = "top_p", 0.9, False
+
+
+def _tiny(c):
+    apply_tiny(c)
+    c.env.name = "SimpleSokoban"
+
+
+def get_config(arg: str | None = None):
+    c = get_base_config()
+    c.env.name = "CoordSokoban"
+    c.workdir = "runs/sokoban"
+    return apply_variants(c, arg, {"tiny": _tiny, "filter": _filter})

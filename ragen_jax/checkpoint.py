@@ -1,0 +1,45 @@
+"""Orbax checkpoints of everything a run needs to resume exactly.
+
+Saved per step: the actor's and critic's trainable state and optimizer states (a pytree, with
+Orbax's sharded-array support) plus JSON metadata (step, counters, early-stop and diagnostic
+state). Rollout keys and seeds are derived from the step, so restoring the step restores them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+class Checkpointer:
+    """Save/restore numbered checkpoints under `directory` (only process 0 writes metadata)."""
+
+    def __init__(self, directory: str, *, max_to_keep: int = 2):
+        self.directory = os.path.abspath(directory)
+        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+        self.manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def save(self, step: int, state: Any, meta: dict) -> None:
+        """state: a pytree of arrays; meta: JSON-serialisable dict. Refuses non-finite params."""
+        for leaf in jax.tree.leaves(state):
+            if np.issubdtype(np.asarray(leaf).dtype, np.floating) and not np.isfinite(np.asarray(leaf)).all():
+                raise FloatingPointError(f"Refusing to write checkpoint {step}: state holds NaN/inf.")
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                        meta=ocp.args.JsonSave(meta)))
+        self.manager.wait_until_finished()
+
+    def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
+        """Restore `step` into the structure (and shardings) of `abstract_state`."""
+        restored = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        return restored["state"], restored["meta"]
+
+    def close(self) -> None:
+        self.manager.close()

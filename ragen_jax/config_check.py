@@ -1,0 +1,60 @@
+"""Fail fast on a bad config: every check runs before any model is loaded or compiled."""
+
+from __future__ import annotations
+
+CHOICES = {
+    ("rollout", "context_mode"): ("full", "limited_multi_turn", "single_turn"),
+    ("rollout", "reward_norm_method"): ("identity", "mean_std", "mean", "asym_clip"),
+    ("rollout", "reward_norm_grouping"): ("state", "inductive", "batch"),
+    ("model", "remat"): ("none", "full", "dots"),
+    ("model", "param_dtype"): ("", "float32", "bfloat16"),
+    ("model", "dtype"): ("", "float32", "bfloat16"),
+    ("model", "preset"): ("", "tiny"),
+    ("algo", "loss_agg_mode"): ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+    ("diagnostics", "sampling"): ("first_turn", "trajectory_uniform", "both"),
+}
+
+
+def validate_config(cfg) -> None:
+    """Raise ValueError naming the key, the bad value and the allowed ones."""
+    from envs.registry import get_spec
+    from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+    from ragen_jax.filtering import FilterConfig
+
+    errors = []
+    for (section, key), allowed in CHOICES.items():
+        value = cfg[section][key]
+        if value not in allowed:
+            errors.append(f"config.{section}.{key}={value!r} is not one of {allowed}")
+    for section, key in (("env", "name"), ("val", "name")):
+        name = cfg[section][key]
+        if name:
+            try:
+                get_spec(name)
+            except KeyError as e:
+                errors.append(f"config.{section}.{key}: {e.args[0]}")
+    algo = cfg.algo
+    try:
+        ADVANTAGE_ESTIMATORS.get(algo.custom_adv_estimator or algo.adv_estimator)
+        POLICY_LOSSES.get(algo.custom_policy_loss or algo.policy_loss)
+    except (KeyError, ImportError, AttributeError, ValueError) as e:
+        errors.append(f"config.algo: {e}")
+    try:
+        FilterConfig.from_mapping(dict(cfg.filter))
+    except ValueError as e:
+        errors.append(f"config.filter: {e}")
+    positive = [("env", "groups"), ("env", "group_size"), ("env", "max_turn"), ("rollout", "response_length"),
+                ("trainer", "mini_batch_size"), ("trainer", "micro_batch_size"), ("trainer", "epochs")]
+    for section, key in positive:
+        if cfg[section][key] <= 0:
+            errors.append(f"config.{section}.{key} must be > 0 (got {cfg[section][key]})")
+    if cfg.trainer.mini_batch_size % cfg.trainer.micro_batch_size:
+        errors.append("config.trainer.mini_batch_size must be a multiple of config.trainer.micro_batch_size")
+    if cfg.val.group_size and cfg.val.batch_size % cfg.val.group_size:
+        errors.append("config.val.batch_size must be a multiple of config.val.group_size")
+    if cfg.rollout.response_length >= cfg.rollout.max_model_len:
+        errors.append("config.rollout.response_length must be < config.rollout.max_model_len")
+    if algo.adv_estimator == "gae" and not algo.use_critic:
+        errors.append("config.algo.adv_estimator='gae' needs config.algo.use_critic=True")
+    if errors:
+        raise ValueError("Invalid config:\n  - " + "\n  - ".join(errors))

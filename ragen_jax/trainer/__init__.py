@@ -1,0 +1,1 @@
+"""The StarPO trainer: update steps, optimizers, the training loop."""

@@ -1,0 +1,383 @@
+"""The StarPO training loop: rollout -> filter -> score -> advantages -> update -> log.
+
+Randomness is derived from (seed, step), and rollout seeds from the step, so a run resumed from a
+checkpoint continues exactly as the uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from tqdm import tqdm
+
+from ragen_jax.algos.presets import resolve_adv_estimator
+from ragen_jax.algos.kl import apply_kl_penalty
+from ragen_jax.checkpoint import Checkpointer
+from ragen_jax.filtering import FilterConfig, advantage_scale, compact, filter_rollouts, update_empty_streak
+from ragen_jax.monitoring import Monitor
+from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds
+from ragen_jax.rollout.dump import write_jsonl
+from ragen_jax.trainer import setup as setup_lib
+from ragen_jax.trainer.optim import make_optimizer
+from ragen_jax.trainer.steps import AlgoSettings, make_step_fns
+
+logger = logging.getLogger(__name__)
+
+BATCH_KEYS = ("tokens", "attention_mask", "loss_mask", "sample_logprobs", "token_rewards", "group_ids")
+
+
+def rollout_config(cfg) -> RolloutConfig:
+    r = cfg.rollout
+    return RolloutConfig(
+        max_turn=cfg.env.max_turn, max_actions_per_turn=cfg.env.max_actions_per_turn,
+        max_actions_per_traj=cfg.env.max_actions_per_traj, response_length=r.response_length,
+        max_model_len=r.max_model_len, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+        enable_think=r.enable_think, stop_at_answer=r.stop_at_answer, context_mode=r.context_mode,
+        context_window=r.context_window, use_turn_scores=r.use_turn_scores, format_penalty=r.format_penalty,
+        reward_norm_method=r.reward_norm_method, reward_norm_grouping=r.reward_norm_grouping)
+
+
+def algo_settings(cfg) -> AlgoSettings:
+    a = cfg.algo
+    return AlgoSettings(
+        adv_estimator=a.custom_adv_estimator or resolve_adv_estimator(dict(a)),
+        policy_loss=a.custom_policy_loss or a.policy_loss, value_loss=a.value_loss,
+        loss_agg_mode=a.loss_agg_mode, gamma=a.gamma, lam=a.lam, high_level_gamma=a.high_level_gamma,
+        norm_adv_by_std_in_grpo=a.norm_adv_by_std_in_grpo, clip_ratio_low=a.clip_ratio_low,
+        clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c or None,
+        cliprange_value=a.cliprange_value, entropy_coeff=a.entropy_coeff, use_kl_loss=a.use_kl_loss,
+        kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type, tis_cap=a.tis_cap or None,
+        temperature=cfg.rollout.temperature if a.temperature_in_logprobs else 1.0,
+        logprob_chunk=cfg.trainer.logprob_chunk)
+
+
+class Trainer:
+    """Owns the models, optimizers, engines and env batches of one run."""
+
+    def __init__(self, cfg, workdir: str | None = None):
+        self.cfg = cfg
+        self.workdir = os.path.abspath(workdir or cfg.workdir)
+        self.is_main = jax.process_index() == 0
+        t = cfg.trainer
+        self.tag = cfg.env.tag or cfg.env.name
+        self.batch_size = cfg.env.groups * cfg.env.group_size
+        if t.mini_batch_size % t.micro_batch_size:
+            raise ValueError(f"trainer.mini_batch_size ({t.mini_batch_size}) must be a multiple of "
+                             f"trainer.micro_batch_size ({t.micro_batch_size}).")
+        policy, self.tokenizer = setup_lib.load_policy_and_tokenizer(cfg.model)
+        self.lora = cfg.model.lora.rank > 0
+        self.use_critic = bool(cfg.algo.use_critic)
+        self.need_ref = bool(cfg.algo.use_kl_loss or cfg.algo.use_kl_in_reward)
+        critic = setup_lib.make_critic(cfg.model, policy) if self.use_critic else None
+        self.actor = setup_lib.split_model(policy, self.lora)
+        self.critic = setup_lib.split_model(critic, False) if critic is not None else None
+        self.ref_params = jax.tree.map(jnp.copy, self.actor.full()) if self.need_ref else None
+
+        self.rollout_cfg = rollout_config(cfg)
+        self.engine = RolloutEngine(self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.batch_size)
+        self.train_env = setup_lib.env_batch(cfg.env, cfg.env.name, self.batch_size)
+        self.val_name = cfg.val.name or cfg.env.name
+        self.val_batch = min(cfg.val.batch_size, cfg.val.groups * cfg.val.group_size)
+        self.val_engine = RolloutEngine(self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.val_batch)
+        self.val_env = setup_lib.env_batch(cfg.env, self.val_name, self.val_batch)
+
+        updates = t.total_steps * t.epochs * max(self.batch_size // t.mini_batch_size, 1)
+        self.actor_tx, self.actor_lr = make_optimizer(cfg.optim.actor, updates)
+        self.actor_opt = self.actor_tx.init(self.actor.trainable)
+        if self.critic is not None:
+            self.critic_tx, self.critic_lr = make_optimizer(cfg.optim.critic, updates)
+            self.critic_opt = self.critic_tx.init(self.critic.trainable)
+        else:
+            self.critic_tx = self.critic_lr = self.critic_opt = None
+        self.fns = make_step_fns(self.actor.graphdef, self.critic.graphdef if self.critic else None,
+                                 algo_settings(cfg), self.actor_tx, self.critic_tx, t.micro_batch_size)
+        self.filter_cfg = FilterConfig.from_mapping(dict(cfg.filter))
+        self.base_key = jax.random.PRNGKey(t.seed)
+        self.monitor = Monitor(os.path.join(self.workdir, "tb"), enabled=self.is_main)
+        self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), max_to_keep=t.keep_checkpoints)
+        self.counters = {"empty_streak": 0, "val_low_streak": 0, "std_zero_streak": 0}
+        self.history: list[dict] = []
+        self.start_step = 0
+        if t.resume:
+            self._maybe_restore()
+
+    # ------------------------------------------------------------------ checkpoints
+    def _state(self) -> dict:
+        state = {"actor": self.actor.trainable, "actor_opt": self.actor_opt}
+        if self.critic is not None:
+            state.update(critic=self.critic.trainable, critic_opt=self.critic_opt)
+        return state
+
+    def save(self, step: int) -> None:
+        meta = {"step": step, "counters": self.counters, "history": self.history[-1000:]}
+        self.checkpointer.save(step, self._state(), meta)
+
+    def _maybe_restore(self) -> None:
+        step = self.checkpointer.latest_step()
+        if step is None:
+            logger.info("No checkpoint in %s; starting fresh.", self.checkpointer.directory)
+            return
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                                self._state())
+        state, meta = self.checkpointer.restore(step, abstract)
+        self.actor.trainable, self.actor_opt = state["actor"], state["actor_opt"]
+        if self.critic is not None:
+            self.critic.trainable, self.critic_opt = state["critic"], state["critic_opt"]
+        self.counters = dict(meta["counters"])
+        self.history = list(meta.get("history", []))
+        self.start_step = int(meta["step"]) + 1
+        logger.info("Resumed from step %d (%s).", step, self.checkpointer.directory)
+
+    # ------------------------------------------------------------------ validation
+    def run_validation(self, step: int) -> tuple[dict[str, float], list]:
+        """Validation episodes (seeds from val.seed, every run alike) -> (metrics, episodes)."""
+        v = self.cfg.val
+        per_chunk_groups = self.val_batch // v.group_size
+        results, episodes = [], []
+        for c, first_group in enumerate(range(0, v.groups, per_chunk_groups)):
+            seeds, gids = group_seeds(v.seed + first_group, per_chunk_groups, v.group_size)
+            key = jax.random.fold_in(jax.random.fold_in(self.base_key, 10_000_000 + step), c)
+            res = self.val_engine.run(self.actor.full(), self.val_env, seeds, gids + first_group, key,
+                                      tag=self.val_name, temperature=v.temperature, greedy=v.greedy)
+            results.append(res.metrics)
+            episodes.extend(res.episodes)
+        metrics = {f"val/{k}": float(np.mean([r[k] for r in results])) for k in results[0]}
+        return metrics, episodes[: v.groups * v.group_size]
+
+    def validate(self, step: int) -> dict[str, float]:
+        metrics, episodes = self.run_validation(step)
+        if self.is_main and self.cfg.trainer.dump_rollouts_every:
+            write_jsonl(os.path.join(self.workdir, "rollouts", f"val_step{step}.jsonl"), episodes,
+                        **self._dump_kwargs())
+        return metrics
+
+    def _dump_kwargs(self) -> dict:
+        r = self.cfg.rollout
+        return dict(max_tokens=r.response_length, enable_think=r.enable_think, format_penalty=r.format_penalty)
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self, step: int) -> dict[str, float]:
+        cfg, t = self.cfg, self.cfg.trainer
+        timing: dict[str, float] = {}
+        key = jax.random.fold_in(self.base_key, step)
+        t0 = time.perf_counter()
+        seeds, gids = group_seeds(cfg.env.train_seed + step * cfg.env.groups, cfg.env.groups, cfg.env.group_size)
+        res = self.engine.run(self.actor.full(), self.train_env, seeds, gids, key, tag=self.tag)
+        timing["timing_s/rollout"] = time.perf_counter() - t0
+        timing.update({f"timing_s/rollout_{k}": v for k, v in res.timing.items()})
+        metrics = {f"train/{k}": v for k, v in res.metrics.items()}
+        if t.dump_rollouts_every and step % t.dump_rollouts_every == 0 and self.is_main:
+            write_jsonl(os.path.join(self.workdir, "rollouts", f"train_step{step}.jsonl"), res.episodes,
+                        **self._dump_kwargs())
+        if t.log_samples_every and step % t.log_samples_every == 0:
+            self._log_sample(res, step)
+
+        rewards = np.array([ep.total_reward for ep in res.episodes], np.float32)
+        fres = filter_rollouts(rewards, cfg.env.group_size, self.filter_cfg)
+        metrics.update(fres.metrics)
+        self.counters["empty_streak"], stop_empty, m = update_empty_streak(
+            self.counters["empty_streak"], fres, self.filter_cfg.empty_stop_steps)
+        metrics.update(m)
+        in_group_std = fres.metrics.get("rollout/in_group_reward_std", None)
+        if in_group_std is not None and in_group_std <= 1e-8:
+            self.counters["std_zero_streak"] += 1
+        else:
+            self.counters["std_zero_streak"] = 0
+        metrics["early_stop/filter_empty"] = float(stop_empty)
+        if fres.empty:
+            metrics["train/update_skipped_empty"] = 1.0
+            return {**metrics, **timing}
+
+        t0 = time.perf_counter()
+        batch = res.batch
+        rows = np.nonzero(np.isin(batch.episode_ids, fres.kept_traj))[0]
+        arrays = {k: batch.arrays()[k] for k in BATCH_KEYS}
+        arrays, row_valid = compact(arrays, rows, multiple=t.mini_batch_size)
+        dev = {k: jnp.asarray(v) for k, v in arrays.items()}
+        dev["old_logprobs"] = self._score_rows(self.fns["score_policy"], self.actor.trainable, self.actor.frozen, dev)
+        if self.need_ref:
+            dev["ref_logprobs"] = self._score_rows(self.fns["score_policy"], *self._ref_split(), dev)
+        values = (self._score_rows(self.fns["score_values"], self.critic.trainable, self.critic.frozen, dev)
+                  if self.critic is not None else jnp.zeros_like(dev["loss_mask"]))
+        token_rewards = dev["token_rewards"]
+        if cfg.algo.use_kl_in_reward:
+            token_rewards, current_kl = apply_kl_penalty(token_rewards, dev["old_logprobs"], dev["ref_logprobs"],
+                                                         dev["loss_mask"], cfg.algo.kl_ctrl_coef, cfg.algo.kl_penalty)
+            metrics["actor/reward_kl_penalty"] = float(current_kl)
+        adv, returns = self.fns["advantages"](token_rewards, dev["loss_mask"], values, dev["group_ids"])
+        adv = adv * advantage_scale(fres.kept_ratio, self.filter_cfg.loss_scaling)
+        dev.update(advantages=adv, returns=returns, values=values)
+        timing["timing_s/score_and_adv"] = time.perf_counter() - t0
+        mask = np.asarray(dev["loss_mask"]) > 0
+        metrics.update({
+            "critic/advantages/mean": float(np.asarray(adv)[mask].mean()) if mask.any() else 0.0,
+            "critic/returns/mean": float(np.asarray(returns)[mask].mean()) if mask.any() else 0.0,
+            "critic/values/mean": float(np.asarray(values)[mask].mean()) if mask.any() else 0.0,
+            "critic/score/mean": float(rewards.mean()),
+            "train/num_samples": float(row_valid.sum()),
+        })
+
+        t0 = time.perf_counter()
+        metrics.update(self._update(step, dev, row_valid))
+        timing["timing_s/update"] = time.perf_counter() - t0
+        timing["perf/trained_tokens"] = float(mask.sum())
+        return {**metrics, **timing}
+
+    def _ref_split(self):
+        if not hasattr(self, "_ref_parts"):
+            _, trainable, frozen = nnx.split(nnx.merge(self.actor.graphdef, self.ref_params),
+                                             nnx.LoRAParam if self.lora else nnx.Param, ...)
+            self._ref_parts = (trainable, frozen)
+        return self._ref_parts
+
+    def _score_rows(self, fn, a, b, dev) -> jax.Array:
+        """Apply a scoring function mini-batch by mini-batch (bounded activation memory)."""
+        m = self.cfg.trainer.mini_batch_size
+        outs = []
+        for i in range(0, dev["tokens"].shape[0], m):
+            out = fn(a, b, dev["tokens"][i:i + m], dev["attention_mask"][i:i + m])
+            outs.append(out[0] if isinstance(out, tuple) else out)
+        return jnp.concatenate(outs, axis=0)
+
+    def _update(self, step: int, dev: dict, row_valid: np.ndarray) -> dict[str, float]:
+        t, cfg = self.cfg.trainer, self.cfg
+        m = t.mini_batch_size
+        rng = np.random.default_rng([t.seed, step])
+        keys = ["tokens", "attention_mask", "loss_mask", "old_logprobs", "sample_logprobs", "advantages"]
+        if self.need_ref:
+            keys.append("ref_logprobs")
+        critic_keys = ["tokens", "attention_mask", "loss_mask", "values", "returns"]
+        actor_metrics, critic_metrics = [], []
+        valid_rows = np.nonzero(row_valid)[0]
+        pad_rows = np.nonzero(~row_valid)[0]
+        for _ in range(t.epochs):
+            order = np.concatenate([rng.permutation(valid_rows), pad_rows])
+            for i in range(0, len(order), m):
+                idx = jnp.asarray(order[i:i + m])
+                if self.critic is not None:
+                    mb = {k: dev[k][idx] for k in critic_keys}
+                    self.critic.trainable, self.critic_opt, cm = self.fns["critic_update"](
+                        self.critic.trainable, self.critic_opt, self.critic.frozen, mb)
+                    critic_metrics.append(cm)
+                if step >= t.critic_warmup:
+                    mb = {k: dev[k][idx] for k in keys}
+                    self.actor.trainable, self.actor_opt, am = self.fns["actor_update"](
+                        self.actor.trainable, self.actor_opt, self.actor.frozen, mb)
+                    actor_metrics.append(am)
+        out = {}
+        for prefix, ms in (("actor", actor_metrics), ("critic", critic_metrics)):
+            for k in (ms[0] if ms else {}):
+                out[f"{prefix}/{k}"] = float(np.mean([np.asarray(x[k]) for x in ms]))
+        out["actor/lr"] = float(self.actor_lr(step))
+        if self.critic is not None:
+            out["critic/lr"] = float(self.critic_lr(step))
+        return out
+
+    def _log_sample(self, res, step: int) -> None:
+        from ragen_jax.rollout.dump import episode_messages
+
+        ep = res.episodes[0]
+        msgs = episode_messages(ep, **self._dump_kwargs())
+        text = "\n\n".join(f"**{m['role']}**:\n```\n{m['content']}\n```" for m in msgs)
+        self.monitor.text("samples/trajectory", text, step)
+
+    # ------------------------------------------------------------------ the run
+    def _early_stop(self, metrics: dict) -> str | None:
+        es = self.cfg.trainer.early_stop
+        if metrics.get("early_stop/filter_empty"):
+            return f"the filter kept nothing for {self.filter_cfg.empty_stop_steps} steps in a row"
+        if es.reward_std_patience and self.counters["std_zero_streak"] >= es.reward_std_patience:
+            return f"in-group reward std was zero for {es.reward_std_patience} steps in a row"
+        if es.val_patience and self.counters["val_low_streak"] >= es.val_patience:
+            return f"validation success stayed below {es.val_success_below} {es.val_patience} times"
+        return None
+
+    def _record_val(self, step: int, metrics: dict) -> None:
+        success = metrics.get(f"val/{self.val_name}/success", 0.0)
+        es = self.cfg.trainer.early_stop
+        self.counters["val_low_streak"] = self.counters["val_low_streak"] + 1 if success < es.val_success_below else 0
+        self.history.append({"step": step, "val_success": success})
+
+    def train(self) -> dict[str, Any]:
+        cfg, t = self.cfg, self.cfg.trainer
+        wall0 = time.perf_counter()
+        trained_tokens = 0.0
+        if self.is_main:
+            os.makedirs(self.workdir, exist_ok=True)
+            with open(os.path.join(self.workdir, "config.json"), "w") as f:
+                f.write(cfg.to_json_best_effort(indent=2))
+        if cfg.val.every and cfg.val.at_start and self.start_step == 0:
+            vm = self.validate(0)
+            self._record_val(0, vm)
+            self.monitor.scalars(vm, 0)
+        stop_reason = None
+        bar = tqdm(range(self.start_step, t.total_steps), desc="train", disable=not self.is_main,
+                   initial=self.start_step, total=t.total_steps, dynamic_ncols=True)
+        step = self.start_step - 1
+        for step in bar:
+            t0 = time.perf_counter()
+            metrics = self.train_step(step)
+            trained_tokens += metrics.get("perf/trained_tokens", 0.0)
+            metrics["timing_s/step"] = time.perf_counter() - t0
+            if cfg.val.every and (step + 1) % cfg.val.every == 0:
+                vm = self.validate(step + 1)
+                self._record_val(step + 1, vm)
+                metrics.update(vm)
+            self.monitor.scalars(metrics, step + 1)
+            bar.set_postfix({"succ": f"{metrics.get(f'train/{self.tag}/success', 0):.2f}",
+                             "val": f"{self.history[-1]['val_success']:.2f}" if self.history else "-",
+                             "kept": f"{metrics.get('rollout/filter_kept_ratio', 1):.2f}"})
+            if t.save_every and (step + 1) % t.save_every == 0:
+                self.save(step)
+            stop_reason = self._early_stop(metrics)
+            if stop_reason:
+                logger.warning("Early stop at step %d: %s.", step + 1, stop_reason)
+                break
+        bar.close()
+        last = step
+        if t.save_every and last >= self.start_step:
+            self.save(last)
+        if self.history and self.history[-1]["step"] != last + 1 and cfg.val.every:
+            vm = self.validate(last + 1)
+            self._record_val(last + 1, vm)
+            self.monitor.scalars(vm, last + 1)
+        wall = time.perf_counter() - wall0
+        summary = self._summary(wall, trained_tokens, stop_reason)
+        if t.export_hf and self.is_main:
+            self.export(os.path.join(self.workdir, "hf_export"))
+        self.monitor.flush()
+        if self.is_main:
+            with open(os.path.join(self.workdir, "summary.json"), "w") as f:
+                json.dump(summary, f, indent=2)
+        return summary
+
+    def _summary(self, wall: float, trained_tokens: float, stop_reason: str | None) -> dict[str, Any]:
+        vals = [h["val_success"] for h in self.history]
+        return {
+            "val_success_start": vals[0] if vals else None,
+            "val_success_final": vals[-1] if vals else None,
+            "val_success_best": max(vals) if vals else None,
+            "val_history": self.history,
+            "wall_time_s": wall,
+            "trained_tokens_per_s": trained_tokens / max(wall, 1e-9),
+            "stop_reason": stop_reason,
+            "workdir": self.workdir,
+        }
+
+    def export(self, folder: str) -> str:
+        """Write the policy as a Hugging Face folder (LoRA merged) that transformers can load."""
+        from ragen_jax.models import merge_lora, save_pretrained
+
+        model = self.actor.module()
+        if self.lora:
+            model = merge_lora(model)
+        save_pretrained(model, folder, tokenizer=self.tokenizer)
+        return folder

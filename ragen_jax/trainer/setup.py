@@ -1,0 +1,96 @@
+"""Build the run's parts from a config: tokenizer, policy, critic, reference, env batches."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from envs.batch import make_env_batch
+from ragen_jax.models import CausalLM, ValueModel, apply_lora, load_model, load_tokenizer
+
+
+@dataclasses.dataclass
+class SplitModel:
+    """A model as (graphdef, trainable state, frozen state); `full()` merges both for inference."""
+
+    graphdef: Any
+    trainable: Any
+    frozen: Any
+
+    def full(self) -> Any:
+        return nnx.merge_state(self.trainable, self.frozen)
+
+    def module(self) -> nnx.Module:
+        return nnx.merge(self.graphdef, self.trainable, self.frozen)
+
+
+def split_model(model: nnx.Module, lora: bool) -> SplitModel:
+    """Trainable = LoRA adapters when LoRA is on, else every parameter."""
+    trainable_filter = nnx.LoRAParam if lora else nnx.Param
+    graphdef, trainable, frozen = nnx.split(model, trainable_filter, ...)
+    return SplitModel(graphdef, trainable, frozen)
+
+
+def resolve_model_path(path: str) -> str:
+    """A local folder, or a hub id already in the local Hugging Face cache."""
+    if os.path.isdir(path):
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(path, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - any failure means "not available offline"
+        raise FileNotFoundError(
+            f"Model {path!r} is neither a local folder nor in the local Hugging Face cache ({e}). "
+            f"Download it first, e.g. `huggingface-cli download {path}` (or point "
+            f"--config.model.path at a local folder), or run the `:tiny` variant, which needs no files."
+        ) from None
+
+
+def load_policy_and_tokenizer(model_cfg) -> tuple[nnx.Module, Any]:
+    """The policy model (LoRA applied when rank > 0) and its tokenizer."""
+    dtype_kwargs = {k: model_cfg[k] for k in ("param_dtype", "dtype") if model_cfg[k]}
+    if model_cfg.preset == "tiny":
+        from ragen_jax.models.tiny import make_tiny_model
+
+        model, tokenizer = make_tiny_model(seed=model_cfg.seed, **dict(model_cfg.tiny), **dtype_kwargs,
+                                           remat=model_cfg.remat)
+    elif model_cfg.preset:
+        raise ValueError(f"Unknown model preset {model_cfg.preset!r}; use 'tiny' or '' (load model.path).")
+    else:
+        folder = resolve_model_path(model_cfg.path)
+        model = load_model(folder, remat=model_cfg.remat, **dtype_kwargs)
+        tokenizer = load_tokenizer(folder)
+    if model_cfg.lora.rank > 0:
+        targets = tuple(t.strip() for t in model_cfg.lora.target_modules.split(",") if t.strip())
+        model = apply_lora(model, model_cfg.lora.rank, model_cfg.lora.alpha, targets,
+                           rngs=nnx.Rngs(model_cfg.seed + 1))
+    return model, tokenizer
+
+
+def make_critic(model_cfg, policy: CausalLM) -> ValueModel:
+    """The PPO critic: from `critic_path` if set, else the policy's backbone + a fresh value head."""
+    if model_cfg.critic_path:
+        critic = load_model(resolve_model_path(model_cfg.critic_path), model_cls=ValueModel, remat=model_cfg.remat)
+    elif model_cfg.lora.rank > 0:
+        from ragen_jax.models import merge_lora
+
+        critic = ValueModel.from_causal_lm(merge_lora(_clone(policy)), rngs=nnx.Rngs(model_cfg.seed + 2))
+    else:
+        critic = ValueModel.from_causal_lm(policy, rngs=nnx.Rngs(model_cfg.seed + 2))
+    return critic
+
+
+def _clone(model: nnx.Module) -> nnx.Module:
+    graphdef, state = nnx.split(model)
+    return nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
+
+
+def env_batch(env_cfg, name: str, batch_size: int):
+    """An EnvBatch of `batch_size` episodes of registered env `name` with the config's overrides."""
+    return make_env_batch(name, batch_size, **dict(env_cfg.kwargs))

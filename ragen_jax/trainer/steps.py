@@ -1,0 +1,185 @@
+"""The update stage as pure jitted functions over split model state.
+
+`make_step_fns(...)` closes over the static pieces (graph definitions, optimizers, algorithm
+settings) and returns jitted functions of (params, batch): scoring (log-probs, values),
+advantages, and one actor / critic update per mini-batch with exact micro-batch gradient
+accumulation (a `lax.scan` over micro-batches; loss numerators add, the mini-batch denominator
+divides once). Params and optimizer states are donated. A non-finite gradient skips the update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_numerator, call_with_supported,
+                             compute_advantages, kl_penalty, token_logprobs_and_entropy)
+from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
+
+
+def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
+    """RoPE positions [B, T] for right-padded rows: 0, 1, ... over real tokens."""
+    return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def _shift_right(x: jax.Array) -> jax.Array:
+    """[B, T-1] values for tokens 1..T-1 -> token-aligned [B, T] with 0 at t=0."""
+    return jnp.pad(x, ((0, 0), (1, 0)))
+
+
+def policy_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, temperature: float = 1.0,
+                    chunk_size: int = 256) -> tuple[jax.Array, jax.Array]:
+    """Token-aligned log p(tokens[t] | tokens[<t]) and entropy, [B, T] each (0 at t=0)."""
+    chex.assert_rank([tokens, attention_mask], 2)
+    hidden, _ = model.hidden(tokens, positions_from_mask(attention_mask), attention_mask=attention_mask)
+    lp, ent = token_logprobs_and_entropy(hidden[:, :-1], model.lm_head_matrix(), tokens[:, 1:],
+                                         chunk_size=chunk_size, temperature=temperature)
+    return _shift_right(lp), _shift_right(ent)
+
+
+def critic_values(critic, tokens: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    """Token-aligned values [B, T]: the value of the state before token t (V(h_{t-1})), 0 at t=0."""
+    values = critic(tokens, positions_from_mask(attention_mask), attention_mask=attention_mask)
+    return _shift_right(values[:, :-1])
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgoSettings:
+    """The algorithm knobs the jitted functions close over (hashable, static)."""
+
+    adv_estimator: str | Callable
+    policy_loss: str | Callable
+    value_loss: str
+    loss_agg_mode: str
+    gamma: float
+    lam: float
+    high_level_gamma: float
+    norm_adv_by_std_in_grpo: bool
+    clip_ratio_low: float
+    clip_ratio_high: float
+    clip_ratio_c: float | None
+    cliprange_value: float
+    entropy_coeff: float
+    use_kl_loss: bool
+    kl_loss_coef: float
+    kl_loss_type: str
+    tis_cap: float | None
+    temperature: float
+    logprob_chunk: int
+
+
+def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Array]:
+    """Leaves [M, ...] -> [M // micro, micro, ...] for a scan over micro-batches."""
+    def split(x):
+        if x.shape[0] % micro:
+            raise ValueError(f"Mini-batch of {x.shape[0]} rows is not a multiple of micro_batch_size {micro}.")
+        return x.reshape(x.shape[0] // micro, micro, *x.shape[1:])
+    return jax.tree.map(split, batch)
+
+
+def _accumulate(loss_fn, params, micro_batches, *args):
+    """Sum of value_and_grad over micro-batches (scan). -> (loss sum, grads sum, metrics mean)."""
+    def body(carry, mb):
+        loss_sum, grads_sum = carry
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb, *args)
+        return (loss_sum + loss, jax.tree.map(jnp.add, grads_sum, grads)), metrics
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    (loss, grads), metrics = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), micro_batches)
+    return loss, grads, jax.tree.map(jnp.mean, metrics)
+
+
+def _guarded_apply(tx, params, opt_state, grads, loss):
+    """Apply the optimizer unless the loss or gradient is non-finite (then keep everything)."""
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(grad_norm) & jnp.isfinite(loss)
+    safe_grads = jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads)
+    updates, new_opt = tx.update(safe_grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+    return jax.tree.map(keep, new_params, params), jax.tree.map(keep, new_opt, opt_state), grad_norm, finite
+
+
+def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx, critic_tx,
+                  micro_batch_size: int) -> dict[str, Callable]:
+    """Jitted scoring / advantage / update functions for one training run."""
+
+    def actor_model(trainable, frozen):
+        return nnx.merge(actor_graphdef, trainable, frozen)
+
+    @jax.jit
+    def score_policy(trainable, frozen, tokens, attention_mask):
+        return policy_logprobs(actor_model(trainable, frozen), tokens, attention_mask,
+                               temperature=algo.temperature, chunk_size=algo.logprob_chunk)
+
+    @jax.jit
+    def score_values(critic_params, critic_frozen, tokens, attention_mask):
+        return critic_values(nnx.merge(critic_graphdef, critic_params, critic_frozen), tokens, attention_mask)
+
+    @jax.jit
+    def advantages(token_rewards, loss_mask, values, group_ids):
+        inputs = AdvantageInputs(token_level_rewards=token_rewards, response_mask=loss_mask,
+                                 values=values, group_ids=group_ids)
+        return compute_advantages(algo.adv_estimator, inputs, gamma=algo.gamma, lam=algo.lam,
+                                  high_level_gamma=algo.high_level_gamma,
+                                  norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+
+    policy_fn = POLICY_LOSSES.get(algo.policy_loss)
+
+    def actor_loss(trainable, mb, frozen, denom):
+        logprobs, entropy = policy_logprobs(actor_model(trainable, frozen), mb["tokens"], mb["attention_mask"],
+                                            temperature=algo.temperature, chunk_size=algo.logprob_chunk)
+        mask = mb["loss_mask"]
+        pg, metrics = call_with_supported(
+            policy_fn, logprobs, mb["old_logprobs"], mb["advantages"], mask,
+            clip_ratio_low=algo.clip_ratio_low, clip_ratio_high=algo.clip_ratio_high,
+            clip_ratio_c=algo.clip_ratio_c, sampler_logprobs=mb["sample_logprobs"], tis_cap=algo.tis_cap)
+        num = agg_numerator(pg, mask, algo.loss_agg_mode)
+        ent_num = agg_numerator(entropy, mask, algo.loss_agg_mode)
+        total = num - algo.entropy_coeff * ent_num
+        metrics = dict(metrics, pg_loss=num / denom, entropy=ent_num / denom)
+        if algo.use_kl_loss:
+            kl_num = agg_numerator(kl_penalty(logprobs, mb["ref_logprobs"], algo.kl_loss_type), mask,
+                                   algo.loss_agg_mode)
+            total = total + algo.kl_loss_coef * kl_num
+            metrics["kl_loss"] = kl_num / denom
+        return total / denom, metrics
+
+    def _actor_update(trainable, opt_state, frozen, minibatch):
+        denom = jnp.maximum(agg_denominator(minibatch["loss_mask"], algo.loss_agg_mode), 1e-8)
+        loss, grads, metrics = _accumulate(actor_loss, trainable, _micro_batches(minibatch, micro_batch_size),
+                                           frozen, denom)
+        trainable, opt_state, grad_norm, finite = _guarded_apply(actor_tx, trainable, opt_state, grads, loss)
+        n_micro = minibatch["loss_mask"].shape[0] // micro_batch_size  # per-micro parts of one loss
+        metrics = {k: v * n_micro if k in ("pg_loss", "entropy", "kl_loss") else v for k, v in metrics.items()}
+        metrics.update(loss=loss, grad_norm=grad_norm, update_skipped=1.0 - finite.astype(jnp.float32))
+        return trainable, opt_state, metrics
+
+    def critic_loss(params, mb, frozen, denom):
+        values = critic_values(nnx.merge(critic_graphdef, params, frozen), mb["tokens"], mb["attention_mask"])
+        vf, metrics = call_with_supported(VALUE_LOSSES.get(algo.value_loss), values, mb["values"], mb["returns"],
+                                          mb["loss_mask"], cliprange_value=algo.cliprange_value)
+        num = agg_numerator(vf, mb["loss_mask"], algo.loss_agg_mode)
+        return num / denom, metrics
+
+    def _critic_update(params, opt_state, frozen, minibatch):
+        denom = jnp.maximum(agg_denominator(minibatch["loss_mask"], algo.loss_agg_mode), 1e-8)
+        loss, grads, metrics = _accumulate(critic_loss, params, _micro_batches(minibatch, micro_batch_size),
+                                           frozen, denom)
+        params, opt_state, grad_norm, finite = _guarded_apply(critic_tx, params, opt_state, grads, loss)
+        return params, opt_state, dict(metrics, vf_loss=loss, grad_norm=grad_norm,
+                                       update_skipped=1.0 - finite.astype(jnp.float32))
+
+    actor_update = jax.jit(_actor_update, donate_argnums=(0, 1))
+    critic_update = jax.jit(_critic_update, donate_argnums=(0, 1))
+    return dict(score_policy=score_policy, score_values=score_values, advantages=advantages,
+                actor_update=actor_update, critic_update=critic_update)
+
+
+def param_count(state: Any) -> int:
+    return int(sum(x.size for x in jax.tree.leaves(state)))

@@ -1,0 +1,204 @@
+"""Rollout engine on the tiny model: turns, masks, log-probs, rewards, penalties, truncation."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from envs.protocols import EnvBatch, TurnResult
+from ragen_jax.models.tiny import make_tiny_model
+from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds
+from ragen_jax.rollout.dump import read_jsonl, write_jsonl
+from ragen_jax.sampling import SampleOutput
+from ragen_jax.trainer.steps import policy_logprobs
+
+
+class LineEnv(EnvBatch):
+    """Walk right along a line of `goal` cells; reward 1 per step right, 10 at the goal."""
+
+    action_lookup = {"left": 0, "right": 1}
+    action_names = ["Left", "Right"]
+
+    def __init__(self, n, goal=3):
+        self.n, self.goal, self.pos = n, goal, np.zeros(n, int)
+
+    @property
+    def batch_size(self):
+        return self.n
+
+    def instruction(self):
+        return "Reach the goal."
+
+    def reset(self, seeds):
+        self.pos[:] = 0
+        return [self._render(i) for i in range(self.n)]
+
+    def _render(self, i):
+        return "_" * self.pos[i] + "P" + "_" * (self.goal - self.pos[i])
+
+    def step(self, actions, active):
+        r = np.zeros(self.n, np.float32)
+        term = np.zeros(self.n, bool)
+        executed = np.zeros(self.n, np.int32)
+        eff = np.zeros(self.n, bool)
+        for i in np.nonzero(active)[0]:
+            for a in actions[i]:
+                executed[i] += 1
+                if a == 1:
+                    self.pos[i] += 1
+                    r[i] += 1.0
+                    eff[i] = True
+                if self.pos[i] >= self.goal:
+                    r[i] += 10.0
+                    term[i] = True
+                    break
+        return TurnResult([self._render(i) for i in range(self.n)], r, term, np.zeros(self.n, bool),
+                          term.copy(), executed, eff, [""] * self.n, [{} for _ in range(self.n)])
+
+
+class ScriptedSampler:
+    """Stands in for the Sampler: returns scripted response texts per (row, call)."""
+
+    def __init__(self, real, tokenizer, script):
+        self.real, self.tok, self.script, self.calls = real, tokenizer, script, 0
+        self.fed = []
+
+    def init_cache(self):
+        return self.real.init_cache()
+
+    def generate(self, params, new_tokens, new_lens, key, config, *, cache, cache_lens, active):
+        self.fed.append((np.asarray(new_lens).copy(), np.asarray(cache_lens).copy()))
+        B, N = new_tokens.shape[0], config.max_new_tokens
+        toks = np.full((B, N), self.tok.pad_token_id, np.int32)
+        lens = np.zeros(B, np.int32)
+        for b in range(B):
+            if active[b]:
+                ids = self.tok.encode(self.script[self.calls][b])[:N]
+                toks[b, : len(ids)] = ids
+                lens[b] = len(ids)
+        self.calls += 1
+        cache_lens_out = np.where(active, np.asarray(cache_lens) + new_lens + np.maximum(lens - 1, 0), cache_lens)
+        zeros = jnp.zeros((B, N))
+        return SampleOutput(tokens=jnp.asarray(toks), lengths=jnp.asarray(lens), logprobs=zeros, raw_logprobs=zeros,
+                            finish_reason=jnp.zeros(B, jnp.int32), cache=cache, cache_lens=jnp.asarray(cache_lens_out))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tok = make_tiny_model(seed=0)
+    graphdef, params = nnx.split(model)
+    return graphdef, params, tok
+
+
+def _cfg(**kw):
+    base = dict(max_turn=3, max_actions_per_turn=2, max_actions_per_traj=10, response_length=16,
+                max_model_len=512, temperature=1.0)
+    base.update(kw)
+    return RolloutConfig(**base)
+
+
+def test_real_sampler_masks_and_logprobs_match_fresh_forward(tiny):
+    graphdef, params, tok = tiny
+    cfg = _cfg()
+    engine = RolloutEngine(graphdef, tok, cfg, batch_size=4)
+    seeds, gids = group_seeds(10000, 2, 2)
+    res = engine.run(params, LineEnv(4), seeds, gids, jax.random.PRNGKey(0), tag="Line")
+    batch = res.batch
+    assert batch.num_samples == 4
+    for i, ep in enumerate(res.episodes):
+        assert ep.num_turns == 3  # random model never finishes: every turn is played
+        assert ep.penalty == pytest.approx(3 * cfg.format_penalty)
+        row = batch.tokens[i]
+        masked = row[batch.loss_mask[i] > 0]
+        responses = [t for r in ep.history for t in (r.response_tokens or [])]
+        assert masked.tolist() == responses  # the mask covers exactly the sampled tokens
+        last = np.nonzero(batch.loss_mask[i])[0][-1]
+        assert batch.token_rewards[i, last] == pytest.approx(ep.total_reward)
+        assert np.count_nonzero(batch.token_rewards[i]) == 1
+    model_lp, _ = policy_logprobs(nnx.merge(graphdef, params), jnp.asarray(batch.tokens),
+                                  jnp.asarray(batch.attention_mask), temperature=1.0)
+    m = batch.loss_mask > 0
+    np.testing.assert_allclose(np.asarray(model_lp)[m], batch.raw_logprobs[m], atol=2e-4)
+    np.testing.assert_allclose(np.asarray(model_lp)[m], batch.sample_logprobs[m], atol=2e-4)  # temperature 1, no top-p
+
+
+def test_scripted_turns_rewards_done_and_cache_continuation(tiny):
+    graphdef, params, tok = tiny
+    cfg = _cfg(max_turn=3)
+    engine = RolloutEngine(graphdef, tok, cfg, batch_size=3)
+    good = "</think><answer>Right || Right</answer>"
+    script = [["</think><answer>Right</answer>", "garbage", good],
+              ["</think><answer>Right || Right</answer>", "</think><answer>Jump || Right</answer>",
+               "</think><answer>Right</answer>"],
+              ["x", "</think><answer>Left</answer>", "x"]]
+    engine.sampler = ScriptedSampler(engine.sampler, tok, script)
+    res = engine.run(params, LineEnv(3), [1, 1, 2], [0, 0, 1], jax.random.PRNGKey(0), tag="Line")
+    e0, e1, e2 = res.episodes
+    assert e0.success and e0.num_turns == 2 and e0.num_actions == 3 and e0.env_reward == pytest.approx(13.0)
+    assert e1.num_turns == 3 and not e1.success and e1.penalty == pytest.approx(-0.2)
+    assert e1.history[1].warn_invalid and "No valid action provided" not in e1.history[2].state
+    assert e2.num_turns == 2 and e2.success and e2.env_reward == pytest.approx(13.0)  # 3 moves + goal bonus
+    # Continuation: after turn 1 only the new environment tokens (plus the last sampled token) are fed.
+    (lens1, cache1), (lens2, cache2), _ = engine.sampler.fed
+    assert (cache1 == 0).all()
+    for b, ep in enumerate((e0, e1)):
+        # the cache kept turn 1's context and response (but its last token), fed again now
+        assert cache2[b] == lens1[b] + len(ep.history[0].response_tokens) - 1
+        turn2 = dataclasses.replace(ep.history[1], response_text=None, response_tokens=None)
+        context2 = engine._fit_context(dataclasses.replace(ep, history=[ep.history[0], turn2]))
+        assert cache2[b] + lens2[b] == len(context2)
+    assert res.metrics["Line/success"] == pytest.approx(2 / 3)
+    assert res.metrics["Line/pass@2"] == pytest.approx(1.0)
+
+
+def test_turn_scores_and_per_turn_samples(tiny):
+    graphdef, params, tok = tiny
+    cfg = _cfg(max_turn=2, use_turn_scores=True, context_mode="limited_multi_turn", context_window=2)
+    engine = RolloutEngine(graphdef, tok, cfg, batch_size=2)
+    script = [["</think><answer>Right</answer>", "bad"], ["</think><answer>Right</answer>", "bad"]]
+    engine.sampler = ScriptedSampler(engine.sampler, tok, script)
+    res = engine.run(params, LineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
+    b = res.batch
+    assert b.num_samples == 4  # one sample per (episode, turn)
+    for row in range(4):
+        trained = np.nonzero(b.loss_mask[row])[0]
+        turn = b.turn_ids[row, trained[0]]
+        assert (b.turn_ids[row, trained] == turn).all()  # only the sample's own turn is trained
+        ep = res.episodes[b.episode_ids[row]]
+        expected = ep.history[turn].reward + (cfg.format_penalty if ep.history[turn].invalid else 0)
+        assert b.token_rewards[row, trained[-1]] == pytest.approx(expected)
+
+
+def test_truncation_keeps_newest_turns(tiny):
+    graphdef, params, tok = tiny
+    probe = RolloutEngine(graphdef, tok, _cfg(), batch_size=1)
+    probe.sampler = ScriptedSampler(probe.sampler, tok, [["bad"], ["bad"], ["bad"]])
+    first = probe.run(params, LineEnv(1), [1], [0], jax.random.PRNGKey(0), tag="Line")
+    one_turn = len(probe.builder.assemble(
+        [{"role": "system", "content": first.episodes[0].system},
+         {"role": "user", "content": "x"}], add_generation_prompt=True)[0])
+    cfg = _cfg(max_turn=4, max_model_len=one_turn + 16 + 80)
+    engine = RolloutEngine(graphdef, tok, cfg, batch_size=1)
+    engine.sampler = ScriptedSampler(engine.sampler, tok, [["bad"]] * 4)
+    res = engine.run(params, LineEnv(1), [1], [0], jax.random.PRNGKey(0), tag="Line")
+    ep = res.episodes[0]
+    assert ep.num_turns == 4 and ep.history_start > 0
+    text = tok.decode(res.batch.tokens[0][res.batch.attention_mask[0]].tolist())
+    assert "Turn 4:" in text and "Turn 1:" not in text
+
+
+def test_jsonl_round_trip(tiny, tmp_path):
+    graphdef, params, tok = tiny
+    engine = RolloutEngine(graphdef, tok, _cfg(max_turn=2), batch_size=2)
+    engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Right</answer>", "x"], ["y", "z"]])
+    res = engine.run(params, LineEnv(2), [5, 5], [0, 0], jax.random.PRNGKey(0), tag="Line")
+    path = write_jsonl(str(tmp_path / "r.jsonl"), res.episodes, max_tokens=16, enable_think=True, format_penalty=-0.1)
+    lines = read_jsonl(path)
+    assert [l["custom_id"] for l in lines] == ["traj_0", "traj_1"]
+    assert lines[0]["messages"][0]["role"] == "system" and lines[0]["messages"][2]["role"] == "assistant"
+    assert lines[0]["messages"][2]["content"] == "<think></think><answer>Right</answer>"
+    meta = lines[1]["metadata"]
+    assert meta["group_id"] == 0 and meta["num_turns"] == 2 and meta["total_reward"] == pytest.approx(-0.2)
