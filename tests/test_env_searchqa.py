@@ -220,3 +220,32 @@ def test_hung_server_times_out():
     finally:
         stop.set()
         listener.close()
+
+
+@pytest.mark.slow
+def test_dense_retriever_with_a_tiny_local_encoder(tmp_path):
+    """Dense retrieval from a local encoder folder (a tiny random BERT built here, no download)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from envs.searchqa.retriever import make_retriever
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "query", ":", "passage", "red", "blue", "cat", "dog", "river"]
+    (tmp_path / "vocab.txt").write_text("\n".join(words))
+    transformers.BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32)
+    transformers.BertModel(config).save_pretrained(tmp_path)
+    docs = [Document("a", "red cat"), Document("b", "blue dog river"), Document("c", "river")]
+    retriever = make_retriever(docs, "dense", str(tmp_path))
+    hits = retriever.search("red cat", 2)
+    assert len(hits) == 2 and hits[0]["score"] >= hits[1]["score"] and -1.0 <= hits[1]["score"] <= 1.0001
+    assert retriever.doc_vectors.shape == (3, 16)
+    assert all(abs(float((v * v).sum()) - 1.0) < 1e-4 for v in retriever.doc_vectors)
+    srv = make_server(retriever, "127.0.0.1", 0).start_background()
+    try:
+        assert RetrievalClient(srv.url, timeout_s=10).health()["index_type"] == "dense"
+    finally:
+        srv.stop()
+    with pytest.raises(ValueError, match="needs model_dir"):
+        make_retriever(docs, "dense")
