@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ragen_jax import algos
 from ragen_jax.algos import AdvantageInputs
@@ -232,3 +234,25 @@ def test_custom_estimator_by_registration_and_import_path():
         np.testing.assert_allclose(via_path[0], [[1.5, 1.5], [0.0, -1.5]])
     finally:
         algos.ADVANTAGE_ESTIMATORS.unregister("test_sign_of_score")
+
+
+_GAE = jax.jit(functools.partial(algos.gae, gamma=0.97, lam=0.85, whiten=False))
+_BILEVEL = jax.jit(functools.partial(algos.bilevel_gae, gamma=0.97, lam=0.85, high_level_gamma=0.9, whiten=False))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_property_gae_and_bilevel_match_loop_references(seed):
+    rng = np.random.default_rng(seed)
+    shape = (3, 8)
+    mask = (rng.random(shape) < 0.6).astype(np.int32)
+    rewards = np.where(rng.random(shape) < 0.3, rng.normal(size=shape), 0.0)
+    values = rng.normal(size=shape)
+    gamma, lam, hg = 0.97, 0.85, 0.9
+    inputs = AdvantageInputs(jnp.asarray(rewards, jnp.float32), jnp.asarray(mask),
+                             values=jnp.asarray(values, jnp.float32))
+    adv, _ = _GAE(inputs)
+    np.testing.assert_allclose(adv, np_gae_loop(rewards, values, mask, gamma, lam), atol=1e-4)
+    adv, _ = _BILEVEL(inputs)
+    expected = np_bilevel_loop(rewards, values, mask, rewards != 0, gamma, lam, hg)
+    np.testing.assert_allclose(adv, expected, atol=1e-4)

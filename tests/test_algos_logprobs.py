@@ -81,3 +81,10 @@ def test_bad_shapes_fail_clearly():
         algos.token_logprobs_and_entropy(hidden, head.T, targets)
     with pytest.raises(ValueError, match="chunk_size"):
         algos.token_logprobs_and_entropy(hidden, head, targets, chunk_size=0)
+
+
+def test_out_of_range_targets_stay_finite():
+    hidden, head, targets = _data()
+    targets = targets.at[:, -3:].set(-100)  # an ignore-index convention
+    lp, ent = algos.token_logprobs_and_entropy(hidden, head, targets, chunk_size=8)
+    assert np.all(np.isfinite(lp)) and np.all(np.isfinite(ent))

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 
 def _logprob_entropy(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+    targets = jnp.clip(targets, 0, logits.shape[-1] - 1)  # e.g. -100 padding: finite, mask it out
     log_z = jax.nn.logsumexp(logits, axis=-1)
     target_logits = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     probs = jax.nn.softmax(logits, axis=-1)
