@@ -194,3 +194,26 @@ def test_cli_server_crash_mid_episode_is_reported():
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_host_batch_records_remote_failures_as_error_episodes():
+    batch_module = pytest.importorskip("envs.batch")
+    import numpy as np
+
+    good = EnvServer(TOY, port=0).start_background()
+    doomed = EnvServer(TOY, port=0).start_background()
+    try:
+        envs = [RemoteEnv(good.url, timeout_s=5), RemoteEnv(good.url, timeout_s=5), RemoteEnv(doomed.url, timeout_s=5, retries=0)]
+        batch = batch_module.HostEnvBatch(envs)
+        assert batch.reset([0, 1, 2]) == ["Value: 0", "Value: 1", "Value: 2"]
+        doomed.stop()  # the server of episode 2 goes away mid-episode
+        start = time.monotonic()
+        result = batch.step([["up"], ["fail"], ["up"]], np.ones(3, bool))
+        assert time.monotonic() - start < 5
+        assert result.errors[0] == "" and result.observations[0] == "Value: 1"
+        assert "RemoteEnvError" in result.errors[1] and "500" in result.errors[1]
+        assert "RemoteEnvError" in result.errors[2] and "failed" in result.errors[2]
+        assert result.terminated.tolist() == [False, True, True]
+        batch.close()
+    finally:
+        good.stop()

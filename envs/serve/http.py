@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -52,6 +53,14 @@ class JsonHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     timeout = 300  # idle keep-alive connections are closed after this many seconds
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, add=True)  # type: ignore[attr-defined]
+
+    def finish(self) -> None:
+        self.server.track(self.connection, add=False)  # type: ignore[attr-defined]
+        super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet by default
         if getattr(self.server, "verbose", False):
@@ -122,6 +131,12 @@ class JsonServer(ThreadingHTTPServer):
         self.routes = routes
         self.verbose = verbose
         self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def track(self, connection: socket.socket, add: bool) -> None:
+        with self._connections_lock:
+            (self._connections.add if add else self._connections.discard)(connection)
 
     @property
     def url(self) -> str:
@@ -135,8 +150,16 @@ class JsonServer(ThreadingHTTPServer):
         return self
 
     def stop(self) -> None:
+        """Stop serving and cut open keep-alive connections (clients see the server go away)."""
         self.shutdown()
         self.server_close()
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
 
