@@ -79,7 +79,7 @@ def test_fork_bomb_is_bounded_and_cleaned_up(sandbox):
     assert time.monotonic() - t < 10
     if caps.get("uid") is not None:
         for slot in range(sandbox.max_concurrency):
-            assert not _uid_has_processes(sandbox.config.uid_base + slot)
+            assert not _uid_has_processes(sandbox.uid_base + slot)
     assert sandbox.run("print('alive')").stdout.strip() == "alive"
 
 
@@ -203,3 +203,9 @@ def test_strict_mode_refuses_without_isolation():
     sb = Sandbox(SandboxConfig(use_namespaces=False, drop_privileges=False, strict=True), max_concurrency=1)
     r = sb.run("print('ran')")
     assert r.status == "sandbox_error" and "ran" not in r.stdout
+
+
+def test_stdin_cannot_be_reread(sandbox):
+    r = sandbox.run("import sys\nfirst = sys.stdin.read()\ntry:\n    sys.stdin.seek(0)\n    print('again', sys.stdin.read())\n"
+                    "except OSError:\n    print('unseekable', first)", "secret-input")
+    assert r.ok and r.stdout.strip() == "unseekable secret-input"

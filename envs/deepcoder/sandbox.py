@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import os
 import queue
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,7 @@ class SandboxConfig:
     max_open_files: int = 64
     use_namespaces: bool = True
     drop_privileges: bool = True  # switch to uid_base + slot when root
-    uid_base: int = 1_900_000_000  # unused uid range, one uid per concurrent slot
+    uid_base: int | None = None  # first uid of this sandbox's slots; None -> a block unique to the process
     hidden_paths: tuple[str, ...] = ()  # extra directories to hide (project root, home always)
     strict: bool = False  # refuse to run when netns or an unprivileged uid are unavailable
 
@@ -75,12 +77,18 @@ def _can_switch_uid() -> bool:
     return hasattr(os, "setresuid") and os.geteuid() == 0
 
 
-@functools.lru_cache(maxsize=8)
+_PROBE_UID = 999_999_999  # an unprivileged uid with no files: what every slot uid can access
+
+
 def interpreter_for(uid: int | None) -> str:
-    """A Python interpreter that `uid` can execute (the base interpreter if it can)."""
+    """A Python interpreter that `uid` (None = ourselves) can execute."""
+    return os.path.realpath(sys.executable) if uid is None else _unprivileged_interpreter()
+
+
+@functools.lru_cache(maxsize=1)
+def _unprivileged_interpreter() -> str:
+    uid = _PROBE_UID
     candidates = [os.path.realpath(sys.executable), os.path.realpath(getattr(sys, "_base_executable", ""))]
-    if uid is None:
-        return candidates[0]
     candidates += [os.path.realpath(p) for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.path.exists(p)]
     for cand in dict.fromkeys(c for c in candidates if c and os.path.isfile(c)):
         try:
@@ -90,7 +98,7 @@ def interpreter_for(uid: int | None) -> str:
             continue
         if proc.returncode == 0:
             return cand
-    raise SandboxError(f"no Python interpreter is executable by uid {uid}; install python3 in /usr/bin "
+    raise SandboxError("no Python interpreter is executable by an unprivileged uid; install python3 in /usr/bin "
                        "or set SandboxConfig(drop_privileges=False)")
 
 
@@ -134,6 +142,19 @@ def _killpg(pid: int) -> None:
         pass
 
 
+def _feed(pipe: Any, data: bytes) -> None:
+    """Write the program's stdin; a program that exits or is killed early just closes the pipe."""
+    try:
+        pipe.write(data)
+    except (BrokenPipeError, OSError, ValueError):
+        pass
+    finally:
+        try:
+            pipe.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+
 def _pump(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, bytes, str | None]:
     """Read stdout/stderr until EOF; stops at the deadline ("timeout") or over `cap` bytes."""
     out, err = bytearray(), bytearray()
@@ -161,6 +182,16 @@ def _pump(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, byt
     return bytes(out[:cap]), bytes(err[:cap]), reason
 
 
+_SLOTS_PER_BLOCK = 128
+_block_counter = itertools.count()
+
+
+def _next_uid_block() -> int:
+    """Unused uids, distinct per process and per Sandbox (concurrent test runs must not share them)."""
+    block = (os.getpid() % 1_000_000) * 16 + next(_block_counter) % 16
+    return 1_000_000_000 + block * _SLOTS_PER_BLOCK
+
+
 class Sandbox:
     """Runs Python programs contained; up to `max_concurrency` at once (one uid slot each)."""
 
@@ -170,11 +201,14 @@ class Sandbox:
         self._slots: queue.Queue[int] = queue.Queue()
         for slot in range(max_concurrency):
             self._slots.put(slot)
+        if max_concurrency > _SLOTS_PER_BLOCK:
+            raise ValueError(f"max_concurrency must be <= {_SLOTS_PER_BLOCK}, got {max_concurrency}")
         self._switch_uid = self.config.drop_privileges and _can_switch_uid()
+        self.uid_base = self.config.uid_base if self.config.uid_base is not None else _next_uid_block()
         self._caps: dict[str, Any] | None = None
 
     def _uid(self, slot: int) -> int | None:
-        return self.config.uid_base + slot if self._switch_uid else None
+        return self.uid_base + slot if self._switch_uid else None
 
     def run(self, code: str, stdin: str = "") -> RunResult:
         """Run `code` as a script with `stdin`; blocks until a slot is free."""
@@ -200,7 +234,6 @@ class Sandbox:
         start = time.monotonic()
         try:
             Path(staging, "solution.py").write_text(code, encoding="utf-8")
-            Path(staging, "stdin.txt").write_text(stdin, encoding="utf-8")
             if uid is not None:  # fallback mode works in the staging dir itself
                 os.chown(staging, uid, uid)
             launch = {"status_fd": status_w, "staging_dir": staging, "interpreter": interpreter,
@@ -209,12 +242,14 @@ class Sandbox:
                       "memory_bytes": cfg.memory_bytes, "file_size_bytes": cfg.file_size_bytes,
                       "max_open_files": cfg.max_open_files, "max_processes": cfg.max_processes,
                       "strict": cfg.strict}
-            with open(Path(staging, "stdin.txt"), "rb") as stdin_f:
-                proc = subprocess.Popen([sys.executable, "-I", "-S", LAUNCHER, json.dumps(launch)],
-                                        stdin=stdin_f, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        pass_fds=(status_w,), cwd="/", env={}, start_new_session=True)
+            # stdin through a pipe (not a file: a file could be re-read with seek after the harness read it)
+            proc = subprocess.Popen([sys.executable, "-I", "-S", LAUNCHER, json.dumps(launch)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    pass_fds=(status_w,), cwd="/", env={}, start_new_session=True)
             os.close(status_w)
             status_w = -1
+            feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin.encode("utf-8")), daemon=True)
+            feeder.start()
             out, err, reason = _pump(proc, start + cfg.wall_time_s, cfg.max_output_bytes)
             if reason:
                 _killpg(proc.pid)
@@ -227,6 +262,7 @@ class Sandbox:
             _killpg(proc.pid)  # orphans still in the group
             if uid is not None:
                 kill_uid(uid, interpreter)
+            feeder.join(timeout=5)
             proc.stdout.close()
             proc.stderr.close()
             isolation = _read_status(status_r)
