@@ -1,0 +1,307 @@
+"""EnvBatch implementations: a vmapped, jitted batch of a JAX env, and a threaded batch of host envs.
+
+Both run a *turn*: each active episode executes its parsed actions in order, stopping at the
+first done, and reports summed rewards, done flags and per-episode info (see `TurnResult`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs import registry
+from envs.protocols import Action, EnvBatch, HostEnv, JaxEnv, TurnResult
+
+
+def _pad_actions(actions: Sequence[Sequence[Action]], batch_size: int) -> np.ndarray:
+    """B lists of action ids -> [B, A] int32 with -1 padding; A a power of two (few compiles)."""
+    if len(actions) != batch_size:
+        raise ValueError(f"Expected {batch_size} action lists, got {len(actions)}.")
+    longest = max([len(a) for a in actions] + [1])
+    width = 1 << (longest - 1).bit_length()
+    out = np.full((batch_size, width), -1, np.int32)
+    for i, row in enumerate(actions):
+        for j, a in enumerate(row):
+            if not isinstance(a, (int, np.integer)) or a < 0:
+                raise TypeError(f"JAX env actions must be non-negative ids; episode {i} got {a!r}. "
+                                "Parse answers through the env's action_lookup first.")
+            out[i, j] = a
+    return out
+
+
+def make_turn_fn(env: JaxEnv) -> Callable:
+    """Jitted `turn(state [B], actions [B, A], active [B], done [B], key, params)` of a JAX env.
+
+    Actions run in order with a scan; a row stops at its first terminated/truncated step, at an
+    action id -1, or when inactive/already done. Returns (state, outputs dict of [B] arrays).
+    """
+    def row(state, actions, active, done, key, params):
+        def body(carry, xs):
+            st, stop, out = carry
+            action, k = xs
+            run = active & ~stop & (action >= 0)
+            _, st2, reward, terminated, info = env.step_env(k, st, jnp.maximum(action, 0), params)
+            truncated = env.is_truncated(st2, params) & ~terminated
+            st = jax.tree.map(lambda new, old: jnp.where(run, new, old), st2, st)
+            valid = info.get("action_is_valid", jnp.bool_(True))
+            out = {
+                "rewards": out["rewards"] + jnp.where(run, reward, 0.0),
+                "terminated": out["terminated"] | (run & terminated),
+                "truncated": out["truncated"] | (run & truncated),
+                "success": out["success"] | (run & info["success"]),
+                "actions_executed": out["actions_executed"] + run.astype(jnp.int32),
+                "action_is_effective": out["action_is_effective"] | (run & info["action_is_effective"]),
+                "action_is_valid": out["action_is_valid"] & (~run | valid),
+            }
+            return (st, stop | (run & (terminated | truncated)), out), None
+
+        zeros = {"rewards": jnp.float32(0), "terminated": jnp.bool_(False), "truncated": jnp.bool_(False),
+                 "success": jnp.bool_(False), "actions_executed": jnp.int32(0),
+                 "action_is_effective": jnp.bool_(False), "action_is_valid": jnp.bool_(True)}
+        keys = jax.random.split(key, actions.shape[0])
+        (state, _, out), _ = jax.lax.scan(body, (state, done, zeros), (actions, keys))
+        return state, out
+
+    @jax.jit
+    def turn(state, actions, active, done, key, params):
+        keys = jax.random.split(key, actions.shape[0])
+        return jax.vmap(row, in_axes=(0, 0, 0, 0, 0, None))(state, actions, active, done, keys, params)
+
+    return turn
+
+
+class JaxEnvBatch(EnvBatch):
+    """B episodes of one `JaxEnv`, stepped by one jitted, vmapped scan per turn.
+
+    Randomness of transitions comes from `key` (default: PRNGKey(0)) folded with the turn count,
+    so a batch replays identically given the same seeds and actions.
+    """
+
+    def __init__(self, env: JaxEnv, batch_size: int, params: Any = None, key: jax.Array | None = None):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        self.env = env
+        self._batch_size = int(batch_size)
+        self.params = env.default_params if params is None else params
+        self.action_lookup = dict(env.action_lookup) if env.action_lookup else None
+        self.action_names = list(env.action_names) if self.action_lookup else None
+        self._key = jax.random.PRNGKey(0) if key is None else key
+        self._turn_fn = make_turn_fn(env)
+        self._reset_fn = jax.jit(jax.vmap(lambda k, p: env.reset_env(k, p)[1], in_axes=(0, None)))
+        self.state: Any = None
+        self._done = np.zeros(self._batch_size, bool)
+        self._success = np.zeros(self._batch_size, bool)
+        self._turn = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    def instruction(self) -> str:
+        return self.env.instruction()
+
+    def legend(self) -> str:
+        return self.env.legend()
+
+    def render(self, index: int) -> str:
+        """Text observation of episode `index` now."""
+        return self.env.render_text(jax.tree.map(lambda x: np.asarray(x[index]), self.state), self.params)
+
+    def _render_rows(self, rows: np.ndarray) -> list[str]:
+        host = jax.device_get(self.state)
+        return [self.env.render_text(jax.tree.map(lambda x: x[i], host), self.params) if rows[i] else ""
+                for i in range(self._batch_size)]
+
+    def reset(self, seeds: Sequence[int]) -> list[str]:
+        if len(seeds) != self._batch_size:
+            raise ValueError(f"Expected {self._batch_size} seeds, got {len(seeds)}.")
+        if hasattr(self.env, "reset_from_seeds"):
+            self.state = self.env.reset_from_seeds(seeds, self.params)
+        else:
+            keys = jnp.stack([self.env.seed_to_key(int(s)) for s in seeds])
+            self.state = self._reset_fn(keys, self.params)
+        self._done[:] = False
+        self._success[:] = False
+        self._turn = 0
+        return self._render_rows(np.ones(self._batch_size, bool))
+
+    def step(self, actions: Sequence[Sequence[Action]], active: np.ndarray) -> TurnResult:
+        if self.state is None:
+            raise RuntimeError("Call reset(seeds) before step().")
+        active = np.asarray(active, bool)
+        padded = _pad_actions(actions, self._batch_size)
+        key = jax.random.fold_in(self._key, self._turn)
+        self._turn += 1
+        self.state, out = self._turn_fn(self.state, jnp.asarray(padded), jnp.asarray(active),
+                                        jnp.asarray(self._done), key, self.params)
+        out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
+        self._done |= out["terminated"] | out["truncated"]
+        self._success |= out["success"]
+        infos = [{"action_is_effective": bool(out["action_is_effective"][i]), "success": bool(self._success[i]),
+                  "action_is_valid": bool(out["action_is_valid"][i])} for i in range(self._batch_size)]
+        return TurnResult(
+            observations=self._render_rows(active), rewards=out["rewards"].astype(np.float32),
+            terminated=out["terminated"], truncated=out["truncated"], success=self._success.copy(),
+            actions_executed=out["actions_executed"].astype(np.int32),
+            action_is_effective=out["action_is_effective"], errors=[""] * self._batch_size, infos=infos,
+        )
+
+
+def run_with_timeouts(calls: Sequence[Callable[[], Any] | None], timeouts: Sequence[float]) -> list[tuple[Any, str]]:
+    """Run calls concurrently in daemon threads: (result, "") or (None, error text) per call.
+
+    A call that raises gives its exception text; one still running after its timeout is abandoned
+    (its thread is a daemon, so it never blocks the process) and reported as a timeout.
+    """
+    boxes: list[dict] = [{} for _ in calls]
+    threads: list[threading.Thread | None] = []
+    for call, box in zip(calls, boxes):
+        if call is None:
+            threads.append(None)
+            continue
+
+        def target(call=call, box=box):
+            try:
+                box["result"] = call()
+            except BaseException as e:  # noqa: BLE001 - any env failure ends only its episode
+                box["error"] = f"{type(e).__name__}: {e}"
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        threads.append(thread)
+    start = time.monotonic()
+    results = []
+    for thread, box, timeout in zip(threads, boxes, timeouts):
+        if thread is None:
+            results.append((None, ""))
+            continue
+        thread.join(max(0.0, start + timeout - time.monotonic()))
+        if thread.is_alive():
+            results.append((None, f"TimeoutError: no answer within {timeout:g} s"))
+        elif "error" in box:
+            results.append((None, box["error"]))
+        else:
+            results.append((box["result"], ""))
+    return results
+
+
+class HostEnvBatch(EnvBatch):
+    """B host envs run concurrently; an exception or timeout ends only that episode, with the error recorded."""
+
+    def __init__(self, envs: Sequence[HostEnv]):
+        if not envs:
+            raise ValueError("HostEnvBatch needs at least one env.")
+        self.envs = list(envs)
+        first = self.envs[0]
+        self.action_lookup = dict(first.action_lookup) if first.action_lookup else None
+        self.action_names = list(first.action_names) if first.action_names else None
+        if self.action_lookup and not self.action_names:
+            by_id = sorted(self.action_lookup.items(), key=lambda kv: kv[1])
+            self.action_names = [name for name, _ in by_id]
+        self._done = np.zeros(len(self.envs), bool)
+        self._broken = np.zeros(len(self.envs), bool)  # a timed-out env may still be running: never reuse
+        self.reset_errors = [""] * len(self.envs)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.envs)
+
+    def instruction(self) -> str:
+        return self.envs[0].instruction()
+
+    def legend(self) -> str:
+        return self.envs[0].legend()
+
+    def reset(self, seeds: Sequence[int]) -> list[str]:
+        if len(seeds) != self.batch_size:
+            raise ValueError(f"Expected {self.batch_size} seeds, got {len(seeds)}.")
+        calls = [None if broken else (lambda e=env, s=int(seed): e.reset(s))
+                 for env, seed, broken in zip(self.envs, seeds, self._broken)]
+        results = run_with_timeouts(calls, [env.step_timeout_s for env in self.envs])
+        observations = []
+        for i, (result, error) in enumerate(results):
+            if self._broken[i]:
+                error = "env was abandoned after an earlier timeout"
+            self.reset_errors[i] = error
+            self._done[i] = bool(error)
+            if error and "Timeout" in error:
+                self._broken[i] = True
+            observations.append("" if error else str(result[0]))
+        return observations
+
+    def _episode_turn(self, env: HostEnv, actions: Sequence[Action]) -> dict[str, Any]:
+        out = {"observation": "", "reward": 0.0, "terminated": False, "truncated": False, "success": False,
+               "executed": 0, "effective": False, "info": {}}
+        for action in actions:
+            if isinstance(action, (int, np.integer)):
+                if not self.action_names:
+                    raise TypeError(f"Action id {action} given to an env without an action lookup.")
+                action = self.action_names[int(action)]
+            text, reward, terminated, truncated, info = env.step(str(action))
+            info = dict(info or {})
+            out.update(observation=text, terminated=bool(terminated), truncated=bool(truncated), info=info)
+            out["reward"] += float(reward)
+            out["executed"] += 1
+            out["success"] = out["success"] or bool(info.get("success", False))
+            out["effective"] = out["effective"] or bool(info.get("action_is_effective", True))
+            if terminated or truncated:
+                break
+        return out
+
+    def step(self, actions: Sequence[Sequence[Action]], active: np.ndarray) -> TurnResult:
+        b = self.batch_size
+        if len(actions) != b:
+            raise ValueError(f"Expected {b} action lists, got {len(actions)}.")
+        active = np.asarray(active, bool)
+        run = active & ~self._done & np.array([len(a) > 0 for a in actions])
+        calls = [(lambda e=env, a=list(acts): self._episode_turn(e, a)) if run[i] else None
+                 for i, (env, acts) in enumerate(zip(self.envs, actions))]
+        timeouts = [env.step_timeout_s * max(1, len(acts)) for env, acts in zip(self.envs, actions)]
+        results = run_with_timeouts(calls, timeouts)
+        res = TurnResult(observations=[""] * b, rewards=np.zeros(b, np.float32), terminated=np.zeros(b, bool),
+                         truncated=np.zeros(b, bool), success=np.zeros(b, bool), actions_executed=np.zeros(b, np.int32),
+                         action_is_effective=np.zeros(b, bool), errors=[""] * b, infos=[{} for _ in range(b)])
+        for i, (out, error) in enumerate(results):
+            if active[i] and self._done[i] and self.reset_errors[i]:
+                error = self.reset_errors[i]  # report a failed reset on the episode's first turn
+                self.reset_errors[i] = ""
+            if error:
+                res.terminated[i], res.errors[i] = True, error
+                res.infos[i] = {"error": error, "success": False}
+                self._done[i] = True
+                if error.startswith("TimeoutError"):
+                    self._broken[i] = True
+                continue
+            if out is None:
+                continue
+            res.observations[i] = out["observation"]
+            res.rewards[i] = out["reward"]
+            res.terminated[i], res.truncated[i] = out["terminated"], out["truncated"]
+            res.success[i] = out["success"]
+            res.actions_executed[i] = out["executed"]
+            res.action_is_effective[i] = out["effective"]
+            res.infos[i] = out["info"]
+            self._done[i] = out["terminated"] or out["truncated"]
+        return res
+
+    def close(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+
+def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, **overrides: Any) -> EnvBatch:
+    """A batch of `batch_size` episodes of a registered env (`overrides` replace its kwargs)."""
+    spec = registry.get_spec(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
+    factory = spec.resolve_factory()
+    kwargs = {**spec.kwargs, **overrides}
+    if spec.kind == "jax":
+        return JaxEnvBatch(factory(**kwargs), batch_size)
+    return HostEnvBatch([factory(**kwargs) for _ in range(batch_size)])
