@@ -1,0 +1,55 @@
+"""save_pretrained writes folders that transformers loads with identical logits (single and sharded)."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import transformers
+
+from models_testlib import forward, hf_folder, torch_logits
+from ragen_jax.models import load_model, make_tiny_model, save_pretrained
+
+
+def test_tiny_model_round_trip_through_transformers(tmp_path):
+    model, tok = make_tiny_model(seed=3)
+    save_pretrained(model, tmp_path, tok)
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    text = tok.apply_chat_template([{"role": "user", "content": "Grid Map: \n#_P√O#\nGo"}]) + "<think>"
+    ids = tok.encode(text)
+    assert hf_tok.encode(text, add_special_tokens=False) == ids
+    assert hf_tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
+                                      add_generation_prompt=True) == "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+    arr, pos = np.asarray([ids]), np.arange(len(ids))[None]
+    got = forward(model, arr, pos)
+    np.testing.assert_allclose(got, torch_logits(ref_model, arr), atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(forward(load_model(tmp_path), arr, pos), got)
+    assert ref_model.config.eos_token_id == list(tok.eos_token_ids)
+
+
+def test_sharded_checkpoint_round_trip(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("hf"))
+    out = tmp_path_factory.mktemp("sharded")
+    model = load_model(hf_folder("llama3", root))
+    save_pretrained(model, out, max_shard_bytes=60_000)
+    assert (out / "model.safetensors.index.json").exists()
+    assert len(list(out.glob("model-*-of-*.safetensors"))) > 2
+    tokens, pos = np.arange(20)[None] % 256, np.arange(20)[None]
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    np.testing.assert_allclose(forward(load_model(out), tokens, pos), torch_logits(ref_model, tokens), atol=1e-4, rtol=0)
+
+
+def test_bfloat16_checkpoint_loads_and_exports_in_bfloat16(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("hf"))
+    out = tmp_path_factory.mktemp("bf16")
+    model = load_model(hf_folder("qwen3", root), param_dtype="bfloat16")
+    assert model.model.embed_tokens.embedding[...].dtype == jnp.bfloat16
+    save_pretrained(model, out)
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype="auto").eval()
+    assert str(next(ref_model.parameters()).dtype) == "torch.bfloat16"
+    reloaded = load_model(out)
+    assert reloaded.config.param_dtype == "bfloat16" and reloaded.config.dtype == "bfloat16"
+    tokens, pos = np.arange(16)[None], np.arange(16)[None]
+    got = forward(reloaded, tokens, pos)
+    assert got.dtype == np.float32 and np.isfinite(got).all()
+    ref = torch_logits(ref_model, tokens).astype(np.float32)
+    assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()

@@ -1,0 +1,52 @@
+"""Logit parity with transformers' PyTorch models (random weights saved by transformers) on a padded batch."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import transformers
+
+from models_testlib import CASES, forward, hf_folder, padded_batch, torch_logits
+from ragen_jax.models import ValueModel, load_model, save_pretrained
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("hf"))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_logits_match_transformers_on_left_padded_batch(case, root):
+    folder = hf_folder(case, root)
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    tokens, mask, positions = padded_batch([24, 17, 5], 24, 256)
+    ref = torch_logits(ref_model, tokens, mask, positions)
+    got = forward(load_model(folder), tokens, positions, mask)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got[mask], ref[mask], atol=1e-4, rtol=0)
+
+
+def test_right_padding_gives_the_same_logits_for_real_tokens(root):
+    model = load_model(hf_folder("qwen3", root))
+    left, lmask, lpos = padded_batch([20, 9], 20, 256, seed=4)
+    right = np.stack([np.roll(row, -int((~m).sum())) for row, m in zip(left, lmask)])
+    rmask = np.stack([np.roll(m, -int((~m).sum())) for m in lmask])
+    rpos = np.maximum(np.cumsum(rmask, 1) - 1, 0)
+    got_left = forward(model, left, lpos, lmask)
+    got_right = forward(model, right, rpos, rmask)
+    np.testing.assert_allclose(got_left[lmask], got_right[rmask], atol=1e-5, rtol=0)
+
+
+def test_value_model_loads_backbone_and_exports_as_token_classifier(tmp_path, root):
+    folder = hf_folder("qwen2_untied", root)
+    critic = load_model(folder, model_cls=ValueModel)
+    lm = load_model(folder)
+    np.testing.assert_array_equal(np.asarray(critic.model.norm.weight[...]), np.asarray(lm.model.norm.weight[...]))
+    tokens, mask, positions = padded_batch([10, 6], 10, 256)
+    values = critic(jnp.asarray(tokens, jnp.int32), jnp.asarray(positions, jnp.int32), attention_mask=jnp.asarray(mask))
+    assert values.shape == (2, 10) and values.dtype == jnp.float32
+    save_pretrained(critic, tmp_path)
+    ref_model = transformers.AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
+    ref = torch_logits(ref_model, tokens, mask, positions)[..., 0]
+    np.testing.assert_allclose(np.asarray(values)[mask], ref[mask], atol=1e-4, rtol=0)
+    reloaded = load_model(tmp_path, model_cls=ValueModel)
+    np.testing.assert_array_equal(np.asarray(reloaded.score.kernel[...]), np.asarray(critic.score.kernel[...]))
