@@ -1,0 +1,136 @@
+"""EnvBatch implementations and the io_callback bridge: multi-action turns, errors, timeouts, jit."""
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from envs.batch import HostEnvBatch, JaxEnvBatch, make_env_batch
+from envs.bridge import HostEnvBridge
+from envs.protocols import HostEnv
+from envs.sokoban import Sokoban
+
+
+class CounterEnv(HostEnv):
+    """Counts up; "stop" ends the episode; optional crash or hang on a given step."""
+
+    action_lookup = {"inc": 0, "stop": 1}
+    action_names = ["Inc", "Stop"]
+
+    def __init__(self, crash_at: int = -1, hang_at: int = -1, timeout: float = 0.5):
+        self.crash_at, self.hang_at, self.step_timeout_s = crash_at, hang_at, timeout
+        self.count = 0
+
+    def instruction(self) -> str:
+        return "Count."
+
+    def reset(self, seed):
+        self.count = seed
+        return f"count={self.count}", {}
+
+    def step(self, action):
+        if self.count == self.crash_at:
+            raise ValueError("boom")
+        if self.count == self.hang_at:
+            time.sleep(30)
+        if action == "Stop":
+            return "stopped", 1.0, True, False, {"success": True}
+        self.count += 1
+        return f"count={self.count}", 0.5, False, False, {"action_is_effective": True}
+
+
+def test_jax_batch_turn_stops_at_first_done_and_sums_rewards():
+    env = Sokoban(bank_size=1, use_cache=False)
+    batch = JaxEnvBatch(env, 3)
+    batch.reset([0, 0, 1])
+    state0 = jax.tree.map(lambda x: x[0], batch.state)
+    plan = env.oracle_actions(state0)
+    extra = [0, 1, 2]
+    result = batch.step([plan + extra, [], plan[:1]], np.array([True, True, False]))
+    assert result.actions_executed.tolist() == [len(plan), 0, 0]
+    assert result.terminated.tolist() == [True, False, False] and result.success[0]
+    expected = -0.1 * len(plan) + 11.0
+    assert result.rewards[0] == pytest.approx(expected, abs=1e-4)
+    assert result.rewards[1] == 0.0 and result.observations[2] == ""
+    np.testing.assert_array_equal(batch.state.room[1], batch.state.room[1])
+    # a finished episode is never stepped again
+    again = batch.step([[0], [], []], np.array([True, False, False]))
+    assert again.actions_executed[0] == 0 and again.rewards[0] == 0.0
+
+
+def test_jax_batch_matches_single_episode_play():
+    batch = make_env_batch("SimpleSokoban", 4, use_cache=False, bank_size=1)
+    obs = batch.reset([5, 6, 7, 8])
+    env = batch.env
+    rng = np.random.default_rng(0)
+    actions = [list(rng.integers(0, 4, 5)) for _ in range(4)]
+    result = batch.step(actions, np.ones(4, bool))
+    singles = env.reset_from_seeds([5, 6, 7, 8])
+    step = jax.jit(env.step_env)
+    for i in range(4):
+        state = jax.tree.map(lambda x: x[i], singles)
+        assert env.render_text(state) == obs[i]
+        total = 0.0
+        for a in actions[i]:
+            _, state, r, t, _ = step(jax.random.PRNGKey(0), state, jnp.int32(a), env.default_params)
+            total += float(r)
+            if bool(t):
+                break
+        assert result.rewards[i] == pytest.approx(total, abs=1e-5)
+        assert result.observations[i] == env.render_text(state)
+
+
+def test_jax_batch_truncates_at_step_cap():
+    batch = make_env_batch("SimpleSokoban", 1, use_cache=False, bank_size=1, max_steps=6)
+    batch.reset([0])
+    state = jax.tree.map(lambda x: x[0], batch.state)
+    wall = next(a for a in range(4) if not bool(batch.env.step_env(
+        jax.random.PRNGKey(0), state, a, batch.params)[4]["action_is_effective"]))
+    result = batch.step([[wall] * 8], np.ones(1, bool))
+    assert result.truncated[0] and not result.terminated[0] and result.actions_executed[0] == 6
+
+
+def test_jax_batch_rejects_unparsed_actions():
+    batch = make_env_batch("FrozenLake", 2)
+    batch.reset([1, 2])
+    with pytest.raises(TypeError, match="action_lookup"):
+        batch.step([["Left"], []], np.ones(2, bool))
+
+
+def test_host_batch_isolates_a_crashing_and_a_hanging_env():
+    envs = [CounterEnv(), CounterEnv(crash_at=0), CounterEnv(hang_at=0, timeout=0.3)]
+    batch = HostEnvBatch(envs)
+    assert batch.reset([1, 0, 0]) == ["count=1", "count=0", "count=0"]
+    start = time.monotonic()
+    result = batch.step([[0, 0, 1], [0], [0]], np.ones(3, bool))
+    assert time.monotonic() - start < 5
+    assert result.rewards[0] == pytest.approx(2.0) and result.actions_executed[0] == 3
+    assert result.terminated.tolist() == [True, True, True] and result.success[0]
+    assert "ValueError: boom" in result.errors[1] and result.infos[1]["error"] == result.errors[1]
+    assert result.errors[2].startswith("TimeoutError") and result.errors[0] == ""
+    # finished episodes are not stepped again
+    later = batch.step([[0], [0], [0]], np.ones(3, bool))
+    assert later.actions_executed.tolist() == [0, 0, 0]
+
+
+def test_bridge_steps_host_envs_inside_jit():
+    bridge = HostEnvBridge(HostEnvBatch([CounterEnv(), CounterEnv(crash_at=3)]))
+
+    @jax.jit
+    def reset_and_step(seeds, handle, active):
+        obs_handle, failed = bridge.reset(seeds)
+        out = bridge.step(handle, active)
+        return obs_handle, failed, out
+
+    handle = bridge.put_actions([["inc", "inc"], ["inc"]])
+    obs_handle, failed, out = reset_and_step(jnp.array([0, 3], jnp.int32), handle, jnp.array([True, True]))
+    assert bridge.observations(obs_handle) == ["count=0", "count=3"]
+    assert not np.asarray(failed).any()
+    np.testing.assert_allclose(np.asarray(out["rewards"]), [1.0, 0.0])
+    assert np.asarray(out["error"]).tolist() == [False, True]
+    assert np.asarray(out["terminated"]).tolist() == [False, True]
+    assert bridge.observations(out["obs_handle"])[0] == "count=2"
+    with pytest.raises(KeyError):
+        bridge.observations(out["obs_handle"])

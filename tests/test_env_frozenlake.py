@@ -1,0 +1,109 @@
+"""FrozenLake: holes, goal, slip statistics, solvable maps, seeds, renders, gymnax API."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from envs import registry
+from envs.frozenlake import FrozenLake, solve
+from envs.frozenlake.generator import GOAL, HOLE, generate_map_jax, generate_map_numpy
+
+LEFT, DOWN, RIGHT, UP = 0, 1, 2, 3
+KEY = jax.random.PRNGKey(0)
+ROWS = ["FFGF", "HFFH", "FFHS", "FFFF"]  # the reference example board
+
+
+@pytest.fixture(scope="module")
+def env():
+    return FrozenLake()
+
+
+def test_hole_ends_episode_without_reward(env):
+    state = env.state_from_rows(ROWS)
+    _, state, reward, terminated, info = env.step_env(KEY, state, LEFT, env.default_params)
+    assert bool(terminated) and float(reward) == 0.0 and not bool(info["success"])
+    assert env.render_text(state) == "__G_\nO__O\n__X_\n____"
+
+
+def test_goal_gives_one_and_success(env):
+    state = env.state_from_rows(["FFFF", "FSGF", "FFFF", "FFFF"])
+    _, state, reward, terminated, info = env.step_env(KEY, state, RIGHT, env.default_params)
+    assert float(reward) == 1.0 and bool(terminated) and bool(info["success"])
+    assert env.render_text(state) == "____\n__√_\n____\n____"
+    # after the goal the episode is over: further steps give nothing
+    _, again, reward, terminated, _ = env.step_env(KEY, state, LEFT, env.default_params)
+    assert float(reward) == 0.0 and bool(terminated) and int(again.pos) == int(state.pos)
+
+
+def test_oracle_plan_reaches_goal_around_holes(env):
+    state = env.state_from_rows(ROWS)
+    plan = env.oracle_actions(state)
+    assert len(plan) == 7  # the two short routes are cut by holes at (1, 3) and (2, 2)
+    rewards = []
+    for a in plan:
+        _, state, r, _, _ = env.step_env(KEY, state, a, env.default_params)
+        rewards.append(float(r))
+    assert rewards == [0.0] * 6 + [1.0]
+
+
+def test_wall_bump_is_ineffective(env):
+    state = env.state_from_rows(ROWS)
+    _, new, _, _, info = env.step_env(KEY, state, RIGHT, env.default_params)
+    assert int(new.pos) == int(state.pos) and not bool(info["action_is_effective"])
+
+
+def test_reference_renders():
+    env = registry.make("CoordFrozenLake")
+    expected = ("Coordinates: \nBoard size: 4 rows x 4 cols (zero-indexed).\nStart: (2, 3)\nGoal: (0, 2)\n"
+                "Player: (2, 3)\nHoles: (1, 0), (1, 3), (2, 2)\nGrid Map: \n__G_\nO__O\n__OP\n____")
+    assert env.render_text(env.state_from_rows(ROWS)) == expected
+    assert FrozenLake().legend() == ("\nThe meaning of each symbol in the state is:\nP: player, _: empty, O: hole, "
+                                     "G: goal, X: player in hole, √: player on goal")
+
+
+def test_slip_statistics():
+    env = FrozenLake(success_rate=0.8)
+    state = env.state_from_rows(["FFFF", "FSFF", "FFFF", "FFFG"])  # player at (1, 1): all moves possible
+    keys = jax.random.split(KEY, 4000)
+    step = jax.jit(jax.vmap(env.step_env, in_axes=(0, None, None, None)))
+    _, new, _, _, _ = step(keys, state, DOWN, env.default_params)
+    pos = np.asarray(new.pos)
+    down, left, right = (pos == 9).mean(), (pos == 4).mean(), (pos == 6).mean()
+    assert down == pytest.approx(0.8, abs=0.03)
+    assert left == pytest.approx(0.1, abs=0.02) and right == pytest.approx(0.1, abs=0.02)
+    assert (pos == 1).sum() == 0  # never the opposite direction
+    deterministic = FrozenLake(success_rate=1.0)
+    _, new, _, _, _ = step(keys[:200], state, DOWN, deterministic.default_params)
+    assert (np.asarray(new.pos) == 9).all()
+
+
+def test_generated_maps_solvable_and_seeded():
+    maps = jax.jit(jax.vmap(lambda k: generate_map_jax(k, 4, 0.7)))(jax.random.split(KEY, 200))
+    for tiles in np.asarray(maps):
+        start = int(np.flatnonzero(tiles == 2)[0])
+        assert (tiles == GOAL).sum() == 1 and solve(tiles, start)
+    assert (np.asarray(maps) == HOLE).mean() == pytest.approx(0.3, abs=0.05)
+    for seed in range(100):
+        tiles = generate_map_numpy(seed, 4, 0.8)
+        assert solve(tiles, int(np.flatnonzero(tiles == 2)[0]))
+        np.testing.assert_array_equal(tiles, generate_map_numpy(seed, 4, 0.8))
+
+
+def test_reset_from_seeds_and_seed_keys_are_deterministic(env):
+    a, b = env.reset_from_seeds([3, 3, 4]), env.reset_from_seeds([3, 3, 4])
+    np.testing.assert_array_equal(a.tiles, b.tiles)
+    np.testing.assert_array_equal(a.tiles[0], a.tiles[1])
+    o1, _ = env.reset(env.seed_to_key(11))
+    o2, _ = env.reset(env.seed_to_key(11))
+    np.testing.assert_array_equal(o1, o2)
+
+
+def test_gymnax_api_six_tuple(env):
+    obs, state = env.reset(KEY)
+    plan = env.oracle_actions(state)
+    for i, a in enumerate(plan):
+        obs, state, reward, terminated, truncated, info = env.step(jax.random.PRNGKey(i), state, a)
+    assert bool(terminated) and float(reward) == 1.0 and not bool(truncated)
+    assert bool(info["success"]) and "final_observation" in info
+    assert obs.shape == (4, 4) and int(state.time) == 0  # auto-reset
