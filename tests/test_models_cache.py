@@ -1,0 +1,121 @@
+"""KV-cache semantics of the contract: per-row cache_index, contiguous rows, functional update; dtypes, remat."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from ragen_jax.models import CausalLM, ModelConfig, ValueModel, init_cache
+
+CFG = ModelConfig("qwen2", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                  num_kv_heads=2, head_dim=16, attention_bias=True)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return CausalLM(CFG, rngs=nnx.Rngs(0))
+
+
+def _call(model, tokens, positions, **kw):
+    graphdef, state = nnx.split(model)
+    fn = jax.jit(lambda s, t, p, kw: nnx.merge(graphdef, s)(t, p, **kw))
+    return fn(state, jnp.asarray(tokens, jnp.int32), jnp.asarray(positions, jnp.int32), kw)
+
+
+def test_two_chunk_prefill_with_per_row_index_equals_full_forward(model):
+    rng = np.random.RandomState(0)
+    lengths = np.array([14, 9, 5])
+    first = np.array([6, 2, 5])  # row b's first chunk length
+    t = lengths.max()
+    seqs = rng.randint(0, 256, (3, t))
+    full, _ = _call(model, seqs, np.broadcast_to(np.arange(t), (3, t)))
+
+    def chunk(starts, sizes, width):
+        toks = np.full((3, width), 7)  # filler beyond each row's chunk: garbage the cache must never read
+        for b in range(3):
+            toks[b, : sizes[b]] = seqs[b, starts[b]: starts[b] + sizes[b]]
+        return toks, starts[:, None] + np.arange(width)[None]
+
+    cache = init_cache(CFG, 3, 32)
+    toks1, pos1 = chunk(np.zeros(3, int), first, first.max())
+    logits1, cache = _call(model, toks1, pos1, cache=cache, cache_index=jnp.zeros(3, jnp.int32))
+    toks2, pos2 = chunk(first, lengths - first, (lengths - first).max())
+    logits2, cache = _call(model, toks2, pos2, cache=cache, cache_index=jnp.asarray(first, jnp.int32))
+    assert cache.k.shape == (2, 3, 32, 2, 16)
+    for b in range(3):
+        got = np.concatenate([logits1[b, : first[b]], logits2[b, : lengths[b] - first[b]]])
+        np.testing.assert_allclose(got, full[b, : lengths[b]], atol=1e-5, rtol=0)
+
+
+def test_cache_update_is_functional_and_donatable(model):
+    graphdef, state = nnx.split(model)
+    cache = init_cache(CFG, 2, 8)
+    step = jax.jit(lambda s, c, t, p, i: nnx.merge(graphdef, s)(t, p, cache=c, cache_index=i), donate_argnums=1)
+    tokens = jnp.array([[3, 4], [5, 6]], jnp.int32)
+    _, new = jax.jit(lambda s, c: nnx.merge(graphdef, s)(tokens, tokens, cache=c, cache_index=jnp.array([0, 3])))(
+        state, cache)
+    assert float(jnp.abs(cache.k).sum()) == 0.0  # the input cache is untouched
+    written = np.abs(np.asarray(new.k)).sum(axis=(0, 3, 4)) > 0  # [B, S]
+    np.testing.assert_array_equal(written, [[1, 1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 0, 0, 0]])
+    _, newer = step(state, new, tokens[:, :1], jnp.array([[2], [5]], jnp.int32), jnp.array([2, 5], jnp.int32))
+    assert newer.k.shape == new.k.shape and new.k.is_deleted()
+
+
+def test_cache_slot_mask_supports_left_padded_cache(model):
+    tokens = np.array([[0, 0, 0, 11, 12, 13], [21, 22, 23, 24, 25, 26]])
+    mask = tokens > 0
+    positions = np.maximum(np.cumsum(mask, 1) - 1, 0)
+    full, _ = _call(model, tokens, positions, attention_mask=mask)
+    slot_mask = np.concatenate([mask, np.ones((2, 4), bool)], 1)
+    cache = init_cache(CFG, 2, 10)
+    got, _ = _call(model, tokens, positions, attention_mask=slot_mask, cache=cache,
+                   cache_index=jnp.zeros(2, jnp.int32))
+    np.testing.assert_allclose(np.asarray(got)[mask], np.asarray(full)[mask], atol=1e-5, rtol=0)
+
+
+def test_cache_requires_index():
+    m = CausalLM(CFG, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="cache_index"):
+        m(jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 2), jnp.int32), cache=init_cache(CFG, 1, 4))
+
+
+def test_bfloat16_params_and_compute_run_close_to_float32(model):
+    bf = CausalLM(CFG.replace(param_dtype="bfloat16", dtype="bfloat16"), rngs=nnx.Rngs(1))
+    nnx.update(bf, jax.tree.map(lambda x: x.astype(jnp.bfloat16), nnx.state(model)))
+    assert bf.model.layers[0].mlp.up_proj.kernel[...].dtype == jnp.bfloat16
+    tokens = np.arange(24).reshape(2, 12)
+    pos = np.broadcast_to(np.arange(12), (2, 12))
+    ref, _ = _call(model, tokens, pos)
+    got, _ = _call(bf, tokens, pos)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(got, ref, atol=0.05)
+    cache = init_cache(bf.config, 2, 16)
+    assert cache.k.dtype == jnp.bfloat16
+    _, cache = _call(bf, tokens, pos, cache=cache, cache_index=jnp.zeros(2, jnp.int32))
+    assert cache.k.dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("policy", ["full", "dots"])
+def test_remat_keeps_values_and_gradients(model, policy):
+    re = CausalLM(CFG.replace(remat=policy), rngs=nnx.Rngs(0))
+    tokens = jnp.arange(16, dtype=jnp.int32).reshape(2, 8)
+
+    def loss(m):
+        return m(tokens, tokens % 8)[0].std()
+
+    grad = nnx.jit(nnx.grad(loss))
+    g_ref, g_re = grad(model), grad(re)
+    for a, b in zip(jax.tree.leaves(g_ref), jax.tree.leaves(g_re)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_value_model_from_causal_lm_shares_backbone_values(model):
+    critic = ValueModel.from_causal_lm(model, rngs=nnx.Rngs(1))
+    tokens = jnp.arange(10, dtype=jnp.int32)[None]
+    h, _ = model.hidden(tokens, tokens)
+    values = critic(tokens, tokens)
+    assert values.shape == (1, 10) and values.dtype == jnp.float32
+    np.testing.assert_allclose(values, critic.score(h)[..., 0], atol=1e-6)
+    critic.model.norm.weight[...] = critic.model.norm.weight[...] * 2  # a copy: the policy is unaffected
+    assert float(model.model.norm.weight[...].mean()) == 1.0
