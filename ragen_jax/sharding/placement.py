@@ -1,0 +1,98 @@
+"""Placing models, optimizer states and batches on the mesh: the hooks the trainer and sampler call.
+
+Training layout: the partition rules as given (fsdp + tensor). Sampling layout ("no_fsdp"): the same
+rules without fsdp, so decoding does not all-gather every weight for every token; resharding between
+phases is one explicit `jax.device_put`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ragen_jax.sharding.mesh import BATCH_AXES, batch_shards
+from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, batch_spec, put, shard_state, without_axis
+
+SAMPLING_LAYOUTS = ("training", "no_fsdp")
+
+
+def place_for_training(split_model: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
+    """A copy of a SplitModel (graphdef, trainable, frozen) with both states placed by the rules."""
+    return dataclasses.replace(split_model, trainable=shard_state(split_model.trainable, mesh, rules),
+                               frozen=shard_state(split_model.frozen, mesh, rules))
+
+
+def sampling_rules(rules: Rules = DEFAULT_RULES, layout: str = "no_fsdp") -> tuple:
+    """The rules the sampler's params use: `training` keeps them; `no_fsdp` replicates over fsdp."""
+    if layout not in SAMPLING_LAYOUTS:
+        raise ValueError(f"Unknown sampling layout {layout!r}; use one of {SAMPLING_LAYOUTS}.")
+    return tuple(rules) if layout == "training" else without_axis(rules, "fsdp")
+
+
+def reshard_for_sampling(params: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES, layout: str = "no_fsdp") -> Any:
+    """Params (e.g. `SplitModel.full()`) in the sampling layout; a no-op placement when nothing changes."""
+    return shard_state(params, mesh, sampling_rules(rules, layout))
+
+
+def _rows(arrays: Mapping[str, Any]) -> int:
+    rows = {k: np.shape(v)[0] for k, v in arrays.items() if np.ndim(v) > 0}
+    if len(set(rows.values())) > 1:
+        raise ValueError(f"Batch arrays disagree on the number of rows: {rows}.")
+    return next(iter(rows.values()), 0)
+
+
+def shard_batch(arrays: Mapping[str, Any], mesh: Mesh) -> dict[str, jax.Array]:
+    """Global batch arrays [B, ...] (the same on every host) -> rows split over (data, fsdp)."""
+    rows, shards = _rows(arrays), batch_shards(mesh)
+    if rows % shards:
+        raise ValueError(
+            f"A batch of {rows} rows cannot split over data*fsdp = {shards} devices; make the batch "
+            f"(and mini/micro-batch sizes) a multiple of {shards}, or change the mesh.")
+    return {k: put(v, NamedSharding(mesh, batch_spec(np.ndim(v)))) for k, v in arrays.items()}
+
+
+def shard_local_batch(arrays: Mapping[str, Any], mesh: Mesh) -> dict[str, jax.Array]:
+    """This host's rows [B / num_processes, ...] -> one global batch [B, ...] (rows over data, fsdp).
+
+    Each process passes its own share (e.g. from its host envs), in process order.
+    """
+    rows, shards = _rows(arrays), batch_shards(mesh)
+    if (rows * jax.process_count()) % shards:
+        raise ValueError(f"{jax.process_count()} hosts x {rows} local rows cannot split over data*fsdp = "
+                         f"{shards} devices; make the per-host batch a multiple of {shards // jax.process_count() or 1}.")
+    return {k: jax.make_array_from_process_local_data(NamedSharding(mesh, batch_spec(np.ndim(v))), np.asarray(v))
+            for k, v in arrays.items()}
+
+
+def local_rows(global_rows: int) -> slice:
+    """The slice of a global batch this process's host envs own (contiguous, in process order)."""
+    n, i = jax.process_count(), jax.process_index()
+    if global_rows % n:
+        raise ValueError(f"A batch of {global_rows} episodes cannot split evenly over {n} hosts.")
+    per = global_rows // n
+    return slice(i * per, (i + 1) * per)
+
+
+def constrain(x: jax.Array, spec: P) -> jax.Array:
+    """with_sharding_constraint under an active mesh (`jax.set_mesh`); the identity without one."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return x
+    axes = [a for entry in spec if entry is not None for a in ((entry,) if isinstance(entry, str) else entry)]
+    if any(a not in mesh.axis_names for a in axes):
+        return x
+    return jax.lax.with_sharding_constraint(x, spec)
+
+
+def constrain_rows(x: jax.Array) -> jax.Array:
+    """Activation [B, ...] with rows over (data, fsdp) when a mesh is active and B divides; else x."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or any(a not in mesh.axis_names for a in BATCH_AXES):
+        return x
+    if x.shape[0] % int(np.prod([mesh.shape[a] for a in BATCH_AXES])):
+        return x
+    return jax.lax.with_sharding_constraint(x, batch_spec(x.ndim))

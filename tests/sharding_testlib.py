@@ -1,0 +1,108 @@
+"""Shared pieces of the sharding tests: a tiny actor, a synthetic PPO batch, one train step and one greedy
+generation, each run on a given mesh (or on one device with mesh=None) and returned as host numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from ragen_jax.models.tiny import tiny_config
+from ragen_jax.models import CausalLM, apply_lora
+from ragen_jax.sampling import SamplingConfig, Sampler
+from ragen_jax.sharding import make_mesh, place_for_training, reshard_for_sampling, shard_batch, shard_cache, shard_state
+from ragen_jax.trainer.setup import split_model
+from ragen_jax.trainer.steps import AlgoSettings, make_step_fns
+
+VOCAB = 1152  # divisible by 8, so the embedding and head really split over every mesh axis
+ROWS, T, MICRO = 16, 24, 8
+MESHES = [(8, 1, 1), (1, 8, 1), (1, 4, 2), (2, 2, 2)]
+
+
+def algo() -> AlgoSettings:
+    return AlgoSettings(
+        adv_estimator="grpo", policy_loss="vanilla", value_loss="clipped", loss_agg_mode="token-mean",
+        gamma=1.0, lam=1.0, high_level_gamma=0.95, norm_adv_by_std_in_grpo=True, clip_ratio_low=0.2,
+        clip_ratio_high=0.28, clip_ratio_c=3.0, cliprange_value=0.5, entropy_coeff=0.001, use_kl_loss=False,
+        kl_loss_coef=0.0, kl_loss_type="kl", tis_cap=None, temperature=1.0, logprob_chunk=16)
+
+
+def make_actor(lora: bool = False, seed: int = 0):
+    """A SplitModel of a tiny CausalLM (vocab divisible by 8, untied head, Qwen3 q/k norms with bias)."""
+    config = tiny_config(vocab_size=VOCAB, tie_word_embeddings=False, qk_norm=True)
+    model = CausalLM(config, rngs=nnx.Rngs(seed))
+    if lora:
+        apply_lora(model, 4, 8.0, rngs=nnx.Rngs(seed + 1))
+    return split_model(model, lora)
+
+
+def synthetic_batch(seed: int = 0) -> dict[str, np.ndarray]:
+    """A right-padded PPO mini-batch [ROWS, T] with random tokens, advantages and old log-probs."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(T // 2, T + 1, size=ROWS)
+    mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.int32)
+    loss_mask = mask.copy()
+    loss_mask[:, : T // 4] = 0
+    logp = -rng.uniform(5.0, 8.0, size=(ROWS, T)).astype(np.float32) * loss_mask
+    return dict(tokens=(rng.integers(0, VOCAB, size=(ROWS, T)) * mask).astype(np.int32), attention_mask=mask,
+                loss_mask=loss_mask.astype(np.float32), old_logprobs=logp, sample_logprobs=logp,
+                advantages=(rng.normal(size=(ROWS, 1)) * loss_mask).astype(np.float32))
+
+
+def to_host(tree) -> dict[str, np.ndarray]:
+    """Flat {path: numpy} of a (possibly multi-host) pytree."""
+    from jax.experimental import multihost_utils
+    from ragen_jax.sharding.rules import path_str
+
+    def fetch(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return np.asarray(x)
+    return {path_str(p): fetch(x) for p, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def train_step(mesh_shape=None, lora: bool = False, devices=None) -> dict[str, np.ndarray]:
+    """One actor update (SGD, 2 micro-batches) on the mesh -> updated trainable params and metrics."""
+    actor = make_actor(lora)
+    tx = optax.sgd(0.5)
+    batch = synthetic_batch()
+    if mesh_shape is not None:
+        mesh = make_mesh(mesh_shape, devices)
+        actor = place_for_training(actor, mesh)
+        opt = shard_state(tx.init(actor.trainable), mesh)
+        batch = shard_batch(batch, mesh)
+    else:
+        opt = tx.init(actor.trainable)
+        batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    fns = make_step_fns(actor.graphdef, None, algo(), tx, None, MICRO)
+    trainable, _, metrics = fns["actor_update"](actor.trainable, opt, actor.frozen, batch)
+    out = {f"param/{k}": v for k, v in to_host(trainable).items()}
+    out.update({f"metric/{k}": v for k, v in to_host(metrics).items()})
+    return out
+
+
+def generate(mesh_shape=None, layout: str = "no_fsdp") -> dict[str, np.ndarray]:
+    """Greedy generation of 8 new tokens for 8 prompts of different lengths."""
+    actor = make_actor()
+    params = actor.full()
+    sampler = Sampler(actor.graphdef, cache_size=32, pad_id=0, batch_size=8)
+    cache, cache_lens = sampler.init_cache()
+    if mesh_shape is not None:
+        mesh = make_mesh(mesh_shape)
+        params = reshard_for_sampling(shard_state(params, mesh), mesh, layout=layout)
+        cache = shard_cache(cache, mesh)
+    rng = np.random.default_rng(1)
+    lens = rng.integers(3, 9, size=8).astype(np.int32)
+    prompts = rng.integers(1, VOCAB, size=(8, 8)).astype(np.int32)
+    out = sampler.generate(params, prompts, lens, jax.random.PRNGKey(0), SamplingConfig(max_new_tokens=8, greedy=True),
+                           cache=cache, cache_lens=cache_lens)
+    return dict(tokens=np.asarray(out.tokens), logprobs=np.asarray(out.logprobs), lengths=np.asarray(out.lengths))
+
+
+def assert_close(got: dict, want: dict, rtol: float = 2e-4, atol: float = 2e-5) -> None:
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol, err_msg=k)
