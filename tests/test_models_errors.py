@@ -1,0 +1,123 @@
+"""Bad checkpoint folders and options give errors that name the problem (file, tensor, expected value)."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from ragen_jax.models import ModelConfig, load_model, load_tokenizer, make_tiny_model, save_pretrained
+from ragen_jax.models.config import config_from_hf
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("good")
+    model, tok = make_tiny_model(seed=0, hidden_size=32, intermediate_size=64, head_dim=8, num_layers=1,
+                                 tie_word_embeddings=False)
+    save_pretrained(model, folder, tok)
+    return folder
+
+
+@pytest.fixture
+def bad(good, tmp_path):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(good, folder)
+    return folder
+
+
+def _edit_config(folder, **changes):
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(changes)
+    path.write_text(json.dumps(cfg))
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_model(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_tokenizer(tmp_path / "nope")
+
+
+def test_missing_config(bad):
+    (bad / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_model(bad)
+
+
+def test_missing_weights(bad):
+    (bad / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        load_model(bad)
+
+
+def test_unsupported_model_type_names_the_supported_ones(bad):
+    _edit_config(bad, model_type="gpt2")
+    with pytest.raises(ValueError, match=r"'gpt2'.*qwen2, qwen3, llama"):
+        load_model(bad)
+
+
+def test_unsupported_architecture_in_model_config():
+    with pytest.raises(ValueError, match="supported: qwen2, qwen3, llama"):
+        ModelConfig("mistral", 16, 8, 16, 1, 2, 1, 4)
+
+
+def test_missing_tensor_names_tensor_and_file(bad):
+    tensors = load_file(bad / "model.safetensors")
+    del tensors["model.layers.0.self_attn.k_proj.weight"]
+    save_file(tensors, bad / "model.safetensors")
+    with pytest.raises(KeyError, match=r"model\.layers\.0\.self_attn\.k_proj\.weight.*model\.safetensors"):
+        load_model(bad)
+
+
+def test_shape_mismatch_names_tensor_and_shapes(bad):
+    _edit_config(bad, intermediate_size=48)
+    with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp\.down_proj\.weight.*\(32, 64\), expected \(32, 48\)"):
+        load_model(bad)
+
+
+def test_missing_shard_listed_in_index(bad):
+    (bad / "model.safetensors").rename(bad / "model-00001-of-00001.safetensors")
+    names = load_file(bad / "model-00001-of-00001.safetensors").keys()
+    index = {"weight_map": {n: "model-00001-of-00002.safetensors" for n in names}}
+    (bad / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(FileNotFoundError, match="model-00001-of-00002.safetensors"):
+        load_model(bad)
+
+
+def test_dtype_that_cannot_be_honoured(bad):
+    with pytest.raises(ValueError, match="float16.*float32.*bfloat16"):
+        load_model(bad, param_dtype="float16")
+    tensors = load_file(bad / "model.safetensors")
+    tensors["model.norm.weight"] = np.ones(32, np.int8)
+    save_file(tensors, bad / "model.safetensors")
+    with pytest.raises(ValueError, match=r"model\.norm\.weight.*I8"):
+        load_model(bad)
+
+
+def test_unsupported_features_are_refused():
+    base = dict(model_type="llama", vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+                num_attention_heads=2)
+    with pytest.raises(ValueError, match="mlp_bias"):
+        config_from_hf({**base, "mlp_bias": True})
+    with pytest.raises(ValueError, match="rope_scaling type 'yarn'"):
+        config_from_hf({**base, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+    with pytest.raises(ValueError, match="hidden_act"):
+        config_from_hf({**base, "hidden_act": "gelu"})
+
+
+def test_hf_config_mapping_defaults_and_legacy_keys():
+    cfg = config_from_hf(dict(model_type="qwen2", vocab_size=10, hidden_size=32, intermediate_size=64,
+                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                              rope_theta=1e6, torch_dtype="bfloat16", tie_word_embeddings=True))
+    assert (cfg.head_dim, cfg.rope_theta, cfg.attention_bias, cfg.qk_norm) == (8, 1e6, True, False)
+    assert (cfg.param_dtype, cfg.dtype, cfg.tie_word_embeddings, cfg.rope_scaling) == ("bfloat16", "bfloat16", True, None)
+    llama = config_from_hf(dict(model_type="llama", vocab_size=10, hidden_size=32, intermediate_size=64,
+                                num_hidden_layers=2, num_attention_heads=4, rope_parameters={
+                                    "rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+                           dtype="float32")
+    assert llama.num_kv_heads == 4 and llama.rope_theta == 5e5 and llama.rope_params["rope_type"] == "llama3"
+    assert hash(llama) == hash(llama.replace())

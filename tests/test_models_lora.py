@@ -1,0 +1,70 @@
+"""LoRA: unchanged outputs at start, only adapters train, merge gives the same function, export works."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from ragen_jax.models import CausalLM, ModelConfig, apply_lora, has_lora, load_model, lora_filter, merge_lora, save_pretrained
+
+CFG = ModelConfig("qwen3", vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                  num_kv_heads=2, head_dim=8, qk_norm=True, tie_word_embeddings=True)
+TOKENS = jnp.arange(24, dtype=jnp.int32).reshape(2, 12) % 128
+POS = jnp.broadcast_to(jnp.arange(12, dtype=jnp.int32), (2, 12))
+
+
+@nnx.jit
+def _logits(model):
+    return model(TOKENS, POS)[0]
+
+
+def _train(model, steps=3):
+    opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=lora_filter)
+
+    @nnx.jit
+    def step(model, opt):
+        def loss(m):
+            logits, _ = m(TOKENS, POS)
+            return -jnp.mean(jax.nn.log_softmax(logits)[:, :-1].max(-1))
+
+        grads = nnx.grad(loss, argnums=nnx.DiffState(0, lora_filter))(model)
+        opt.update(model, grads)
+
+    for _ in range(steps):
+        step(model, opt)
+
+
+def test_lora_starts_as_identity_and_only_adapters_train():
+    model = CausalLM(CFG, rngs=nnx.Rngs(0))
+    ref = _logits(model)
+    frozen = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
+    apply_lora(model, rank=4, alpha=8.0, rngs=nnx.Rngs(1))
+    assert has_lora(model)
+    np.testing.assert_allclose(_logits(model), ref, atol=1e-6, rtol=0)
+    lora_leaves = jax.tree.leaves(nnx.state(model, lora_filter))
+    assert len(lora_leaves) == 2 * 7 * CFG.num_layers
+    _train(model)
+    assert float(jnp.abs(_logits(model) - ref).max()) > 1e-3
+    base_after = dict(nnx.to_flat_state(nnx.state(model, nnx.All(nnx.Param, nnx.Not(lora_filter)))))
+    assert set(base_after) == {path for path, _ in nnx.to_flat_state(frozen)}
+    for path, value in nnx.to_flat_state(frozen):
+        np.testing.assert_array_equal(base_after[path].get_value(), value.get_value(), err_msg=str(path))
+
+
+def test_merge_and_export_preserve_the_adapted_function(tmp_path):
+    model = CausalLM(CFG, rngs=nnx.Rngs(0))
+    apply_lora(model, rank=2, alpha=4.0, target_modules=("q_proj", "v_proj", "down_proj"), rngs=nnx.Rngs(1))
+    _train(model, steps=2)
+    adapted = _logits(model)
+    merged = merge_lora(model)
+    assert not has_lora(merged) and has_lora(model)
+    np.testing.assert_allclose(_logits(merged), adapted, atol=1e-5)
+    save_pretrained(model, tmp_path)
+    np.testing.assert_allclose(_logits(load_model(tmp_path)), adapted, atol=1e-5)
+
+
+def test_unknown_target_is_refused():
+    with pytest.raises(ValueError, match="embed"):
+        apply_lora(CausalLM(CFG, rngs=nnx.Rngs(0)), 2, 2.0, target_modules=("embed",), rngs=nnx.Rngs(1))

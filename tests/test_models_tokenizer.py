@@ -1,0 +1,73 @@
+"""The tiny preset's tokenizer: single-token specials and grid cells, round trips, chat template, reproducible build."""
+
+import filecmp
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ragen_jax.models import load_tiny_tokenizer, tiny_config
+from ragen_jax.models.build_tiny_tokenizer import ASSET_DIR, GRID_SYMBOLS
+
+SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<answer>", "</answer>")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tiny_tokenizer()
+
+
+def test_vocab_size_matches_tiny_config(tok):
+    assert 1000 <= len(tok) <= 2000
+    assert tiny_config().vocab_size == len(tok) == tok.vocab_size
+
+
+def test_special_tokens_are_single_tokens(tok):
+    for s in SPECIALS:
+        assert tok.encode(s) == [tok.token_id(s)]
+        assert tok.encode(f"x {s} y").count(tok.token_id(s)) == 1
+    assert tok.eos_token_ids == (tok.token_id("<|im_end|>"), tok.token_id("<|endoftext|>"))
+    assert tok.pad_token_id == tok.token_id("<|endoftext|>")
+    with pytest.raises(KeyError):
+        tok.token_id("<|not_a_token|>")
+
+
+def test_grid_symbols_and_digits_are_one_token_each(tok):
+    grid = "######\n#√_P_#\n#_XO_#\n#S__G#\n######"
+    for row in grid.split("\n"):
+        assert len(tok.encode(row)) == len(row)
+    for ch in GRID_SYMBOLS + "0123456789":
+        assert len(tok.encode(ch)) == 1
+        assert len(tok.encode(f"Player: (3, {ch})")) == len(tok.encode("Player: (3, ")) + 2
+    assert len(tok.encode("12345")) == 5
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=40) | st.text(alphabet=GRID_SYMBOLS + "\n <>/|", max_size=60))
+def test_decode_encode_round_trip(tok, text):
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_chat_template_shape(tok):
+    msgs = [{"role": "system", "content": "You're a helpful assistant."}, {"role": "user", "content": "Turn 1:\nState:\n#P#"}]
+    text = tok.apply_chat_template(msgs)
+    assert text == ("<|im_start|>system\nYou're a helpful assistant.<|im_end|>\n"
+                    "<|im_start|>user\nTurn 1:\nState:\n#P#<|im_end|>\n<|im_start|>assistant\n")
+    assert tok.apply_chat_template(msgs, add_generation_prompt=False) == text[: -len("<|im_start|>assistant\n")]
+    ids = tok.encode(text + "<think>")
+    assert ids[0] == tok.token_id("<|im_start|>") and ids[-1] == tok.token_id("<think>")
+
+
+def test_skip_special_tokens_keeps_think_and_answer_tags(tok):
+    ids = tok.encode("<think> go </think> <answer> Up || Left </answer><|im_end|><|endoftext|>")
+    assert tok.decode(ids, skip_special_tokens=True) == "<think> go </think> <answer> Up || Left </answer>"
+
+
+def test_build_script_regenerates_identical_files(tmp_path):
+    subprocess.run([sys.executable, "-m", "ragen_jax.models.build_tiny_tokenizer", "--out", str(tmp_path)],
+                   check=True, capture_output=True, cwd=pathlib.Path(__file__).parents[1])
+    names = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
+    match, mismatch, errors = filecmp.cmpfiles(ASSET_DIR, tmp_path, names, shallow=False)
+    assert match == names, (mismatch, errors)
