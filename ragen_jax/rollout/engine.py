@@ -153,6 +153,10 @@ class RolloutEngine:
             for b in np.nonzero(active)[0]:
                 ep, record = episodes[b], episodes[b].history[-1]
                 record.reward = float(result.rewards[b])
+                if result.infos[b].get("action_is_valid") is False and not record.invalid:
+                    record.invalid = True  # the env rejected a parsed action (e.g. another episode's arm)
+                    ep.penalty += cfg.format_penalty
+                    ep.valid_turns -= 1
                 ep.num_actions += int(result.actions_executed[b])
                 ep.effective_turns += int(result.action_is_effective[b])
                 metrics_lib.accumulate_info(ep.info_sums, result.infos[b])
