@@ -153,7 +153,8 @@ class RolloutEngine:
             for b in np.nonzero(active)[0]:
                 ep, record = episodes[b], episodes[b].history[-1]
                 record.reward = float(result.rewards[b])
-                if result.infos[b].get("action_is_valid") is False and not record.invalid:
+                env_valid = result.infos[b].get("action_is_valid", True)
+                if not bool(env_valid) and not record.invalid:
                     record.invalid = True  # the env rejected a parsed action (e.g. another episode's arm)
                     ep.penalty += cfg.format_penalty
                     ep.valid_turns -= 1
