@@ -1,0 +1,120 @@
+"""Sharded placement, train step and generation on 8 forced CPU devices vs one device.
+
+Each case runs tests/sharding_worker.py in a subprocess with XLA_FLAGS set before jax starts
+(the suite's own process keeps its single device).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MESHES = [(8, 1, 1), (1, 8, 1), (1, 4, 2), (2, 2, 2)]
+AXES = ("data", "fsdp", "tensor")
+
+
+def run_worker(mode: str, out: str, timeout: float = 900) -> None:
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "sharding_worker.py"), mode, out], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def placement(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("sharding") / "placement.json")
+    run_worker("placement", out)
+    with open(out) as f:
+        return json.load(f)
+
+
+def _expected_shard(shape, spec: str, mesh) -> list[int]:
+    sizes = dict(zip(AXES, mesh))
+    entries = eval(spec.replace("P(", "("), {})  # noqa: S307 - our own repr of a PartitionSpec
+    entries = entries if isinstance(entries, tuple) else (entries,)
+    out = list(shape)
+    for i, entry in enumerate(entries):
+        axes = () if entry is None else (entry,) if isinstance(entry, str) else entry
+        out[i] //= math.prod(sizes[a] for a in axes)
+    return out
+
+
+@pytest.mark.parametrize("mesh", MESHES, ids=str)
+def test_every_array_is_placed_as_its_spec_says(placement, mesh):
+    for section in ("trainable", "frozen", "sampling", "batch", "cache"):
+        for path, d in placement[str(mesh)][section].items():
+            assert d["shard_shapes"] == [_expected_shard(d["shape"], d["spec"], mesh)], (section, path, d)
+
+
+@pytest.mark.parametrize("mesh", MESHES, ids=str)
+def test_weights_really_split(placement, mesh):
+    data, fsdp, tensor = mesh
+    p = placement[str(mesh)]
+    q = p["frozen"]["model/layers/0/self_attn/q_proj/kernel"]  # [128, 128]: fsdp x tensor
+    assert q["shard_shapes"] == [[128 // fsdp, 128 // tensor]] and q["distinct"] == fsdp * tensor
+    down = p["frozen"]["model/layers/1/mlp/down_proj/kernel"]  # [384, 128]: tensor x fsdp
+    assert down["shard_shapes"] == [[384 // tensor, 128 // fsdp]]
+    emb = p["frozen"]["model/embed_tokens/embedding"]  # [1152, 128]: vocab over tensor
+    assert emb["shard_shapes"] == [[1152 // tensor, 128 // fsdp]]
+    lora_b = p["trainable"]["model/layers/0/mlp/up_proj/lora_b"]  # [4, 384]
+    assert lora_b["shard_shapes"] == [[4, 384 // tensor]]
+    assert p["frozen"]["model/norm/weight"]["distinct"] == 1  # norms replicated
+    # sampling layout drops fsdp: weights are whole along the fsdp dimension
+    assert p["sampling"]["model/layers/0/self_attn/q_proj/kernel"]["shard_shapes"] == [[128, 128 // tensor]]
+    assert p["batch"]["tokens"]["shard_shapes"] == [[16 // (data * fsdp), 24]]
+    assert p["cache"]["k"]["shard_shapes"] == [[2, 8 // (data * fsdp), 32, 2 // tensor, 32]]
+    assert f"multiple of {data * fsdp}" in p["bad_batch_error"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("sharding") / "train.npz")
+    run_worker("train", out)
+    return dict(np.load(out))
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("sharding") / "gen.npz")
+    run_worker("generate", out)
+    return dict(np.load(out))
+
+
+def _results(res: dict, prefix: str) -> dict:
+    return {k[len(prefix) + 1:]: v for k, v in res.items() if k.startswith(prefix + "/")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh", MESHES, ids=str)
+def test_train_step_matches_single_device(trained, mesh):
+    want, got = _results(trained, "single"), _results(trained, str(mesh))
+    assert got.keys() == want.keys() and any(k.startswith("param/") for k in want)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-4, atol=2e-5, err_msg=k)
+    assert want["metric/update_skipped"] == 0.0
+
+
+@pytest.mark.slow
+def test_lora_train_step_matches_single_device(trained):
+    want, got = _results(trained, "single_lora"), _results(trained, "(2, 2, 2)_lora")
+    assert all("lora_" in k for k in want if k.startswith("param/"))
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-4, atol=2e-5, err_msg=k)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh", MESHES, ids=str)
+def test_generation_matches_single_device(generated, mesh):
+    want, got = _results(generated, "single"), _results(generated, str(mesh))
+    np.testing.assert_array_equal(got["tokens"], want["tokens"])
+    np.testing.assert_array_equal(got["lengths"], want["lengths"])
+    np.testing.assert_allclose(got["logprobs"], want["logprobs"], atol=1e-4)
