@@ -106,11 +106,16 @@ def get_base_config() -> ml_collections.ConfigDict:
         ),
     )
     c.diagnostics = dict(
-        every=5,  # MI / collapse diagnostics every N steps (0 = off)
-        max_pairs=64,
-        sampling="first_turn",  # first_turn | trajectory_uniform | both
-        high_entropy=1.0,  # H(Z|X) threshold (nats per token) for the regime classification
-        high_mi=0.1,  # MI threshold (nats) for the regime classification
+        every=5,  # MI / collapse diagnostics at step 1 and every N steps (0 = off)
+        max_pairs=64,  # (prompt, reasoning) pairs per sampling
+        first_turn=True,  # collapse_first_turn_sample: first-turn prompts (columns = unique prompts)
+        trajectory=True,  # collapse_trajectory_sample: turns drawn uniformly over trajectories
+        entropy_threshold=0.5,  # H(Z|X) (nats/token) separating high from low conditional entropy
+        mi_threshold=0.05,  # MI (nats, or a fraction of log N when mi_relative) separating high/low MI
+        mi_relative=False,
+        ema_decay=0.9,
+        batch_size=32,  # pairs per cross-scoring forward pass
+        warnings=True,  # Echo-Trap early warnings (falling reward std, entropy collapse, grad spikes)
     )
     c.mesh = dict(data=-1, fsdp=1, tensor=1)
     c.workdir = "runs/default"
@@ -169,3 +174,4 @@ def apply_tiny(c: ml_collections.ConfigDict) -> None:
     c.trainer.save_every = 0
     c.diagnostics.every = 5
     c.diagnostics.max_pairs = 32
+    c.diagnostics.batch_size = 64

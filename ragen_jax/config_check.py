@@ -11,7 +11,6 @@ CHOICES = {
     ("model", "dtype"): ("", "float32", "bfloat16"),
     ("model", "preset"): ("", "tiny"),
     ("algo", "loss_agg_mode"): ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
-    ("diagnostics", "sampling"): ("first_turn", "trajectory_uniform", "both"),
 }
 
 

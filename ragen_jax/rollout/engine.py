@@ -135,6 +135,7 @@ class RolloutEngine:
                 parsed = parse_response(text, action_lookup=lookups[b], max_actions=cfg.max_actions_per_turn,
                                         enable_think=cfg.enable_think)
                 record.response_tokens = response.tolist()
+                record.context_tokens = contexts[b]
                 record.response_text = _strip_end_of_turn(text, self.builder._eos_texts)
                 record.invalid = not parsed.turn_is_valid
                 ep.valid_turns += int(parsed.turn_is_valid)

@@ -10,6 +10,7 @@ A conversation is built from per-turn records (`TurnRecord`) for one of three co
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 SYSTEM_PREFIX = "You're a helpful assistant. "
 INVALID_WARNING = (
@@ -18,7 +19,7 @@ INVALID_WARNING = (
 LEGEND_HEADER = "\nThe meaning of each symbol in the state is:\n"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # identity: records are looked up in their episode's history
 class TurnRecord:
     """One turn of one episode: the state shown, then (once sampled) the response and reward."""
 
@@ -30,6 +31,7 @@ class TurnRecord:
     reward: float = 0.0  # env reward of the turn (sum over executed actions)
     invalid: bool = False  # this turn was penalised (no valid action or an invalid one)
     history_start: int = 0  # oldest turn shown in this turn's context
+    context_tokens: Any = None  # the exact tokens the response was sampled after (np.int32 [L])
 
 
 def system_prompt(

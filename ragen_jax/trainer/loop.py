@@ -26,6 +26,7 @@ from ragen_jax.monitoring import Monitor
 from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds
 from ragen_jax.rollout.dump import write_jsonl
 from ragen_jax.trainer import setup as setup_lib
+from ragen_jax.trainer.diagnose import CollapseMonitor
 from ragen_jax.trainer.optim import make_optimizer
 from ragen_jax.trainer.steps import AlgoSettings, make_step_fns
 
@@ -103,6 +104,7 @@ class Trainer:
         self.base_key = jax.random.PRNGKey(t.seed)
         self.monitor = Monitor(os.path.join(self.workdir, "tb"), enabled=self.is_main)
         self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), max_to_keep=t.keep_checkpoints)
+        self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
         self.counters = {"empty_streak": 0, "val_low_streak": 0, "std_zero_streak": 0}
         self.history: list[dict] = []
         self.start_step = 0
@@ -117,7 +119,8 @@ class Trainer:
         return state
 
     def save(self, step: int) -> None:
-        meta = {"step": step, "counters": self.counters, "history": self.history[-1000:]}
+        meta = {"step": step, "counters": self.counters, "history": self.history[-1000:],
+                "collapse": self.collapse.state()}
         self.checkpointer.save(step, self._state(), meta)
 
     def _maybe_restore(self) -> None:
@@ -133,6 +136,7 @@ class Trainer:
             self.critic.trainable, self.critic_opt = state["critic"], state["critic_opt"]
         self.counters = dict(meta["counters"])
         self.history = list(meta.get("history", []))
+        self.collapse.load_state(meta.get("collapse", {}))
         self.start_step = int(meta["step"]) + 1
         logger.info("Resumed from step %d (%s).", step, self.checkpointer.directory)
 
@@ -179,6 +183,7 @@ class Trainer:
                         **self._dump_kwargs())
         if t.log_samples_every and step % t.log_samples_every == 0:
             self._log_sample(res, step)
+        metrics.update(self.collapse.mi_metrics(step + 1, res.episodes, self.actor.graphdef, self.actor.full()))
 
         rewards = np.array([ep.total_reward for ep in res.episodes], np.float32)
         fres = filter_rollouts(rewards, cfg.env.group_size, self.filter_cfg)
@@ -201,6 +206,8 @@ class Trainer:
         rows = np.nonzero(np.isin(batch.episode_ids, fres.kept_traj))[0]
         arrays = {k: batch.arrays()[k] for k in BATCH_KEYS}
         arrays, row_valid = compact(arrays, rows, multiple=t.mini_batch_size)
+        # padding rows must not join a real group's statistics (GRPO/RLOO group means)
+        arrays["group_ids"] = np.where(row_valid, arrays["group_ids"], -1 - np.arange(len(row_valid)))
         dev = {k: jnp.asarray(v) for k, v in arrays.items()}
         dev["old_logprobs"] = self._score_rows(self.fns["score_policy"], self.actor.trainable, self.actor.frozen, dev)
         if self.need_ref:
@@ -325,6 +332,7 @@ class Trainer:
         for step in bar:
             t0 = time.perf_counter()
             metrics = self.train_step(step)
+            metrics.update(self.collapse.warnings(metrics))
             trained_tokens += metrics.get("perf/trained_tokens", 0.0)
             metrics["timing_s/step"] = time.perf_counter() - t0
             if cfg.val.every and (step + 1) % cfg.val.every == 0:

@@ -19,7 +19,8 @@ import optax
 from flax import nnx
 
 from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_numerator, call_with_supported,
-                             compute_advantages, kl_penalty, token_logprobs_and_entropy)
+                             compute_advantages, kl_penalty, token_logprobs_and_entropy,
+                             turn_ends_from_mask)
 from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 
 
@@ -124,7 +125,8 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
     @jax.jit
     def advantages(token_rewards, loss_mask, values, group_ids):
         inputs = AdvantageInputs(token_level_rewards=token_rewards, response_mask=loss_mask,
-                                 values=values, group_ids=group_ids)
+                                 values=values, group_ids=group_ids,
+                                 turn_end_mask=turn_ends_from_mask(loss_mask))
         return compute_advantages(algo.adv_estimator, inputs, gamma=algo.gamma, lam=algo.lam,
                                   high_level_gamma=algo.high_level_gamma,
                                   norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
