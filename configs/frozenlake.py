@@ -1,0 +1,32 @@
+"""FrozenLake (RAGEN's `_3_frozen_lake`): CoordFrozenLake, 4x4, frozen p 0.9, deterministic moves.
+
+8 groups x 16, PPO, 5 turns x 2 actions, 10 actions per trajectory (RAGEN's base settings).
+Variants: `:tiny` (tiny model on CPU, plain grid FrozenLake), `:slippery` (success_rate 0.8, the
+env table's default), `:filter` (top_p 0.9), plus `:grpo` / `:0.5b` ... (see configs/base.py).
+"""
+
+import ml_collections
+
+from configs.base import apply_tiny, apply_variants, get_base_config
+
+
+def _tiny(c):
+    apply_tiny(c)
+    c.env.name = "FrozenLake"
+    c.val.groups = c.val.batch_size = 32
+
+
+def _slippery(c):
+    c.env.kwargs.success_rate = 0.8
+
+
+def _filter(c):
+    c.filter.strategy, c.filter.value, c.filter.include_zero = "top_p", 0.9, False
+
+
+def get_config(arg: str | None = None):
+    c = get_base_config()
+    c.env.name = "CoordFrozenLake"
+    c.env.kwargs = ml_collections.ConfigDict(dict(size=4, p=0.9, success_rate=1.0))
+    c.workdir = "runs/frozenlake"
+    return apply_variants(c, arg, {"tiny": _tiny, "slippery": _slippery, "filter": _filter})

@@ -1,0 +1,37 @@
+"""WebShop (RAGEN's `_6_webshop`): shop on a simulated site, 9 turns x 1 action, 15000-token context.
+
+The synthetic catalogue (300 products) runs offline; `--config.env.kwargs.data_dir=DIR` loads the
+original WebShop product and goal files. Variants: `:tiny` (tiny model on CPU), `:score` (reward
+is the raw purchase score instead of RAGEN's 1-if-perfect), plus `:grpo` / `:0.5b` ...
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+from configs.base import apply_tiny, apply_variants, get_base_config
+
+
+def _tiny(c):
+    apply_tiny(c)
+    c.val.groups = c.val.batch_size = 16
+    c.rollout.max_model_len = 2048  # a results page is ~1300 tiny-tokenizer tokens
+
+
+def _score(c):
+    c.env.kwargs.reward_mode = "score"
+
+
+def get_config(arg: str | None = None):
+    c = get_base_config()
+    c.env.name = "WebShop"
+    c.env.max_turn = 9
+    c.env.max_actions_per_turn = 1
+    c.env.max_actions_per_traj = 9
+    c.env.kwargs = ml_collections.ConfigDict(dict(
+        data_dir=config_dict.placeholder(str), num_products=config_dict.placeholder(int), seed=0,
+        split="train", reward_mode="binary", max_steps=config_dict.placeholder(int), show_tips=True))
+    c.rollout.max_model_len = 15000
+    c.trainer.mini_batch_size = 32
+    c.trainer.micro_batch_size = 4
+    c.workdir = "runs/webshop"
+    return apply_variants(c, arg, {"tiny": _tiny, "score": _score})
