@@ -90,6 +90,8 @@ class JaxEnvBatch(EnvBatch):
         self.params = env.default_params if params is None else params
         self.action_lookup = dict(env.action_lookup) if env.action_lookup else None
         self.action_names = list(env.action_names) if self.action_lookup else None
+        # names listed in the system prompt (an env whose valid names change per episode hides them)
+        self.prompt_action_names = getattr(env, "prompt_action_names", self.action_names)
         self._key = jax.random.PRNGKey(0) if key is None else key
         self._turn_fn = make_turn_fn(env)
         self._reset_fn = jax.jit(jax.vmap(lambda k, p: env.reset_env(k, p)[1], in_axes=(0, None)))

@@ -129,6 +129,9 @@ class Bandit(JaxEnv[BanditState, BanditParams]):
     def observation_space(self, params: BanditParams | None = None) -> spaces.Box:
         return spaces.Box(-1, len(self._names) - 1, (3,), jnp.int32)
 
+    # The episode's two arm names are in its observation; the prompt lists no global action set.
+    prompt_action_names = None
+
     @property
     def action_names(self) -> list[str]:
         """Every arm name of the split, id order (episodes show two of them)."""

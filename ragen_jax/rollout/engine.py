@@ -83,7 +83,8 @@ class RolloutEngine:
         t0 = time.perf_counter()
         observations = env.reset(list(map(int, seeds)))
         timing["env"] += time.perf_counter() - t0
-        system = system_prompt(env.instruction(), env.legend(), env.action_names, cfg.max_actions_per_traj)
+        names = getattr(env, "prompt_action_names", env.action_names)
+        system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj)
         episodes = [Episode(env_tag=tag, seed=int(s), group_id=int(g), system=system,
                             history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
                     for s, g, o in zip(seeds, group_ids, observations)]
