@@ -73,7 +73,7 @@ def doubled_ppo(logprobs, old_logprobs, advantages, response_mask, **kw):
 def test_grpo_lora_and_custom_loss_train_only_adapters(tmp_path):
     cfg = bandit_config(tmp_path, preset="grpo", adv_estimator="grpo", use_critic=False,
                         loss_agg_mode="seq-mean-token-mean",
-                        custom_policy_loss="tests.test_trainer_e2e:doubled_ppo")
+                        custom_policy_loss="test_trainer_e2e:doubled_ppo")
     cfg.model.lora.rank = 4
     cfg.trainer.save_every = 0
     cfg.val.every = 0
