@@ -117,6 +117,22 @@ def get_base_config() -> ml_collections.ConfigDict:
         batch_size=32,  # pairs per cross-scoring forward pass
         warnings=True,  # Echo-Trap early warnings (falling reward std, entropy collapse, grad spikes)
     )
+    c.warmstart = dict(  # supervised warm-start (behaviour cloning) before RL; not in RAGEN
+        enabled=False,
+        source="oracle",  # "oracle" (the env's solver plays) | path to a JSONL of chat messages
+        num_demos=2000,  # oracle episodes (each gives one row per turn, or one in "full" context)
+        steps=300,  # SFT updates (fewer if max_seconds runs out first)
+        max_seconds=0.0,  # stop after this much SFT step time (0 = no limit)
+        batch_size=64,  # rows per update
+        micro_batch_size=0,  # rows per gradient-accumulation step (0 = batch_size)
+        lr=1e-3,
+        warmup_steps=20,
+        weight_decay=0.0,
+        reasoning_text="",  # text between "<think>" and "</think>" in oracle responses
+        seed=1_000_000,  # first demo seed (apart from train and validation seeds) and batch order
+        share_prefix=True,  # run the prompt prefix all rows share once per micro-batch (same loss)
+        val_every=0,  # also validate every N SFT steps (0 = only before and after)
+    )
     c.mesh = dict(data=-1, fsdp=1, tensor=1)
     c.workdir = "runs/default"
     return c

@@ -1,0 +1,372 @@
+"""Demonstrations in exactly the rollout's prompt/response format, for supervised warm-starts.
+
+Two sources:
+- an oracle policy plays a registered JAX env (Sokoban / FrozenLake: the env's BFS solver,
+  re-planned every turn; Bandit: the high-reward arm). Each turn's response is the tokenizer's
+  encoding of "</think>{reasoning}<answer>Up || Left</answer>" (the "<think>" generation prefix
+  comes from the prompt), recorded as `Episode`s, so `build_batch` makes the training rows;
+- a JSONL file of OpenAI chat messages (what `dump.write_jsonl` / `write_demo_jsonl` write, or
+  the user's own): each line is one training row, loss on its assistant messages.
+Rows (`DemoRows`) carry a loss mask over the response tokens only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from envs.protocols import EnvBatch
+from ragen_jax.rollout.batching import build_batch
+from ragen_jax.rollout.context import ContextBuilder
+from ragen_jax.rollout.engine import RolloutConfig
+from ragen_jax.rollout.parsing import parse_response
+from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
+from ragen_jax.rollout.types import Episode
+
+# (unbatched env state as numpy) -> planned action ids from here (None: no solution).
+OraclePolicy = Callable[[Any], "list[int] | None"]
+
+
+@dataclasses.dataclass
+class DemoRows:
+    """Supervised rows: tokens [N, L] int32, attention_mask [N, L] bool, loss_mask [N, L] f32."""
+
+    tokens: np.ndarray
+    attention_mask: np.ndarray
+    loss_mask: np.ndarray
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @classmethod
+    def concat(cls, parts: Sequence["DemoRows"], pad_id: int) -> "DemoRows":
+        """Stack row sets, right-padding to the longest real row."""
+        width = max((int(p.attention_mask.sum(1).max(initial=0)) for p in parts), default=1)
+        width = max(width, 1)
+
+        def fit(x, fill):
+            out = np.full((x.shape[0], width), fill, x.dtype)
+            n = min(width, x.shape[1])
+            out[:, :n] = x[:, :n]
+            return out
+
+        return cls(np.concatenate([fit(p.tokens, pad_id) for p in parts]),
+                   np.concatenate([fit(p.attention_mask, False) for p in parts]),
+                   np.concatenate([fit(p.loss_mask, 0.0) for p in parts]))
+
+    def save(self, path: str) -> None:
+        np.savez(path, tokens=self.tokens, attention_mask=self.attention_mask, loss_mask=self.loss_mask)
+
+    @classmethod
+    def load(cls, path: str) -> "DemoRows":
+        with np.load(path) as d:
+            return cls(d["tokens"], d["attention_mask"], d["loss_mask"])
+
+
+# ------------------------------------------------------------------------------ oracle policies
+def oracle_policy(env: Any) -> OraclePolicy:
+    """The built-in oracle of a JAX env: its `oracle_actions(state)` (BFS), or Bandit's high arm."""
+    from envs.bandit.env import Bandit
+
+    if isinstance(env, Bandit):
+        return lambda state: [2 * int(state.pair) + 1]  # id 2k+1 is pair k's high-risk arm
+    if callable(getattr(env, "oracle_actions", None)):
+        return env.oracle_actions
+    raise ValueError(f"{type(env).__name__} has no oracle (no `oracle_actions(state)`). Pass a "
+                     f"`policy` to play_oracle_episodes, or use warmstart.source=<path to a JSONL of "
+                     f"chat messages>.")
+
+
+def response_text(action_names: Sequence[str], *, reasoning: str = "", enable_think: bool = True,
+                  separator: str = "||") -> str:
+    """The response after the generation prefix: "</think>{reasoning}<answer>A || B</answer>"."""
+    answer = f"<answer>{f' {separator} '.join(action_names)}</answer>"
+    if enable_think:
+        return f"{reasoning}</think>{answer}"
+    return answer[len("<answer>"):]  # the prefix "<answer>" is already in the prompt
+
+
+def _action_names(env_batch: EnvBatch) -> list[str]:
+    if env_batch.action_names:
+        return list(env_batch.action_names)
+    by_id = sorted((env_batch.action_lookup or {}).items(), key=lambda kv: kv[1])
+    return [name for name, _ in by_id]
+
+
+def _response_tokens(tokenizer, text: str, cfg: RolloutConfig) -> list[int]:
+    tokens = list(tokenizer.encode(text))
+    if not cfg.stop_at_answer:  # generation then ends at the end-of-turn token: teach it
+        tokens.append(int(tokenizer.eos_token_ids[0]))
+    return tokens
+
+
+def _fit_history_start(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> int:
+    """The first turn shown, chosen as the engine's `_fit_context` chooses it."""
+    turn = len(ep.history) - 1
+    start = ep.history_start if cfg.context_mode == "full" else max(0, turn - cfg.context_window + 1)
+    while True:
+        messages = build_messages(ep.system, ep.history, start, mode=cfg.context_mode,
+                                  max_tokens=cfg.response_length, enable_think=cfg.enable_think,
+                                  format_penalty=cfg.format_penalty)
+        text = builder.tokenizer.apply_chat_template(
+            [{"role": m["role"], "content": m["content"]} for m in messages], add_generation_prompt=True)
+        if len(text.encode()) + len(builder.generation_suffix.encode()) + cfg.response_length <= cfg.max_model_len:
+            return start  # cheap bound (a token covers at least one byte): no need to tokenize
+        for m in messages:
+            if m["role"] == "assistant":
+                m["tokens"] = m["record"].response_tokens
+        tokens, _ = builder.assemble(messages, add_generation_prompt=True)
+        if len(tokens) + cfg.response_length <= cfg.max_model_len or start >= turn:
+            return start
+        start += 1
+
+
+def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, cfg: RolloutConfig, *,
+                         policy: OraclePolicy | None = None, reasoning_text: str = "",
+                         tag: str = "demo") -> list[Episode]:
+    """Play one episode per seed with an oracle, recording turns as the rollout engine would.
+
+    Each turn the oracle plans from the current state; its first min(max_actions_per_turn,
+    actions left) actions become the response. An episode without a plan stops there (unsolved).
+    """
+    if getattr(env_batch, "state", None) is None and not hasattr(env_batch, "env"):
+        raise ValueError("Oracle demos need a JAX env batch (envs.batch.make_env_batch of a JAX env), "
+                         "whose states the oracle can read; for host envs use a JSONL of demonstrations.")
+    policy = policy or oracle_policy(env_batch.env)
+    B = env_batch.batch_size
+    if len(seeds) != B:
+        raise ValueError(f"Env batch holds {B} episodes but got {len(seeds)} seeds.")
+    builder = ContextBuilder(tokenizer, enable_think=cfg.enable_think)
+    names = _action_names(env_batch)
+    lookup = env_batch.action_lookup
+    observations = env_batch.reset([int(s) for s in seeds])
+    system = system_prompt(env_batch.instruction(), env_batch.legend(), env_batch.action_names,
+                           cfg.max_actions_per_traj)
+    episodes = [Episode(env_tag=tag, seed=int(s), group_id=i, system=system,
+                        history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
+                for i, (s, o) in enumerate(zip(seeds, observations))]
+    active = np.ones(B, bool)
+    for turn in range(cfg.max_turn):
+        if not active.any():
+            break
+        host_state = jax.device_get(env_batch.state)
+        actions: list[list[int]] = [[] for _ in range(B)]
+        for b in np.nonzero(active)[0]:
+            ep, record = episodes[b], episodes[b].history[-1]
+            plan = policy(jax.tree.map(lambda x: np.asarray(x[b]), host_state))
+            budget = min(cfg.max_actions_per_turn, cfg.max_actions_per_traj - ep.num_actions)
+            if not plan or budget <= 0:  # unsolvable from here: end the episode unsolved
+                active[b] = False
+                if ep.num_turns:
+                    ep.history.pop()
+                ep.truncated = True
+                continue
+            chosen = [int(a) for a in plan[:budget]]
+            text = response_text([names[a] for a in chosen], reasoning=reasoning_text,
+                                 enable_think=cfg.enable_think)
+            record.history_start = _fit_history_start(builder, cfg, ep)
+            if cfg.context_mode == "full":
+                ep.history_start = record.history_start
+            record.response_tokens = _response_tokens(tokenizer, text, cfg)
+            full = builder.generation_suffix + tokenizer.decode(record.response_tokens)
+            record.response_text = _strip_suffixes(full, builder._eos_texts)
+            parsed = parse_response(full, action_lookup=lookup, max_actions=cfg.max_actions_per_turn,
+                                    enable_think=cfg.enable_think)
+            if list(parsed.actions) != chosen:
+                raise ValueError(f"Demo response {full!r} parses to {parsed.actions}, not the oracle's "
+                                 f"{chosen}: the tokenizer does not round-trip it (check reasoning_text).")
+            ep.valid_turns += 1
+            actions[b] = chosen
+        result = env_batch.step(actions, active)
+        for b in np.nonzero(active)[0]:
+            _record_turn(episodes[b], result, b, actions[b], cfg, last_turn=turn == cfg.max_turn - 1, active=active)
+    return episodes
+
+
+def _record_turn(ep: Episode, result, b: int, chosen: list[int], cfg: RolloutConfig, *, last_turn: bool,
+                 active: np.ndarray) -> None:
+    """Rewards, counters and end-of-episode flags of one played turn (as the engine books them)."""
+    record = ep.history[-1]
+    record.reward = float(result.rewards[b])
+    if not bool(result.infos[b].get("action_is_valid", True)):
+        record.invalid = True
+        ep.penalty += cfg.format_penalty
+        ep.valid_turns -= 1
+    ep.num_actions += int(result.actions_executed[b])
+    ep.effective_turns += int(result.action_is_effective[b])
+    env_done = bool(result.terminated[b] or result.truncated[b])
+    if result.errors[b]:
+        ep.error = result.errors[b]
+    if env_done or ep.num_actions >= cfg.max_actions_per_traj or result.errors[b] or last_turn:
+        ep.terminated = bool(result.terminated[b]) and not result.errors[b]
+        ep.truncated = not ep.terminated
+        ep.success = bool(result.success[b]) and ep.terminated
+        active[b] = False
+    else:
+        ep.history.append(TurnRecord(state=result.observations[b],
+                                     actions_left=cfg.max_actions_per_traj - ep.num_actions,
+                                     warn_invalid=not chosen))
+
+
+def _strip_suffixes(text: str, eos_texts: Sequence[str]) -> str:
+    for eos in eos_texts:
+        if eos and text.endswith(eos):
+            return text[: -len(eos)]
+    return text
+
+
+def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutConfig, *, seed: int,
+                         env_kwargs: dict | None = None, reasoning_text: str = "", batch_size: int = 256,
+                         only_success: bool = True, max_tries: int = 4) -> list[Episode]:
+    """`num_demos` oracle episodes of registered env `env_name` on seeds seed, seed+1, ...
+
+    Unsolved episodes (no plan, or a plan longer than the action budget) are skipped when
+    `only_success`, trying up to max_tries * num_demos seeds.
+    """
+    from envs.batch import make_env_batch
+
+    if num_demos <= 0:
+        raise ValueError(f"num_demos must be > 0, got {num_demos}.")
+    env_batch = make_env_batch(env_name, batch_size, **(env_kwargs or {}))
+    episodes: list[Episode] = []
+    next_seed = seed
+    while len(episodes) < num_demos and next_seed - seed < max_tries * num_demos:
+        seeds = list(range(next_seed, next_seed + batch_size))
+        next_seed += batch_size
+        played = play_oracle_episodes(env_batch, seeds, tokenizer, cfg, reasoning_text=reasoning_text,
+                                      tag=env_name)
+        episodes.extend(ep for ep in played if ep.success or not only_success)
+    if not episodes:
+        raise ValueError(f"The oracle solved none of {next_seed - seed} {env_name} episodes within "
+                         f"{cfg.max_actions_per_traj} actions / {cfg.max_turn} turns: raise the budget.")
+    return episodes[:num_demos]
+
+
+# ------------------------------------------------------------------------------ episodes -> rows
+def demo_rows(episodes: list[Episode], tokenizer, cfg: RolloutConfig, *, chunk: int = 256) -> DemoRows:
+    """Training rows of played episodes via `build_batch` (the RL batch's context mode and masks)."""
+    builder = ContextBuilder(tokenizer, enable_think=cfg.enable_think)
+    parts = []
+    for i in range(0, len(episodes), chunk):
+        eps = episodes[i:i + chunk]
+        logprobs = {(e, t): (np.zeros(len(r.response_tokens), np.float32),) * 2
+                    for e, ep in enumerate(eps) for t, r in enumerate(ep.history) if r.response_tokens is not None}
+        batch = build_batch(builder, eps, mode=cfg.context_mode, window=cfg.context_window,
+                            max_tokens=cfg.response_length, enable_think=cfg.enable_think,
+                            format_penalty=cfg.format_penalty, use_turn_scores=False,
+                            norm_method="identity", norm_grouping="batch", logprobs=logprobs,
+                            pad_id=tokenizer.pad_token_id)
+        keep = batch.attention_mask.any(axis=1)
+        parts.append(DemoRows(batch.tokens[keep], batch.attention_mask[keep], batch.loss_mask[keep]))
+    if not parts:
+        raise ValueError("No demonstration episodes to turn into rows.")
+    return DemoRows.concat(parts, tokenizer.pad_token_id)
+
+
+def row_conversations(ep: Episode, cfg: RolloutConfig) -> list[dict]:
+    """One JSONL record per training row of `ep` in cfg's context mode (assistant `weight` 0/1)."""
+    responded = [i for i, r in enumerate(ep.history) if r.response_tokens is not None]
+    turns = responded[-1:] if cfg.context_mode == "full" else responded
+    records = []
+    for t in turns:
+        start = ep.history_start if cfg.context_mode == "full" else ep.history[t].history_start
+        messages = build_messages(ep.system, ep.history[: t + 1], start, mode=cfg.context_mode,
+                                  max_tokens=cfg.response_length, enable_think=cfg.enable_think,
+                                  format_penalty=cfg.format_penalty)
+        out, tokens = [], []
+        for m in messages:
+            item = {"role": m["role"], "content": m["content"]}
+            if m["role"] == "assistant":
+                trained = cfg.context_mode == "full" or m["record"] is ep.history[t]
+                item["weight"] = int(trained)
+                tokens.append(list(m["record"].response_tokens))
+            out.append(item)
+        records.append({"messages": out, "metadata": {"env_tag": ep.env_tag, "seed": ep.seed, "turn": t,
+                                                      "response_tokens": tokens}})
+    return records
+
+
+def write_demo_jsonl(path: str, episodes: list[Episode], cfg: RolloutConfig) -> str:
+    """Write episodes as JSONL training rows (OpenAI chat format) in cfg's context mode."""
+    with open(path, "w", encoding="utf-8") as f:
+        for ep in episodes:
+            for record in row_conversations(ep, cfg):
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------------------ JSONL -> rows
+def _assistant_tokens(tokenizer, builder: ContextBuilder, content: str, given: list[int] | None,
+                      cfg: RolloutConfig, where: str) -> list[int]:
+    """The exact tokens of an assistant message: recorded ones if they decode to it, else encoded."""
+    prefix = builder.generation_suffix
+    if given is not None and _strip_suffixes(prefix + tokenizer.decode(given), builder._eos_texts) == content:
+        return [int(t) for t in given]
+    if not content.startswith(prefix):
+        raise ValueError(f"{where}: an assistant message must start with the generation prefix {prefix!r} "
+                         f"(rollout.enable_think={cfg.enable_think}), e.g. "
+                         f"{prefix + response_text(['Up'], enable_think=cfg.enable_think)!r}.")
+    return _response_tokens(tokenizer, content[len(prefix):], cfg)
+
+
+def rows_from_conversations(records: Sequence[dict], tokenizer, cfg: RolloutConfig, *,
+                            source: str = "demos") -> DemoRows:
+    """One row per record {"messages": [...], "metadata": {"response_tokens": ...}?}; loss on
+    assistant messages whose "weight" is not 0 (OpenAI fine-tuning format)."""
+    builder = ContextBuilder(tokenizer, enable_think=cfg.enable_think)
+    rows = []
+    for n, record in enumerate(records, 1):
+        where = f"{source} line {n}"
+        messages = record.get("messages") if isinstance(record, dict) else record
+        if not isinstance(messages, list) or not messages:
+            raise ValueError(f"{where}: expected {{\"messages\": [{{\"role\": ..., \"content\": ...}}, ...]}}.")
+        given = ((record.get("metadata") or {}).get("response_tokens") if isinstance(record, dict) else None)
+        n_assistant = sum(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
+        if given is not None and len(given) != n_assistant:
+            given = None
+        chat, trained, k = [], [], 0
+        for m in messages:
+            if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
+                    or not isinstance(m.get("content"), str):
+                raise ValueError(f"{where}: each message needs a role (system|user|assistant) and a "
+                                 f"string content; got {m!r}.")
+            item = {"role": m["role"], "content": m["content"]}
+            if m["role"] == "assistant":
+                item["tokens"] = _assistant_tokens(tokenizer, builder, m["content"],
+                                                   given[k] if given else None, cfg, where)
+                if m.get("weight", 1):
+                    trained.append(k)
+                k += 1
+            chat.append(item)
+        if not trained:
+            raise ValueError(f"{where}: no assistant message to train on (all weights are 0 or none exist).")
+        tokens, turn_map = builder.assemble(chat, add_generation_prompt=False)
+        rows.append((tokens, np.isin(turn_map, trained)))
+    if not rows:
+        raise ValueError(f"{source}: no demonstrations found.")
+    width = max(len(t) for t, _ in rows)
+    out = DemoRows(np.full((len(rows), width), tokenizer.pad_token_id, np.int32),
+                   np.zeros((len(rows), width), bool), np.zeros((len(rows), width), np.float32))
+    for i, (tokens, mask) in enumerate(rows):
+        out.tokens[i, :len(tokens)] = tokens
+        out.attention_mask[i, :len(tokens)] = True
+        out.loss_mask[i, :len(tokens)] = mask
+    return out
+
+
+def load_jsonl_demos(path: str, tokenizer, cfg: RolloutConfig) -> DemoRows:
+    """Rows from a JSONL file of chat conversations (see `rows_from_conversations`)."""
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path} line {n} is not JSON ({e}).") from None
+    return rows_from_conversations(records, tokenizer, cfg, source=path)

@@ -1,0 +1,314 @@
+"""Supervised warm-start (behaviour cloning): train the policy on demonstrations before RL.
+
+Demonstrations come from the env's oracle (`rollout.demos`) or a JSONL of chat messages, in the
+rollout's exact prompt format. The loss is the token-mean negative log-likelihood of the
+response tokens only. Rows usually share a long prefix (system prompt): it is run once per
+micro-batch into a KV cache that every row attends to, which gives the same loss and gradients
+as running each full row, at a fraction of the cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from typing import Any, Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from ragen_jax.models.transformer import init_cache
+from ragen_jax.rollout.demos import DemoRows, demo_rows, load_jsonl_demos, oracle_demo_episodes
+from ragen_jax.trainer.optim import make_optimizer
+from ragen_jax.trainer.steps import positions_from_mask
+
+logger = logging.getLogger(__name__)
+DEMO_CACHE_VERSION = 1
+
+
+@dataclasses.dataclass
+class SFTData:
+    """Demo rows split into a shared prefix and per-row suffixes, with gathered targets.
+
+    prefix [P] int32 (P may be 0); tokens [N, W] int32 and attention_mask [N, W] bool: the rest of
+    each row; pred_pos [N, K] int32: suffix index of the hidden state predicting targets [N, K];
+    target_mask [N, K] f32: 1 on real targets. real_tokens [N]: full row length (prefix included).
+    """
+
+    prefix: np.ndarray
+    tokens: np.ndarray
+    attention_mask: np.ndarray
+    pred_pos: np.ndarray
+    targets: np.ndarray
+    target_mask: np.ndarray
+    real_tokens: np.ndarray
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def batch(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        return {"tokens": self.tokens[rows], "attention_mask": self.attention_mask[rows],
+                "pred_pos": self.pred_pos[rows], "targets": self.targets[rows],
+                "target_mask": self.target_mask[rows]}
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return max(multiple, -(-int(n) // multiple) * multiple)
+
+
+def prepare_sft_data(rows: DemoRows, *, share_prefix: bool = True, multiple: int = 8) -> SFTData:
+    """Split off the longest prefix all rows share (before any trained token) and gather targets."""
+    mask = rows.loss_mask > 0
+    if not mask.any(axis=1).all():
+        raise ValueError("Every demonstration row needs at least one trained (assistant) token.")
+    if mask[:, 0].any():
+        raise ValueError("A row trains its first token, which has no context to predict it from.")
+    lengths = rows.attention_mask.sum(1)
+    first_target = mask.argmax(axis=1)
+    P = 0
+    if share_prefix and rows.num_rows > 1:
+        limit = int(min(lengths.min(), first_target.min() - 1))
+        same = (rows.tokens[:, :limit] == rows.tokens[:1, :limit]).all(axis=0)
+        P = int(np.argmin(same)) if not same.all() else limit
+    width = _round_up(int(lengths.max()) - P, multiple)
+    n = rows.num_rows
+    tokens = np.zeros((n, width), np.int32)
+    attention = np.zeros((n, width), bool)
+    src = rows.tokens[:, P:P + width]
+    tokens[:, :src.shape[1]] = src
+    attention[:, :src.shape[1]] = rows.attention_mask[:, P:P + width]
+    k = _round_up(int(mask.sum(1).max()), multiple)
+    pred_pos = np.zeros((n, k), np.int32)
+    targets = np.zeros((n, k), np.int32)
+    target_mask = np.zeros((n, k), np.float32)
+    for i in range(n):
+        pos = np.nonzero(mask[i])[0]
+        pred_pos[i, :len(pos)] = pos - 1 - P
+        targets[i, :len(pos)] = rows.tokens[i, pos]
+        target_mask[i, :len(pos)] = 1.0
+    return SFTData(rows.tokens[0, :P].astype(np.int32), tokens, attention, pred_pos, targets, target_mask,
+                   lengths.astype(np.int64))
+
+
+def sft_sums(model, prefix: jax.Array, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    """(summed NLL, number of argmax-correct targets) of one batch under `model`, scalars."""
+    tokens, attention = batch["tokens"], batch["attention_mask"]
+    chex.assert_rank([tokens, attention, batch["pred_pos"], batch["targets"]], 2)
+    b, w = tokens.shape
+    p = prefix.shape[0]
+    positions = positions_from_mask(attention)
+    if p == 0:
+        hidden, _ = model.hidden(tokens, positions, attention_mask=attention)
+    else:
+        cache = init_cache(model.config, 1, p + w)
+        _, cache = model.hidden(prefix[None], jnp.arange(p, dtype=jnp.int32)[None], cache=cache,
+                                cache_index=jnp.zeros((1,), jnp.int32))
+        cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (x.shape[0], b) + x.shape[2:]), cache)
+        full_mask = jnp.concatenate([jnp.ones((b, p), bool), attention.astype(bool)], axis=1)
+        hidden, _ = model.hidden(tokens, positions + p, attention_mask=full_mask, cache=cache,
+                                 cache_index=jnp.full((b,), p, jnp.int32))
+    h = jnp.take_along_axis(hidden, batch["pred_pos"][..., None], axis=1)  # [B, K, D]
+    logits = model.logits(h)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    target_lp = jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1)[..., 0]
+    m = batch["target_mask"]
+    correct = (jnp.argmax(logits, axis=-1) == batch["targets"]).astype(jnp.float32)
+    return -jnp.sum(target_lp * m), jnp.sum(correct * m)
+
+
+def make_sft_step(graphdef, tx: optax.GradientTransformation, micro_batch_size: int) -> Callable:
+    """Jitted `step(trainable, opt_state, frozen, prefix, batch) -> (trainable, opt_state, metrics)`.
+
+    Gradients accumulate over micro-batches (a scan); the token-mean divides once by the batch's
+    target count. Params and optimizer state are donated; a non-finite gradient skips the update.
+    """
+    def step(trainable, opt_state, frozen, prefix, batch):
+        count = jnp.maximum(jnp.sum(batch["target_mask"]), 1.0)
+        n = batch["tokens"].shape[0]
+        if n % micro_batch_size:
+            raise ValueError(f"SFT batch of {n} rows is not a multiple of micro_batch_size {micro_batch_size}.")
+        micro = jax.tree.map(lambda x: x.reshape(n // micro_batch_size, micro_batch_size, *x.shape[1:]), batch)
+
+        def loss_fn(params, mb):
+            nll, correct = sft_sums(nnx.merge(graphdef, params, frozen), prefix, mb)
+            return nll / count, correct
+
+        def body(carry, mb):
+            loss_acc, correct_acc, grads_acc = carry
+            (loss, correct), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, mb)
+            return (loss_acc + loss, correct_acc + correct, jax.tree.map(jnp.add, grads_acc, grads)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, trainable)
+        (loss, correct, grads), _ = jax.lax.scan(body, (jnp.float32(0), jnp.float32(0), zeros), micro)
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(grad_norm) & jnp.isfinite(loss)
+        grads = jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads)
+        updates, new_opt = tx.update(grads, opt_state, trainable)
+        new_params = optax.apply_updates(trainable, updates)
+        keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+        metrics = {"loss": loss, "token_accuracy": correct / count, "grad_norm": grad_norm,
+                   "update_skipped": 1.0 - finite.astype(jnp.float32)}
+        return jax.tree.map(keep, new_params, trainable), jax.tree.map(keep, new_opt, opt_state), metrics
+
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+def sft_optimizer(w, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """AdamW with linear warmup then constant lr, global-norm clipping at 1 (config.warmstart)."""
+    return make_optimizer(dict(lr=w.lr, weight_decay=w.weight_decay, b1=0.9, b2=0.999, eps=1e-8,
+                               warmup_steps=w.warmup_steps, schedule="constant", grad_clip=1.0), total_steps)
+
+
+# ------------------------------------------------------------------------------ demonstrations
+_DEMO_MEMO: dict[str, DemoRows] = {}
+
+
+def _demo_cache_path(key: str) -> str:
+    root = os.environ.get("RAGEN_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "ragen_jax"))
+    return os.path.join(root, "demos", f"{key}.npz")
+
+
+def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
+    """Demonstration rows for the trainer's env and rollout format (oracle play is cached on disk)."""
+    cfg, w = trainer.cfg, trainer.cfg.warmstart
+    rcfg = trainer.rollout_cfg
+    if w.source != "oracle":
+        if not os.path.isfile(w.source):
+            raise FileNotFoundError(f"config.warmstart.source={w.source!r} is neither 'oracle' nor a JSONL file.")
+        return load_jsonl_demos(w.source, trainer.tokenizer, rcfg)
+    num = int(num_demos or w.num_demos)
+    tok = trainer.tokenizer
+    probe = tok.apply_chat_template([{"role": "user", "content": "probe"}], add_generation_prompt=True)
+    blob = json.dumps({"v": DEMO_CACHE_VERSION, "env": cfg.env.name, "kwargs": dict(cfg.env.kwargs).__repr__(),
+                       "num": num, "seed": int(w.seed), "reasoning": w.reasoning_text,
+                       "rollout": dataclasses.asdict(rcfg), "vocab": len(tok), "probe": probe,
+                       "probe_ids": tok.encode(probe + "</think><answer>Up || Left</answer>")}, sort_keys=True)
+    key = hashlib.sha256(blob.encode()).hexdigest()[:20]
+    if key in _DEMO_MEMO:
+        return _DEMO_MEMO[key]
+    path = _demo_cache_path(key)
+    if os.path.exists(path):
+        try:
+            rows = _DEMO_MEMO[key] = DemoRows.load(path)
+            return rows
+        except (OSError, ValueError, KeyError):
+            pass  # a corrupt cache file is rebuilt
+    episodes = oracle_demo_episodes(cfg.env.name, num, tok, rcfg, seed=int(w.seed),
+                                    env_kwargs=dict(cfg.env.kwargs), reasoning_text=w.reasoning_text)
+    rows = _DEMO_MEMO[key] = demo_rows(episodes, tok, rcfg)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + f".{os.getpid()}.tmp.npz"
+        rows.save(tmp)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs rebuilding
+    return rows
+
+
+# ------------------------------------------------------------------------------ training
+def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, log_every: int = 10,
+              callback: Callable[[int, float], Any] | None = None) -> dict[str, float]:
+    """Run SFT steps on trainer.actor.trainable in place; `callback(step, train_seconds)` after each.
+
+    Stops after `steps` or once `max_seconds` (> 0) of step time is spent. Returns the last metrics
+    and throughput: tokens/s counts every real row token (shared prefix included).
+    """
+    w = trainer.cfg.warmstart
+    batch_size = min(int(w.batch_size), data.num_rows)
+    micro = int(w.micro_batch_size or batch_size)
+    batch_size = max(micro, batch_size // micro * micro)
+    tx, schedule = sft_optimizer(w, steps)
+    step_fn = make_sft_step(trainer.actor.graphdef, tx, micro)
+    opt_state = tx.init(trainer.actor.trainable)
+    prefix = jnp.asarray(data.prefix)
+    rng = np.random.default_rng(int(w.seed))
+    order, cursor = rng.permutation(data.num_rows), 0
+    spent, tokens_seen, targets_seen, compile_s = 0.0, 0.0, 0.0, 0.0
+    metrics: dict[str, float] = {}
+    step = 0
+    for step in range(1, steps + 1):
+        if cursor + batch_size > len(order):
+            order, cursor = rng.permutation(data.num_rows), 0
+        rows = order[cursor:cursor + batch_size]
+        cursor += batch_size
+        batch = {k: jnp.asarray(v) for k, v in data.batch(rows).items()}
+        t0 = time.perf_counter()
+        trainer.actor.trainable, opt_state, out = step_fn(trainer.actor.trainable, opt_state,
+                                                          trainer.actor.frozen, prefix, batch)
+        out = jax.device_get(out)
+        dt = time.perf_counter() - t0
+        if step == 1:
+            compile_s = dt  # the first call compiles; keep it out of throughput
+        else:
+            spent += dt
+            tokens_seen += float(data.real_tokens[rows].sum())
+            targets_seen += float(data.target_mask[rows].sum())
+        metrics = {f"sft/{k}": float(v) for k, v in out.items()}
+        metrics["sft/lr"] = float(schedule(step - 1))
+        if step % log_every == 0 or step == 1:
+            trainer.monitor.scalars(metrics, step)
+        if callback is not None:
+            callback(step, spent + compile_s)
+        if max_seconds and spent + compile_s >= max_seconds:
+            break
+    trainer.monitor.scalars(metrics, step)
+    metrics.update({"sft/steps": float(step), "sft/train_seconds": spent + compile_s,
+                    "sft/compile_seconds": compile_s,
+                    "sft/tokens_per_s": tokens_seen / max(spent, 1e-9),
+                    "sft/trained_tokens_per_s": targets_seen / max(spent, 1e-9),
+                    "sft/step_seconds": spent / max(step - 1, 1)})
+    return metrics
+
+
+def run_warmstart(trainer, num_demos: int | None = None, steps: int | None = None) -> dict[str, float]:
+    """Behaviour-clone the trainer's policy on demonstrations; validate before and after.
+
+    Logs `sft/*` to trainer.monitor and returns metrics incl. `val_success_before_warmstart` and
+    `val_success_after_warmstart`. A KL reference policy, if the trainer has one, becomes the
+    warm-started policy (RL's KL then anchors to it).
+    """
+    w = trainer.cfg.warmstart
+    steps = int(steps if steps is not None else w.steps)
+    success_key = f"val/{trainer.val_name}/success"
+    t0 = time.perf_counter()
+    rows = build_demos(trainer, num_demos)
+    data = prepare_sft_data(rows, share_prefix=bool(w.share_prefix))
+    demo_s = time.perf_counter() - t0
+    logger.info("Warm-start: %d demo rows (shared prefix %d tokens, suffix width %d) in %.1f s.",
+                data.num_rows, len(data.prefix), data.tokens.shape[1], demo_s)
+    before, _ = trainer.run_validation(0)
+    val_log = {}
+
+    def validate(step: int, spent: float) -> None:
+        if w.val_every and step % w.val_every == 0 and step < steps:
+            vm, _ = trainer.run_validation(0)
+            val_log[step] = vm.get(success_key, 0.0)
+            trainer.monitor.scalars({f"sft/{k}": v for k, v in vm.items()}, step)
+            logger.info("Warm-start step %d (%.0f s): val success %.3f.", step, spent, val_log[step])
+
+    trainer.monitor.scalars({f"sft/{k}": v for k, v in before.items()}, 0)
+    metrics = train_sft(trainer, data, steps=steps, max_seconds=float(w.max_seconds), callback=validate)
+    after, _ = trainer.run_validation(0)
+    trainer.monitor.scalars({f"sft/{k}": v for k, v in after.items()}, int(metrics["sft/steps"]))
+    trainer.monitor.flush()
+    if getattr(trainer, "ref_params", None) is not None:
+        trainer.ref_params = jax.tree.map(jnp.copy, trainer.actor.full())
+        trainer.__dict__.pop("_ref_parts", None)
+    metrics.update({"sft/num_rows": float(data.num_rows), "sft/demo_seconds": demo_s,
+                    "val_success_before_warmstart": float(before.get(success_key, 0.0)),
+                    "val_success_after_warmstart": float(after.get(success_key, 0.0))})
+    metrics.update({f"val_after_warmstart/{k[4:]}": v for k, v in after.items()})
+    logger.info("Warm-start: %d steps in %.0f s, loss %.3f, token accuracy %.3f, val success %.3f -> %.3f.",
+                metrics["sft/steps"], metrics["sft/train_seconds"], metrics["sft/loss"],
+                metrics["sft/token_accuracy"], metrics["val_success_before_warmstart"],
+                metrics["val_success_after_warmstart"])
+    return metrics
