@@ -66,7 +66,7 @@ def test_weights_really_split(placement, mesh):
     emb = p["frozen"]["model/embed_tokens/embedding"]  # [1152, 128]: vocab over tensor
     assert emb["shard_shapes"] == [[1152 // tensor, 128 // fsdp]]
     lora_b = p["trainable"]["model/layers/0/mlp/up_proj/lora_b"]  # [4, 384]
-    assert lora_b["shard_shapes"] == [[4, 384 // tensor]]
+    assert lora_b["shard_shapes"] == [[4, 384 // (tensor * fsdp)]]
     assert p["frozen"]["model/norm/weight"]["distinct"] == 1  # norms replicated
     # sampling layout drops fsdp: weights are whole along the fsdp dimension
     assert p["sampling"]["model/layers/0/self_attn/q_proj/kernel"]["shard_shapes"] == [[128, 128 // tensor]]

@@ -35,8 +35,8 @@ DEFAULT_RULES: tuple[tuple[str, P], ...] = (
     (_COL + r"/bias$", P("tensor")),  # [out]
     (_ROW + r"/kernel$", P("tensor", "fsdp")),  # [in, D]
     (_COL + r"/lora_a$", P("fsdp", None)),  # [D, r]
-    (_COL + r"/lora_b$", P(None, "tensor")),  # [r, out]
-    (_ROW + r"/lora_a$", P("tensor", None)),  # [in, r]
+    (_COL + r"/lora_b$", P(None, ("tensor", "fsdp"))),  # [r, out]
+    (_ROW + r"/lora_a$", P(("tensor", "fsdp"), None)),  # [in, r]
     (_ROW + r"/lora_b$", P(None, "fsdp")),  # [r, D]
     (r"(norm|layernorm)/weight$", P()),  # RMSNorm scales (layer, final, Qwen3 q/k norms)
     (r"score/kernel$", P("fsdp", None)),  # value head [D, 1]

@@ -1,0 +1,263 @@
+"""Memory planner: per-device bytes of a training run before anything is compiled, and a refusal with
+the knob to turn when it will not fit.
+
+Params, grads and optimizer states are exact: the model is built abstractly (`nnx.eval_shape`) and
+every array's per-device shard comes from the partition rules on the mesh. Activations are a count of
+the tensors alive at the backward peak per token and layer (attention scores, MLP intermediates,
+hidden-sized tensors), calibrated against XLA's buffer assignment on CPU (docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import AbstractMesh
+
+from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
+from ragen_jax.models.lora import DEFAULT_TARGETS
+from ragen_jax.sharding.mesh import AXES, BATCH_AXES
+from ragen_jax.sharding.placement import sampling_rules
+from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, state_specs
+
+GiB = 1024**3
+# Tensors alive per token and layer at the backward peak without remat (from XLA:CPU buffer assignment):
+_SCORE_COPIES = 3  # [H, S] attention scores/probs and their gradients
+_MLP_COPIES = 8  # [I] gate, up, silu, product and their gradients
+_HIDDEN_COPIES = 6  # [D] residual stream, norms, attention/MLP outputs
+_LOGIT_COPIES = 4  # [chunk, V] f32 logits, softmax, and gradients per log-prob chunk
+
+
+class MemoryPlanError(ValueError):
+    """The configured run will not fit in device memory; the message names the knob to turn."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    """Per-device bytes by category; the training and sampling phases peak separately."""
+
+    params: int  # every model's parameters in the training layout (policy, critic, reference)
+    grads: int  # gradient accumulators of the trainable parameters
+    optimizer: int  # optimizer states
+    activations: int  # one micro-batch's forward/backward working set
+    batch: int  # the mini-batch's token arrays
+    sampling_params: int  # the policy in the sampling layout (extra copy when it differs from training)
+    kv_cache: int
+    sampling_activations: int  # prefill working set and decode logits
+    mesh_shape: tuple[int, int, int]
+
+    @property
+    def training_peak(self) -> int:
+        return self.params + self.grads + self.optimizer + self.activations + self.batch
+
+    @property
+    def sampling_peak(self) -> int:
+        return self.params + self.optimizer + self.sampling_params + self.kv_cache + self.sampling_activations
+
+    @property
+    def peak(self) -> int:
+        return max(self.training_peak, self.sampling_peak)
+
+    def breakdown(self) -> dict[str, int]:
+        fields = ("params", "grads", "optimizer", "activations", "batch", "sampling_params", "kv_cache",
+                  "sampling_activations")
+        return {f: getattr(self, f) for f in fields} | {"training_peak": self.training_peak,
+                                                           "sampling_peak": self.sampling_peak}
+
+    def table(self) -> str:
+        return "\n".join(f"  {k:<21}{v / GiB:9.3f} GiB" for k, v in self.breakdown().items())
+
+
+def _abstract_mesh(mesh_shape: Mapping[str, int] | Sequence[int]) -> AbstractMesh:
+    sizes = [int(mesh_shape.get(a, 1)) for a in AXES] if isinstance(mesh_shape, Mapping) else list(mesh_shape)
+    if len(sizes) != 3 or min(sizes) < 1:
+        raise ValueError(f"mesh_shape must give positive (data, fsdp, tensor) sizes, got {mesh_shape}.")
+    return AbstractMesh(tuple(sizes), AXES)
+
+
+def _shard_bytes(state: Any, mesh: AbstractMesh, rules: Rules, dtype: Any | None = None) -> int:
+    """Bytes of one device's shards of every array of an abstract state."""
+    leaves = jax.tree.leaves(state)
+    specs = jax.tree.leaves(state_specs(state, mesh, rules), is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+    total = 0
+    for leaf, spec in zip(leaves, specs):
+        shape = list(leaf.shape)
+        for i, entry in enumerate(spec):
+            axes = () if entry is None else (entry,) if isinstance(entry, str) else entry
+            shape[i] //= math.prod(mesh.shape[a] for a in axes)
+        total += math.prod(shape) * jnp.dtype(dtype or leaf.dtype).itemsize
+    return total
+
+
+@functools.lru_cache(maxsize=16)
+def _abstract_split(cls: type, config: ModelConfig, lora_rank: int, lora_targets: tuple[str, ...]):
+    def build():
+        model = cls(config, rngs=nnx.Rngs(0))
+        if lora_rank > 0:
+            apply_lora(model, lora_rank, 2.0 * lora_rank, lora_targets, rngs=nnx.Rngs(1))
+        return model
+    _, trainable, frozen = nnx.split(nnx.eval_shape(build), nnx.LoRAParam if lora_rank > 0 else nnx.Param, ...)
+    return trainable, frozen
+
+
+def _per_device_rows(rows: int, mesh: AbstractMesh, what: str) -> int:
+    shards = math.prod(mesh.shape[a] for a in BATCH_AXES)
+    if rows % shards:
+        raise MemoryPlanError(f"{what} of {rows} rows does not split over data*fsdp = {shards} devices; "
+                              f"make it a multiple of {shards} or change the mesh.")
+    return rows // shards
+
+
+def _layer_activation_elems(c: ModelConfig, seq_len: int, tensor: int) -> tuple[float, float]:
+    """(f32 elements, compute-dtype elements) alive per token and layer at the backward peak, no remat."""
+    heads = c.num_heads / tensor if c.num_heads % tensor == 0 else c.num_heads
+    inter = c.intermediate_size / tensor if c.intermediate_size % tensor == 0 else c.intermediate_size
+    return _SCORE_COPIES * heads * seq_len, _MLP_COPIES * inter + _HIDDEN_COPIES * c.hidden_size
+
+
+def _activation_bytes(c: ModelConfig, rows: int, seq_len: int, tensor: int, remat: str, chunk: int) -> int:
+    """One micro-batch's training working set [rows per device x seq_len]."""
+    dsize = c.jnp_dtype.itemsize
+    f32_elems, dt_elems = _layer_activation_elems(c, seq_len, tensor)
+    per_layer = rows * seq_len * (4 * f32_elems + dsize * max(dt_elems, 0))
+    if remat == "none":
+        layers = per_layer * c.num_layers
+    elif remat == "dots":  # matmul outputs are kept (scores, q/k/v, gate/up, projections), elementwise recomputed
+        kept = rows * seq_len * (4 * f32_elems / _SCORE_COPIES + dsize * (2 * c.intermediate_size / tensor
+                                                                             + 4 * c.hidden_size))
+        layers = kept * c.num_layers + per_layer
+    else:  # full: only each layer's input is kept; one layer is recomputed at a time
+        layers = rows * seq_len * dsize * c.hidden_size * c.num_layers + per_layer
+    vocab = c.vocab_size / tensor if c.vocab_size % tensor == 0 else c.vocab_size
+    logits = _LOGIT_COPIES * rows * min(chunk, seq_len) * vocab * 4
+    hidden = 3 * rows * seq_len * c.hidden_size * 4
+    return int(layers + logits + hidden)
+
+
+def estimate_memory(
+    model_config: ModelConfig,
+    *,
+    micro_batch_size: int,
+    seq_len: int,
+    mini_batch_size: int | None = None,
+    rollout_batch_size: int | None = None,
+    cache_len: int | None = None,
+    prefill_len: int = 512,
+    mesh_shape: Mapping[str, int] | Sequence[int] = (1, 1, 1),
+    param_dtype: str | None = None,
+    compute_dtype: str | None = None,
+    remat: str | None = None,
+    lora_rank: int = 0,
+    lora_targets: Sequence[str] = DEFAULT_TARGETS,
+    optimizer_states: int = 2,
+    optimizer_dtype: str | None = None,
+    logprob_chunk: int = 256,
+    sampling_layout: str = "no_fsdp",
+    with_critic: bool = False,
+    with_reference: bool = False,
+    rules: Rules = DEFAULT_RULES,
+) -> MemoryPlan:
+    """Per-device bytes of a PPO/GRPO run: training (micro-batch [micro_batch_size, seq_len]) and sampling
+    (KV cache [rollout_batch_size, cache_len]). `optimizer_states` = arrays per parameter (AdamW: 2)."""
+    c = model_config.replace(**{k: v for k, v in dict(param_dtype=param_dtype, dtype=compute_dtype,
+                                                          remat=remat).items() if v})
+    mesh = _abstract_mesh(mesh_shape)
+    tensor = mesh.shape["tensor"]
+    trainable, frozen = _abstract_split(CausalLM, c.replace(remat="none"), lora_rank, tuple(lora_targets))
+    params = _shard_bytes(trainable, mesh, rules) + _shard_bytes(frozen, mesh, rules)
+    train_bytes = _shard_bytes(trainable, mesh, rules)
+    opt = optimizer_states * _shard_bytes(trainable, mesh, rules, optimizer_dtype)
+    grads = train_bytes
+    if with_critic:
+        c_train, c_frozen = _abstract_split(ValueModel, c.replace(remat="none"), 0, tuple(lora_targets))
+        critic = _shard_bytes(c_train, mesh, rules)
+        params, grads, opt = params + critic, max(grads, critic), opt + optimizer_states * _shard_bytes(
+            c_train, mesh, rules, optimizer_dtype)
+    if with_reference:
+        params += _shard_bytes(trainable, mesh, rules) + _shard_bytes(frozen, mesh, rules)
+    rows = _per_device_rows(micro_batch_size, mesh, "trainer.micro_batch_size")
+    mini_rows = _per_device_rows(mini_batch_size or micro_batch_size, mesh, "trainer.mini_batch_size")
+    activations = _activation_bytes(c, rows, seq_len, tensor, c.remat, logprob_chunk)
+    batch = mini_rows * seq_len * 4 * 8  # tokens, masks, log-probs, advantages, returns, values (4 bytes each)
+
+    roll = _per_device_rows(rollout_batch_size or micro_batch_size, mesh, "the rollout batch (groups x group_size)")
+    cache_len = cache_len or seq_len
+    kv = c.num_kv_heads // tensor if c.num_kv_heads % tensor == 0 else c.num_kv_heads
+    kv_cache = 2 * c.num_layers * roll * cache_len * kv * c.head_dim * c.jnp_dtype.itemsize
+    s_rules = sampling_rules(rules, sampling_layout)
+    full = nnx.merge_state(trainable, frozen)
+    sampling_params = 0 if tuple(s_rules) == tuple(rules) else _shard_bytes(full, mesh, s_rules)
+    f32_elems, dt_elems = _layer_activation_elems(c, min(prefill_len, cache_len), tensor)
+    prefill = roll * min(prefill_len, cache_len) * (4 * f32_elems + c.jnp_dtype.itemsize * dt_elems) / 2
+    vocab = c.vocab_size / tensor if c.vocab_size % tensor == 0 else c.vocab_size
+    sampling_activations = int(prefill + 4 * roll * vocab * 4)
+    return MemoryPlan(params=params, grads=grads, optimizer=opt, activations=activations, batch=batch,
+                      sampling_params=sampling_params, kv_cache=kv_cache, sampling_activations=sampling_activations,
+                      mesh_shape=tuple(mesh.shape[a] for a in AXES))
+
+
+def _advice(plan: MemoryPlan) -> list[str]:
+    """Knobs to turn, most effective first, from which category dominates."""
+    data, fsdp, tensor = plan.mesh_shape
+    tips = []
+    state = plan.params + plan.grads + plan.optimizer
+    if plan.training_peak >= plan.sampling_peak and plan.activations >= state:
+        tips.append("lower trainer.micro_batch_size (activations scale with it)")
+        tips.append("turn on rematerialisation: model.remat='dots' or 'full'")
+        tips.append("shard activations further with mesh.tensor > 1")
+    if state >= plan.activations or plan.sampling_peak > plan.training_peak:
+        tips.append(f"shard parameters and optimizer state over more devices: raise mesh.fsdp (now {fsdp}) "
+                    f"or mesh.tensor (now {tensor}) at the expense of mesh.data (now {data})")
+        tips.append("use bfloat16: model.param_dtype='bfloat16', model.dtype='bfloat16'")
+        tips.append("train LoRA adapters only: model.lora.rank > 0 (no full-size grads or optimizer state)")
+    if plan.sampling_peak > plan.training_peak:
+        tips.append("shrink the KV cache: fewer rollout episodes per device (env.groups x env.group_size or more "
+                    "data-parallel devices) or a shorter rollout.max_model_len")
+        if plan.sampling_params:
+            tips.append("keep the training layout for sampling (sampling_layout='training') to avoid a second copy")
+    return tips
+
+
+def check_plan(plan: MemoryPlan, device_bytes: int | None, headroom: float = 0.9) -> MemoryPlan:
+    """Returns the plan if its peak fits in `headroom` x device_bytes; else raises MemoryPlanError naming knobs."""
+    if device_bytes is None:
+        return plan
+    budget = int(device_bytes * headroom)
+    if plan.peak <= budget:
+        return plan
+    phase = "training" if plan.training_peak >= plan.sampling_peak else "sampling"
+    tips = "\n".join(f"  - {t}" for t in _advice(plan))
+    raise MemoryPlanError(
+        f"The plan needs {plan.peak / GiB:.2f} GiB per device at its {phase} peak but only {budget / GiB:.2f} GiB "
+        f"({headroom:.0%} of {device_bytes / GiB:.2f} GiB) is available on mesh (data, fsdp, tensor) = "
+        f"{plan.mesh_shape}.\nPer-device estimate:\n{plan.table()}\nTo make it fit:\n{tips}")
+
+
+def device_memory_bytes() -> int | None:
+    """The first local device's memory limit (None where the backend does not report one, e.g. CPU)."""
+    stats = jax.local_devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit")
+
+
+def plan_from_config(cfg: Any, model_config: ModelConfig, mesh_shape: Mapping[str, int] | Sequence[int]) -> MemoryPlan:
+    """estimate_memory for a run config (trainer / rollout / env / algo / model.lora keys)."""
+    lora = cfg.model.lora
+    targets = tuple(t.strip() for t in lora.target_modules.split(",") if t.strip())
+    return estimate_memory(
+        model_config, micro_batch_size=cfg.trainer.micro_batch_size, mini_batch_size=cfg.trainer.mini_batch_size,
+        seq_len=cfg.rollout.max_model_len, rollout_batch_size=cfg.env.groups * cfg.env.group_size,
+        cache_len=cfg.rollout.max_model_len, mesh_shape=mesh_shape, lora_rank=lora.rank, lora_targets=targets,
+        logprob_chunk=cfg.trainer.logprob_chunk, sampling_layout=cfg.mesh.get("sampling_layout", "no_fsdp"),
+        with_critic=bool(cfg.algo.use_critic), with_reference=bool(cfg.algo.use_kl_loss or cfg.algo.use_kl_in_reward))
+
+
+def measured_bytes(compiled: Any) -> int:
+    """Peak per-device bytes XLA reserves for a compiled program: arguments + outputs - aliased + temporaries."""
+    m = compiled.memory_analysis()
+    return int(m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes)
