@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import transformers
 
-from models_testlib import forward, hf_folder, torch_logits
+from tests.models_testlib import forward, hf_folder, torch_logits
 from ragen_jax.models import load_model, make_tiny_model, save_pretrained
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import transformers
 
-from models_testlib import CASES, forward, hf_folder, padded_batch, torch_logits
+from tests.models_testlib import CASES, forward, hf_folder, padded_batch, torch_logits
 from ragen_jax.models import ValueModel, load_model, save_pretrained
 
 

@@ -108,8 +108,8 @@ class Attention(nnx.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = h, kv, hd
         self.qk_norm = cfg.qk_norm
 
-    def __call__(self, x, positions, inv_freq, mask, layer_cache, cache_index):
-        """x [B, T, D], mask [B, T, S] bool -> (out [B, T, D], (k, v) of this layer or None)."""
+    def __call__(self, x, positions, inv_freq, mask, cache, cache_index, layer):
+        """x [B, T, D], mask [B, T, S] bool, cache (k, v) [L, B, S, K, hd] or None -> (out [B, T, D], new (k, v))."""
         b, t, _ = x.shape
         q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
         k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
@@ -117,15 +117,15 @@ class Attention(nnx.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
-        new_layer_cache = None
-        if layer_cache is not None:
-            ck, cv = layer_cache
+        new_cache = None
+        if cache is not None:  # write this chunk into slots cache_index[b] + t of layer `layer`
+            ck, cv = cache
             rows = jnp.arange(b)[:, None]
             slots = cache_index[:, None] + jnp.arange(t)[None, :]
-            ck = ck.at[rows, slots].set(k.astype(ck.dtype), mode="drop")
-            cv = cv.at[rows, slots].set(v.astype(cv.dtype), mode="drop")
-            new_layer_cache = (ck, cv)
-            k, v = ck.astype(q.dtype), cv.astype(q.dtype)
+            ck = ck.at[layer, rows, slots].set(k.astype(ck.dtype), mode="drop")
+            cv = cv.at[layer, rows, slots].set(v.astype(cv.dtype), mode="drop")
+            new_cache = (ck, cv)
+            k, v = ck[layer].astype(q.dtype), cv[layer].astype(q.dtype)
         groups = self.num_heads // self.num_kv_heads
         qg = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
         scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
@@ -133,7 +133,7 @@ class Attention(nnx.Module):
         scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
         out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, self.num_heads * self.head_dim)
-        return self.o_proj(out), new_layer_cache
+        return self.o_proj(out), new_cache
 
 
 class MLP(nnx.Module):
@@ -158,13 +158,11 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pdt)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x, positions, inv_freq, mask, layer_cache, cache_index):
-        attn, new_layer_cache = self.self_attn(
-            self.input_layernorm(x), positions, inv_freq, mask, layer_cache, cache_index
-        )
+    def __call__(self, x, positions, inv_freq, mask, cache, cache_index, layer):
+        attn, new_cache = self.self_attn(self.input_layernorm(x), positions, inv_freq, mask, cache, cache_index, layer)
         x = x + attn
         x = x + self.mlp(self.post_attention_layernorm(x))
-        return x, new_layer_cache
+        return x, new_cache
 
 
 def _remat_policy(name: str):
@@ -214,17 +212,13 @@ class Decoder(nnx.Module):
         mask = _attention_mask(t, attention_mask, cache, cache_index)
         inv_freq = rope_inv_freq(self.config)
         x = self.embed_tokens(tokens)
-        new_k, new_v = (cache.k, cache.v) if cache is not None else (None, None)
+        kv = (cache.k, cache.v) if cache is not None else None
+        call = DecoderLayer.__call__
+        if self.config.remat != "none":
+            call = nnx.remat(call, policy=_remat_policy(self.config.remat), static_argnums=(7,))
         for i, layer in enumerate(self.layers):
-            layer_cache = (new_k[i], new_v[i]) if cache is not None else None
-            call = DecoderLayer.__call__
-            if self.config.remat != "none":
-                call = nnx.remat(call, policy=_remat_policy(self.config.remat))
-            x, updated = call(layer, x, positions, inv_freq, mask, layer_cache, cache_index)
-            if cache is not None:
-                new_k = new_k.at[i].set(updated[0])
-                new_v = new_v.at[i].set(updated[1])
-        new_cache = KVCache(k=new_k, v=new_v) if cache is not None else None
+            x, kv = call(layer, x, positions, inv_freq, mask, kv, cache_index, i)
+        new_cache = KVCache(k=kv[0], v=kv[1]) if cache is not None else None
         return self.norm(x), new_cache
 
 
@@ -253,8 +247,12 @@ class CausalLM(nnx.Module):
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         """hidden [B, T, D] -> logits [B, T, V] float32 (compute-dtype inputs, float32 accumulation)."""
-        w = self.lm_head_matrix().astype(self.config.jnp_dtype)
-        return jnp.einsum("btd,dv->btv", hidden.astype(self.config.jnp_dtype), w, preferred_element_type=jnp.float32)
+        h = hidden.astype(self.config.jnp_dtype)
+        if self.config.tie_word_embeddings:  # contract over the embedding's D axis: no transposed copy
+            w = self.model.embed_tokens.embedding[...].astype(h.dtype)
+            return jnp.einsum("btd,vd->btv", h, w, preferred_element_type=jnp.float32)
+        w = self.lm_head.kernel[...].astype(h.dtype)
+        return jnp.einsum("btd,dv->btv", h, w, preferred_element_type=jnp.float32)
 
     def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None):
         """-> (logits [B, T, V] float32, new_cache | None)."""
