@@ -1,0 +1,90 @@
+"""No filter vs RAGEN-2's SNR-adaptive filter (top_p 0.9, linear, include_zero False), several seeds.
+
+  python experiments/filter_ablation.py --config configs/sokoban.py:tiny --seeds 0,1,2 --out runs/ablation
+
+Each (arm, seed) is a run of run.py (its own workdir); the script then prints the final validation
+success of each arm as mean +- std over seeds and writes curves.png (validation success and
+in-group reward std per run). Extra flags after `--` go to every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import plot  # noqa: E402
+
+ARMS = {
+    "no_filter": ["--config.filter.strategy=top_p", "--config.filter.value=1.0", "--config.filter.include_zero=True"],
+    "top_p_0.9": ["--config.filter.strategy=top_p", "--config.filter.value=0.9", "--config.filter.include_zero=False"],
+}
+
+
+def run_all(jobs: list[tuple[str, list[str]]], parallel: int) -> None:
+    """Run (workdir, argv) jobs, `parallel` at a time, each logging to workdir/log.txt."""
+    pending, active = list(jobs), []
+    while pending or active:
+        while pending and len(active) < max(parallel, 1):
+            workdir, argv = pending.pop(0)
+            os.makedirs(workdir, exist_ok=True)
+            log = open(os.path.join(workdir, "log.txt"), "w")
+            active.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
+        time.sleep(1.0)
+        for proc, log in list(active):
+            if proc.poll() is not None:
+                log.close()
+                active.remove((proc, log))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="configs/sokoban.py:tiny")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--out", default="runs/filter_ablation")
+    parser.add_argument("--parallel", type=int, default=1)
+    args, extra = parser.parse_known_args()
+    extra = [e for e in extra if e != "--"]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    jobs = []
+    for arm, flags in ARMS.items():
+        for seed in seeds:
+            workdir = os.path.join(args.out, f"{arm}_seed{seed}")
+            argv = [sys.executable, os.path.join(os.path.dirname(HERE), "run.py"), f"--config={args.config}",
+                    f"--workdir={workdir}", f"--config.trainer.seed={seed}", f"--config.model.seed={seed}",
+                    *flags, *extra]
+            jobs.append((arm, seed, workdir, argv))
+    run_all([(workdir, argv) for _, _, workdir, argv in jobs], args.parallel)
+    finals: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    for arm, seed, workdir, _ in jobs:
+        path = os.path.join(workdir, "summary.json")
+        if not os.path.exists(path):
+            print(f"{arm} seed {seed}: no summary (see {workdir}/log.txt)")
+            continue
+        with open(path) as f:
+            summary = json.load(f)
+        finals[arm].append(summary["val_success_final"])
+        print(f"{arm} seed {seed}: start {summary['val_success_start']:.3f} final {summary['val_success_final']:.3f} "
+              f"best {summary['val_success_best']:.3f}")
+    png = plot.plot_runs([j[2] for j in jobs], os.path.join(args.out, "curves.png"),
+                         {"validation success": ["val/*/success"],
+                          "in-group reward std": ["rollout/in_group_reward_std"],
+                          "filter kept ratio": ["rollout/filter_kept_ratio"]})
+    line = []
+    for arm, values in finals.items():
+        if values:
+            line.append(f"{arm}: {np.mean(values):.3f} +- {np.std(values):.3f} (n={len(values)})")
+    print(f"plot: {png}")
+    print("final validation success  " + " | ".join(line))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
