@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import sys
+import textwrap
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -30,7 +33,10 @@ def main(argv):
     cfg = _CONFIG.value
     from ragen_jax.config_check import validate_config
 
-    validate_config(cfg)
+    try:
+        validate_config(cfg)
+    except ValueError as e:
+        sys.exit(f"FATAL {e}")
     workdir = _WORKDIR.value or cfg.workdir
     from ragen_jax.trainer.loop import Trainer
 
@@ -52,5 +58,41 @@ def main(argv):
     print_summary(summary, os.path.join(trainer.workdir, "tb"))
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, with one readable error (no traceback) for unknown keys and bad config files."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        _fatal(_drop_traceback(str(e)))
+    except (KeyError, AttributeError) as e:  # an override of a key the config does not have
+        while e.args and isinstance(e.args[0], BaseException):  # ml_collections wraps its KeyError
+            e = e.args[0]
+        text = str(e.args[0]) if e.args else str(e)
+        found = re.search(r"'([^']+)'", text)
+        key = found.group(1) if found else text.splitlines()[0] if text else "?"
+        overrides = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+        culprit = next((o for o in overrides if key in o[len("--config."):].split(".")), None)
+        hint = "".join(f" {line.strip()}" for line in text.splitlines()[1:])
+        where = f" in {culprit}" if culprit else ""
+        _fatal(f"unknown config key {key!r}{where}.{hint} Config keys cannot be added from the command line; "
+               "see the config file (and configs/base.py) for the known keys.")
+
+
+def _drop_traceback(message: str) -> str:
+    """A message with an embedded traceback (ml_collections adds one) cut to the exception line."""
+    lines = message.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith("Traceback (most recent")), None)
+    if start is None:
+        return message
+    rest = [line.strip() for line in lines[start + 1:] if line.strip()]
+    return "\n".join(lines[:start] + rest[-1:])
+
+
+def _fatal(message: str) -> None:
+    text = message.strip()
+    body = "\n" + textwrap.indent(text, "  ") if "\n" in text else " " + text
+    sys.exit(f"FATAL Flags parsing error:{body}\nPass --helpshort or --helpfull to see help on flags.")
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

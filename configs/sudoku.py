@@ -50,7 +50,5 @@ def get_config(arg: str | None = None):
     c.val.groups, c.val.group_size = 32, 16
     c.workdir = "runs/sudoku"
     names = [n.strip().lower() for n in (arg or "").split(",") if n.strip()]
-    apply_variants(c, ",".join(n for n in names if n != "finishable"), {"tiny": _tiny, "medium": _medium})
-    if "finishable" in names:
-        _finishable(c)
-    return c
+    rest = [n for n in names if n != "finishable"] + (["finishable"] if "finishable" in names else [])
+    return apply_variants(c, ",".join(rest), {"tiny": _tiny, "medium": _medium, "finishable": _finishable})

@@ -8,34 +8,48 @@ import importlib
 import json
 import math
 
+import jax
 import pytest
+from jax.experimental.compilation_cache import compilation_cache
 
 from ragen_jax.config_check import validate_config
 from ragen_jax.rollout.dump import read_jsonl
 
 VAL_GROUPS, VAL_GROUP_SIZE = 2, 2  # 4 episodes, pass@2
-ENV_CONFIGS = {  # config module -> (val env tag, max_model_len that fits one turn of that env)
-    "frozenlake": ("FrozenLake", 768),
-    "bandit": ("Bandit", 768),
-    "countdown": ("Countdown", 512),
-    "metamathqa": ("MetamathQA", 512),
-    "sudoku": ("SimpleSudoku", 1536),
-    "webshop": ("WebShop", 2048),
-    "searchqa": ("SearchQA", 1024),
-    "deepcoder": ("DeepCoder", 768),
-    "lean": ("Lean", 768),
-}
+MAX_TURNS = 3  # caps the multi-turn envs (a random tiny policy rarely finishes earlier)
+MAX_MODEL_LEN = 2048  # one size for all envs, so they share compiled sampler programs
+VAL_TAGS = {"frozenlake": "FrozenLake", "bandit": "Bandit", "countdown": "Countdown", "metamathqa": "MetamathQA",
+            "sudoku": "SimpleSudoku", "webshop": "WebShop", "searchqa": "SearchQA", "deepcoder": "DeepCoder",
+            "lean": "Lean"}
 METADATA_KEYS = {"env_id", "env_tag", "seed", "group_id", "num_turns", "num_actions", "total_reward", "success"}
 
 
-def tiny_eval_config(module: str, max_model_len: int, variants: str = "tiny"):
-    """The env's `:tiny` config shrunk further: 4 validation episodes, 16-token turns, 1-layer model."""
+@pytest.fixture(scope="module", autouse=True)
+def shared_compilation_cache(tmp_path_factory):
+    """A persistent compilation cache for this module only: every env's run reuses the same sampler
+    programs (same model, batch, cache size, sampling settings) instead of compiling its own."""
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")
+    saved = {n: getattr(jax.config, n) for n in names}
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    compilation_cache.reset_cache()
+    yield
+    for n, v in saved.items():
+        jax.config.update(n, v)
+    compilation_cache.reset_cache()
+
+
+def tiny_eval_config(module: str, variants: str = "tiny"):
+    """The env's `:tiny` config shrunk further: 4 episodes of <= 3 turns, 16-token turns, 1-layer model."""
     c = importlib.import_module(f"configs.{module}").get_config(variants)
     c.model.tiny.update(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=128)
     c.env.groups, c.env.group_size = 1, 2
     c.val.groups, c.val.group_size, c.val.batch_size = VAL_GROUPS, VAL_GROUP_SIZE, VAL_GROUPS * VAL_GROUP_SIZE
+    c.env.max_turn = min(c.env.max_turn, MAX_TURNS)
     c.rollout.response_length = 16
-    c.rollout.max_model_len = max_model_len
+    c.rollout.max_model_len = MAX_MODEL_LEN
     c.trainer.mini_batch_size = c.trainer.micro_batch_size = 2
     validate_config(c)
     return c
@@ -91,8 +105,8 @@ def check_eval_output(metrics: dict, records: list[dict], tag: str, cfg) -> None
 @pytest.mark.parametrize("module", ["frozenlake", "bandit", "countdown", "metamathqa", "sudoku", "webshop",
                                     "searchqa", "deepcoder"])
 def test_tiny_eval_end_to_end(module, tmp_path):
-    tag, max_model_len = ENV_CONFIGS[module]
-    cfg = tiny_eval_config(module, max_model_len)
+    tag = VAL_TAGS[module]
+    cfg = tiny_eval_config(module)
     metrics, records = run_tiny_eval(cfg, tmp_path)
     check_eval_output(metrics, records, tag, cfg)
     assert metrics[f"val/{tag}/env_error"] == 0.0, [r["metadata"]["error"] for r in records]
@@ -101,8 +115,8 @@ def test_tiny_eval_end_to_end(module, tmp_path):
 def test_tiny_eval_lean_against_stand_in_server(tmp_path):
     from envs.lean.testing_server import StandInLeanServer
 
-    tag, max_model_len = ENV_CONFIGS["lean"]
-    cfg = tiny_eval_config("lean", max_model_len)
+    tag = VAL_TAGS["lean"]
+    cfg = tiny_eval_config("lean")
     with StandInLeanServer() as server:
         cfg.env.kwargs.server_url = server.url
         metrics, records = run_tiny_eval(cfg, tmp_path)

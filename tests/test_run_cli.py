@@ -1,0 +1,84 @@
+"""run.py's command line: bad config input fails fast, in one readable message, before any model work."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT_S = 180
+
+
+def run_cli(*args: str, workdir) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, "run.py", "--mode=eval", f"--workdir={workdir}", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def assert_fails_cleanly(proc: subprocess.CompletedProcess, workdir, *needles: str) -> str:
+    """Non-zero exit, no traceback, every needle in the message, nothing built or written."""
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "Traceback" not in out, out
+    for needle in needles:
+        assert needle in out, f"{needle!r} not in:\n{out}"
+    assert "compiling" not in out and not os.path.exists(workdir), out
+    return out
+
+
+def test_unknown_key_names_the_flag(tmp_path):
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/countdown.py:tiny", "--config.trainer.no_such_key=1", workdir=wd)
+    assert_fails_cleanly(proc, wd, "unknown config key 'no_such_key'", "--config.trainer.no_such_key")
+
+
+def test_misspelled_key_suggests_the_right_one(tmp_path):
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/frozenlake.py:tiny", "--config.env.groupz=3", workdir=wd)
+    assert_fails_cleanly(proc, wd, "unknown config key 'groupz'", "--config.env.groupz", '"groups"')
+
+
+def test_unknown_section(tmp_path):
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/bandit.py:tiny", "--config.no_section.x=1", workdir=wd)
+    assert_fails_cleanly(proc, wd, "unknown config key 'no_section'", "--config.no_section.x")
+
+
+def test_wrong_type(tmp_path):
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/countdown.py:tiny", "--config.env.groups=abc", workdir=wd)
+    assert_fails_cleanly(proc, wd, "--config.env.groups=abc", "invalid literal for int()")
+
+
+def test_bad_values_are_all_reported_at_once(tmp_path):
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/sudoku.py:tiny", "--config.rollout.context_mode=bogus",
+                   "--config.env.name=NoSuchEnv", "--config.rollout.response_length=4096", workdir=wd)
+    assert_fails_cleanly(proc, wd, "config.rollout.context_mode='bogus'", "'single_turn'",
+                         "Unknown environment 'NoSuchEnv'", "response_length must be < config.rollout.max_model_len")
+
+
+def test_unknown_variant_lists_the_known_ones(tmp_path):
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/sudoku.py:tiny,nosuch", workdir=wd)
+    assert_fails_cleanly(proc, wd, "Unknown config variant 'nosuch'", "'finishable'", "'medium'")
+
+
+@pytest.mark.slow
+def test_eval_prints_metrics_and_writes_jsonl(tmp_path):
+    """The documented command on a tiny Countdown run: metrics as JSON on stdout, one JSONL line per episode."""
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/countdown.py:tiny", "--config.val.groups=3", "--config.val.batch_size=3",
+                   "--config.env.groups=1", "--config.env.group_size=2", "--config.rollout.response_length=16",
+                   "--config.rollout.max_model_len=512", workdir=wd)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    metrics = json.loads(proc.stdout[proc.stdout.index("{"):])
+    for name in ("success", "num_actions", "pass@1", "action_is_valid", "action_is_effective"):
+        assert f"val/Countdown/{name}" in metrics
+    assert "val/response_length" in metrics and metrics["eval/num_episodes"] == 3
+    with open(wd / "eval" / "rollouts.jsonl") as f:
+        records = [json.loads(line) for line in f]
+    assert [r["custom_id"] for r in records] == ["traj_0", "traj_1", "traj_2"]
+    assert [r["metadata"]["seed"] for r in records] == [123, 124, 125]
