@@ -123,3 +123,84 @@ def test_tiny_eval_lean_against_stand_in_server(tmp_path):
     check_eval_output(metrics, records, tag, cfg)
     assert metrics[f"val/{tag}/env_error"] == 0.0, [r["metadata"]["error"] for r in records]
     assert all("theorem" in r["messages"][1]["content"] for r in records)
+
+
+# RAGEN's settings per env (config/_N_<env>.yaml over base.yaml and envs.yaml):
+# env name, max_turn, actions per turn, actions per trajectory, response_length, max_model_len, groups x size
+RAGEN_SETTINGS = {
+    "frozenlake": ("CoordFrozenLake", 5, 2, 10, 400, 3600, 8, 16),
+    "bandit": ("Bandit", 1, 1, 1, 500, 3600, 8, 16),
+    "countdown": ("Countdown", 1, 1, 1, 400, 3600, 8, 16),
+    "metamathqa": ("MetamathQA", 5, 2, 1, 400, 3600, 8, 16),
+    "sudoku": ("SimpleSudoku", 5, 2, 20, 400, 3600, 8, 16),
+    "webshop": ("WebShop", 9, 1, 9, 400, 15000, 8, 16),
+    "searchqa": ("SearchQA", 5, 1, 10, 400, 5000, 16, 8),
+    "deepcoder": ("DeepCoder", 1, 1, 1, 400, 3600, 8, 16),
+    "lean": ("Lean", 15, 4, 30, 512, 8096, 8, 16),
+}
+
+
+@pytest.mark.parametrize("module", sorted(RAGEN_SETTINGS))
+def test_default_config_matches_ragen(module):
+    get_config = importlib.import_module(f"configs.{module}").get_config
+    c = get_config()
+    validate_config(c)
+    got = (c.env.name, c.env.max_turn, c.env.max_actions_per_turn, c.env.max_actions_per_traj,
+           c.rollout.response_length, c.rollout.max_model_len, c.env.groups, c.env.group_size)
+    assert got == RAGEN_SETTINGS[module]
+    assert (c.env.train_seed, c.val.seed, c.val.temperature) == (10000, 123, 0.5)
+    tiny = get_config("tiny")
+    validate_config(tiny)
+    assert tiny.model.preset == "tiny" and 16 <= tiny.val.groups * tiny.val.group_size <= 32
+    assert tiny.rollout.response_length <= 32 and tiny.rollout.max_model_len <= 2048
+
+
+def test_variants_validate_and_unknown_ones_fail():
+    from configs import bandit, frozenlake, searchqa, sudoku, webshop
+
+    assert bandit.get_config("test").val.name == "BanditTest"
+    assert frozenlake.get_config("tiny,slippery").env.kwargs.success_rate == 0.8
+    assert webshop.get_config("score").env.kwargs.reward_mode == "score"
+    assert searchqa.get_config("dense").env.kwargs.retrieval_method == "dense"
+    assert sudoku.get_config("medium").env.name == "MediumSudoku"
+    for module, arg in ((bandit, "test,grpo"), (frozenlake, "filter,0.5b"), (sudoku, "finishable,medium,tiny")):
+        validate_config(module.get_config(arg))
+    with pytest.raises(ValueError, match="Unknown config variant 'finishable'"):
+        frozenlake.get_config("finishable")
+
+
+def play_sudoku_with_solution(cfg, seed: int) -> tuple[bool, int]:
+    """Place the solution's values hole by hole within the config's turn and action budgets."""
+    from envs.registry import make
+
+    env = make(cfg.env.name, **dict(cfg.env.kwargs))
+    env.reset(seed)
+    holes = [(r, c) for r, c in zip(*(env.initial == 0).nonzero())]
+    used, solved = 0, False
+    for _ in range(cfg.env.max_turn):
+        turn = holes[:min(cfg.env.max_actions_per_turn, cfg.env.max_actions_per_traj - used)]
+        holes = holes[len(turn):]
+        for r, c in turn:
+            _, _, terminated, truncated, info = env.step(f"{r + 1},{c + 1},{env.solution[r, c]}")
+            used += 1
+            solved = bool(info.get("success", False)) and terminated
+            if terminated or truncated:
+                return solved, used
+        if used >= cfg.env.max_actions_per_traj:
+            break
+    return solved, used
+
+
+@pytest.mark.parametrize("variants", ["finishable", "medium,finishable", "tiny,finishable"])
+def test_sudoku_finishable_budget_can_solve(variants):
+    from configs.sudoku import get_config
+
+    solved, used = play_sudoku_with_solution(get_config(variants), seed=123)
+    assert solved and used == (40 if "medium" in variants else 32)
+
+
+def test_sudoku_ragen_budget_cannot_solve():
+    from configs.sudoku import get_config
+
+    solved, used = play_sudoku_with_solution(get_config(), seed=123)
+    assert not solved and used == 10  # 5 turns x 2 actions of a 20-action budget; 32 holes
