@@ -14,3 +14,12 @@ __all__ = [
     "shard_batch", "shard_local_batch", "DEFAULT_RULES", "cache_spec", "fit_spec", "shard_cache", "shard_state",
     "spec_for", "state_shardings", "state_specs", "without_axis",
 ]
+from ragen_jax.sharding.distributed import (barrier, broadcast_from_main, gather_to_host, is_main_process,
+                                            maybe_initialize_distributed, on_main)
+from ragen_jax.sharding.memory import (MemoryPlan, MemoryPlanError, check_plan, device_memory_bytes, estimate_memory,
+                                       plan_from_config)
+
+__all__ += [
+    "barrier", "broadcast_from_main", "gather_to_host", "is_main_process", "maybe_initialize_distributed", "on_main",
+    "MemoryPlan", "MemoryPlanError", "check_plan", "device_memory_bytes", "estimate_memory", "plan_from_config",
+]
