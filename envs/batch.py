@@ -206,6 +206,7 @@ class HostEnvBatch(EnvBatch):
             by_id = sorted(self.action_lookup.items(), key=lambda kv: kv[1])
             self.action_names = [name for name, _ in by_id]
         self._done = np.zeros(len(self.envs), bool)
+        self._observations = [""] * len(self.envs)  # current text, kept through turns without actions
         self._broken = np.zeros(len(self.envs), bool)  # a timed-out env may still be running: never reuse
         self.reset_errors = [""] * len(self.envs)
 
@@ -234,6 +235,7 @@ class HostEnvBatch(EnvBatch):
             if error and "Timeout" in error:
                 self._broken[i] = True
             observations.append("" if error else str(result[0]))
+        self._observations = list(observations)
         return observations
 
     def _episode_turn(self, env: HostEnv, actions: Sequence[Action]) -> dict[str, Any]:
@@ -279,9 +281,10 @@ class HostEnvBatch(EnvBatch):
                 if error.startswith("TimeoutError"):
                     self._broken[i] = True
                 continue
-            if out is None:
+            if out is None:  # no action this turn: the state is unchanged
+                res.observations[i] = self._observations[i] if active[i] and not self._done[i] else ""
                 continue
-            res.observations[i] = out["observation"]
+            res.observations[i] = self._observations[i] = out["observation"]
             res.rewards[i] = out["reward"]
             res.terminated[i], res.truncated[i] = out["terminated"], out["truncated"]
             res.success[i] = out["success"]

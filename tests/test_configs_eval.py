@@ -97,6 +97,8 @@ def check_eval_output(metrics: dict, records: list[dict], tag: str, cfg) -> None
         assert meta["seed"] == cfg.val.seed + meta["group_id"]
         assert 1 <= meta["num_turns"] <= cfg.env.max_turn
         assert roles.count("assistant") == meta["num_turns"]
+        states = [m["content"].split("State:\n", 1)[1] for m in rec["messages"] if "State:\n" in m["content"]]
+        assert len(states) == meta["num_turns"] and all(s.strip() and not s.startswith("\n") for s in states)
     assert metrics[f"val/{tag}/success"] == pytest.approx(sum(r["metadata"]["success"] for r in records) / n)
     mean_actions = sum(r["metadata"]["num_actions"] for r in records) / n
     assert metrics[f"val/{tag}/num_actions"] == pytest.approx(mean_actions)
@@ -204,3 +206,16 @@ def test_sudoku_ragen_budget_cannot_solve():
 
     solved, used = play_sudoku_with_solution(get_config(), seed=123)
     assert not solved and used == 10  # 5 turns x 2 actions of a 20-action budget; 32 holes
+
+
+def test_host_batch_repeats_the_state_after_a_turn_without_actions():
+    """A turn with no parsed action leaves the state as it was, and the next prompt shows it again."""
+    import numpy as np
+
+    from envs.batch import make_env_batch
+
+    batch = make_env_batch("Countdown", 3)
+    first = batch.reset([5, 6, 7])
+    out = batch.step([[], ["1 + 2"], []], np.array([True, True, False]))
+    assert out.observations[0] == first[0] and out.observations[2] == ""
+    assert out.actions_executed.tolist() == [0, 1, 0]
