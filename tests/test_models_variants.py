@@ -1,0 +1,65 @@
+"""Model variants: bfloat16 parameters/compute, rematerialisation, the value model."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from ragen_jax.models import CausalLM, ModelConfig, ValueModel, init_cache
+
+CFG = ModelConfig("qwen2", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                  num_kv_heads=2, head_dim=16, attention_bias=True)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return CausalLM(CFG, rngs=nnx.Rngs(0))
+
+
+def _call(model, tokens, positions, **kw):
+    graphdef, state = nnx.split(model)
+    fn = jax.jit(lambda s, t, p, kw: nnx.merge(graphdef, s)(t, p, **kw))
+    return fn(state, jnp.asarray(tokens, jnp.int32), jnp.asarray(positions, jnp.int32), kw)
+
+
+def test_bfloat16_params_and_compute_run_close_to_float32(model):
+    bf = CausalLM(CFG.replace(param_dtype="bfloat16", dtype="bfloat16"), rngs=nnx.Rngs(1))
+    nnx.update(bf, jax.tree.map(lambda x: x.astype(jnp.bfloat16), nnx.state(model)))
+    assert bf.model.layers[0].mlp.up_proj.kernel[...].dtype == jnp.bfloat16
+    tokens = np.arange(24).reshape(2, 12)
+    pos = np.broadcast_to(np.arange(12), (2, 12))
+    ref, _ = _call(model, tokens, pos)
+    got, _ = _call(bf, tokens, pos)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(got, ref, atol=0.05)
+    cache = init_cache(bf.config, 2, 16)
+    assert cache.k.dtype == jnp.bfloat16
+    _, cache = _call(bf, tokens, pos, cache=cache, cache_index=jnp.zeros(2, jnp.int32))
+    assert cache.k.dtype == jnp.bfloat16
+
+
+def test_remat_keeps_values_and_gradients(model):
+    tokens = jnp.arange(16, dtype=jnp.int32).reshape(2, 8)
+
+    @nnx.jit
+    @nnx.grad
+    def grad(m):
+        return m(tokens, tokens % 8)[0].std()
+
+    g_ref = grad(model)
+    for policy in ("full", "dots"):
+        g_re = grad(CausalLM(CFG.replace(remat=policy), rngs=nnx.Rngs(0)))
+        for a, b in zip(jax.tree.leaves(g_ref), jax.tree.leaves(g_re)):
+            np.testing.assert_allclose(a, b, atol=1e-6, err_msg=policy)
+
+
+def test_value_model_from_causal_lm_shares_backbone_values(model):
+    critic = ValueModel.from_causal_lm(model, rngs=nnx.Rngs(1))
+    tokens = jnp.arange(10, dtype=jnp.int32)[None]
+    h, _ = model.hidden(tokens, tokens)
+    values = critic(tokens, tokens)
+    assert values.shape == (1, 10) and values.dtype == jnp.float32
+    np.testing.assert_allclose(values, critic.score(h)[..., 0], atol=1e-6)
+    critic.model.norm.weight[...] = critic.model.norm.weight[...] * 2  # a copy: the policy is unaffected
+    assert float(model.model.norm.weight[...].mean()) == 1.0
