@@ -2,7 +2,6 @@
 
 import jax.numpy as jnp
 import numpy as np
-import pytest
 import transformers
 
 from tests.models_testlib import forward, hf_folder, torch_logits

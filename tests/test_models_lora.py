@@ -7,7 +7,7 @@ import optax
 import pytest
 from flax import nnx
 
-from ragen_jax.models import CausalLM, ModelConfig, apply_lora, has_lora, load_model, lora_filter, merge_lora, save_pretrained
+from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora, has_lora, load_model, lora_filter, merge_lora, save_pretrained
 
 CFG = ModelConfig("qwen3", vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
                   num_kv_heads=2, head_dim=8, qk_norm=True, tie_word_embeddings=True)
@@ -68,3 +68,14 @@ def test_merge_and_export_preserve_the_adapted_function(tmp_path):
 def test_unknown_target_is_refused():
     with pytest.raises(ValueError, match="embed"):
         apply_lora(CausalLM(CFG, rngs=nnx.Rngs(0)), 2, 2.0, target_modules=("embed",), rngs=nnx.Rngs(1))
+
+
+def test_value_model_from_lora_policy_uses_the_adapted_backbone():
+    model = CausalLM(CFG, rngs=nnx.Rngs(0))
+    apply_lora(model, rank=2, alpha=4.0, rngs=nnx.Rngs(1))
+    _train(model, steps=1)
+    critic = ValueModel.from_causal_lm(model, rngs=nnx.Rngs(2))
+    assert not has_lora(critic)
+    h_policy, _ = model.hidden(TOKENS, POS)
+    h_critic, _ = critic.model(TOKENS, POS)
+    np.testing.assert_allclose(h_critic, h_policy, atol=1e-5)

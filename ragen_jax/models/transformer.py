@@ -214,7 +214,7 @@ class Decoder(nnx.Module):
         x = self.embed_tokens(tokens)
         kv = (cache.k, cache.v) if cache is not None else None
         call = DecoderLayer.__call__
-        if self.config.remat != "none":
+        if self.config.remat != "none" and cache is None:  # remat helps training; decoding has no backward
             call = nnx.remat(call, policy=_remat_policy(self.config.remat), static_argnums=(7,))
         for i, layer in enumerate(self.layers):
             x, kv = call(layer, x, positions, inv_freq, mask, kv, cache_index, i)
@@ -278,7 +278,11 @@ class ValueModel(nnx.Module):
 
     @classmethod
     def from_causal_lm(cls, lm: CausalLM, *, rngs: nnx.Rngs) -> "ValueModel":
-        """A critic whose backbone is a copy of lm's (value head freshly initialised)."""
+        """A critic whose backbone is a copy of lm's (LoRA adapters merged; value head freshly initialised)."""
+        from ragen_jax.models.lora import has_lora, merge_lora
+
+        if has_lora(lm):
+            lm = merge_lora(lm)
         critic = cls(lm.config, rngs=rngs)
         nnx.update(critic.model, jax.tree.map(jnp.copy, nnx.state(lm.model)))
         return critic
