@@ -14,7 +14,7 @@ from configs.base import apply_tiny, apply_variants, get_base_config
 def _tiny(c):
     apply_tiny(c)
     c.val.groups = c.val.batch_size = 16
-    c.env.kwargs.max_concurrency = 2  # sandboxed test processes at once per env (2 CPU cores)
+    c.env.kwargs.max_concurrency = 1  # test processes at once per env; a batch runs all its envs at once
 
 
 def get_config(arg: str | None = None):
