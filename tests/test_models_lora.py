@@ -7,7 +7,9 @@ import optax
 import pytest
 from flax import nnx
 
-from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora, has_lora, load_model, lora_filter, merge_lora, save_pretrained
+from ragen_jax.models import (
+    CausalLM, ModelConfig, ValueModel, apply_lora, has_lora, load_model, lora_filter, merge_lora, save_pretrained,
+)
 
 CFG = ModelConfig("qwen3", vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
                   num_kv_heads=2, head_dim=8, qk_norm=True, tie_word_embeddings=True)
