@@ -219,3 +219,56 @@ def test_host_batch_repeats_the_state_after_a_turn_without_actions():
     out = batch.step([[], ["1 + 2"], []], np.array([True, True, False]))
     assert out.observations[0] == first[0] and out.observations[2] == ""
     assert out.actions_executed.tolist() == [0, 1, 0]
+
+
+class ScriptedSampler:
+    """Stands in for the val engine's sampler: row b answers `answers[b]` in RAGEN's format."""
+
+    def __init__(self, real, tokenizer, answers: list[str]):
+        self.real, self.tok, self.answers = real, tokenizer, answers
+
+    def init_cache(self):
+        return self.real.init_cache()
+
+    def generate(self, params, new_tokens, new_lens, key, config, *, cache, cache_lens, active):
+        import jax.numpy as jnp
+        import numpy as np
+
+        from ragen_jax.sampling import SampleOutput
+
+        B, N = new_tokens.shape[0], config.max_new_tokens
+        toks, lens = np.full((B, N), self.tok.pad_token_id, np.int32), np.zeros(B, np.int32)
+        for b in np.nonzero(active)[0]:
+            ids = self.tok.encode(f"check</think><answer>{self.answers[b]}</answer>")
+            assert len(ids) <= N, "raise response_length for this script"
+            toks[b, : len(ids)], lens[b] = ids, len(ids)
+        cache_lens = np.where(active, np.asarray(cache_lens) + new_lens + np.maximum(lens - 1, 0), cache_lens)
+        zeros = jnp.zeros((B, N))
+        return SampleOutput(tokens=jnp.asarray(toks), lengths=jnp.asarray(lens), logprobs=zeros, raw_logprobs=zeros,
+                            finish_reason=jnp.ones(B, jnp.int32), cache=cache, cache_lens=jnp.asarray(cache_lens))
+
+
+def test_countdown_eval_with_a_scripted_policy_counts_successes(tmp_path):
+    """Group 0 answers correctly, group 1 uses every number but misses the target (reward 0.1)."""
+    from envs.countdown.generator import generate_task
+    from envs.countdown.solver import solve
+    from ragen_jax.trainer.evaluate import run_eval
+    from ragen_jax.trainer.loop import Trainer
+
+    cfg = tiny_eval_config("countdown")
+    cfg.rollout.response_length = 64
+    right = generate_task(cfg.val.seed, ops="+-")
+    wrong = generate_task(cfg.val.seed + 1, ops="+-")
+    assert sum(wrong.nums) != wrong.target
+    answers = [solve(right.nums, right.target, "+-")] * 2 + [" + ".join(map(str, wrong.nums))] * 2
+    trainer = Trainer(cfg, str(tmp_path))
+    trainer.val_engine.sampler = ScriptedSampler(trainer.val_engine.sampler, trainer.tokenizer, answers)
+    metrics = run_eval(trainer)
+    records = read_jsonl(str(tmp_path / "eval" / "rollouts.jsonl"))
+    check_eval_output(metrics, records, "Countdown", cfg)
+    assert [r["metadata"]["success"] for r in records] == [True, True, False, False]
+    assert [r["metadata"]["total_reward"] for r in records] == pytest.approx([1.0, 1.0, 0.1, 0.1])
+    expected = {"success": 0.5, "pass@2": 0.5, "action_is_valid": 1.0, "num_actions": 1.0, "reward": 0.55,
+                "format_penalty": 0.0}
+    assert {k: metrics[f"val/Countdown/{k}"] for k in expected} == pytest.approx(expected)
+    assert answers[0] in records[0]["messages"][2]["content"]
