@@ -1,0 +1,49 @@
+"""stop_reason against a plain-Python reference on random generated prefixes, and config validation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragen_jax.sampling import SamplingConfig, bucket_length
+from ragen_jax.sampling.stopping import stop_reason
+
+
+def reference(row: list[int], step: int, eos: tuple, seqs: tuple) -> int:
+    if row[step] in eos:
+        return 1
+    gen = row[: step + 1]
+    return 2 if any(len(gen) >= len(s) and tuple(gen[-len(s):]) == s for s in seqs) else 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.lists(st.lists(st.integers(1, 4), min_size=8, max_size=8), min_size=3, max_size=3),
+    step=st.integers(0, 7),
+    eos=st.lists(st.integers(1, 4), max_size=1).map(tuple),
+    seqs=st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple), max_size=3).map(tuple),
+)
+def test_stop_reason_matches_reference(data, step, eos, seqs):
+    config = SamplingConfig(max_new_tokens=8, eos_ids=eos, stop_sequences=seqs)
+    generated = np.asarray(data, np.int32)
+    generated[:, step + 1 :] = 0  # columns after `step` are still padding while decoding
+    fn = jax.jit(stop_reason, static_argnums=3)
+    got = np.asarray(fn(jnp.asarray(generated), jnp.int32(step), jnp.asarray(generated[:, step]), config))
+    want = [reference(list(r), step, eos, seqs) for r in generated]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_config_is_hashable_and_normalises_lists():
+    a = SamplingConfig(max_new_tokens=4, eos_ids=[3], stop_sequences=[[1, 2]])
+    assert a == SamplingConfig(max_new_tokens=4, eos_ids=(3,), stop_sequences=((1, 2),))
+    assert hash(a) == hash(SamplingConfig(max_new_tokens=4, eos_ids=(3,), stop_sequences=((1, 2),)))
+    with pytest.raises(ValueError, match="empty"):
+        SamplingConfig(max_new_tokens=4, stop_sequences=((),))
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingConfig(max_new_tokens=4, top_p=0.0)
+
+
+def test_bucket_length():
+    assert [bucket_length(n) for n in (0, 1, 16, 17, 100, 128, 129)] == [16, 16, 16, 32, 128, 128, 256]
