@@ -22,20 +22,20 @@ def _logits(model):
     return model(TOKENS, POS)[0]
 
 
+@nnx.jit
+def _step(model, opt):
+    def loss(m):
+        logits, _ = m(TOKENS, POS)
+        return -jnp.mean(jax.nn.log_softmax(logits)[:, :-1].max(-1))
+
+    grads = nnx.grad(loss, argnums=nnx.DiffState(0, lora_filter))(model)
+    opt.update(model, grads)
+
+
 def _train(model, steps=3):
     opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=lora_filter)
-
-    @nnx.jit
-    def step(model, opt):
-        def loss(m):
-            logits, _ = m(TOKENS, POS)
-            return -jnp.mean(jax.nn.log_softmax(logits)[:, :-1].max(-1))
-
-        grads = nnx.grad(loss, argnums=nnx.DiffState(0, lora_filter))(model)
-        opt.update(model, grads)
-
     for _ in range(steps):
-        step(model, opt)
+        _step(model, opt)
 
 
 def test_lora_starts_as_identity_and_only_adapters_train():
@@ -74,7 +74,7 @@ def test_unknown_target_is_refused():
 
 def test_value_model_from_lora_policy_uses_the_adapted_backbone():
     model = CausalLM(CFG, rngs=nnx.Rngs(0))
-    apply_lora(model, rank=2, alpha=4.0, rngs=nnx.Rngs(1))
+    apply_lora(model, rank=4, alpha=8.0, rngs=nnx.Rngs(1))
     _train(model, steps=1)
     critic = ValueModel.from_causal_lm(model, rngs=nnx.Rngs(2))
     assert not has_lora(critic)
