@@ -133,7 +133,10 @@ def get_base_config() -> ml_collections.ConfigDict:
         share_prefix=True,  # run the prompt prefix all rows share once per micro-batch (same loss)
         val_every=0,  # also validate every N SFT steps (0 = only before and after)
     )
-    c.mesh = dict(data=-1, fsdp=1, tensor=1)
+    c.mesh = dict(data=-1, fsdp=1, tensor=1, sampling_layout="no_fsdp")  # -1 = the remaining devices
+    c.distributed = dict(  # multi-host: one process per host (env vars JAX_COORDINATOR_ADDRESS etc. override)
+        coordinator_address="", num_processes=1, process_id=0, local_device_ids="", auto=False,
+        initialization_timeout=300)
     c.workdir = "runs/default"
     return c
 

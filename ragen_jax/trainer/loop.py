@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from ragen_jax.algos.presets import resolve_adv_estimator
 from ragen_jax.algos.kl import apply_kl_penalty
+from ragen_jax import sharding
 from ragen_jax.checkpoint import Checkpointer
 from ragen_jax.filtering import FilterConfig, advantage_scale, compact, filter_rollouts, update_empty_streak
 from ragen_jax.monitoring import Monitor
@@ -78,8 +79,13 @@ class Trainer:
         self.use_critic = bool(cfg.algo.use_critic)
         self.need_ref = bool(cfg.algo.use_kl_loss or cfg.algo.use_kl_in_reward)
         critic = setup_lib.make_critic(cfg.model, policy) if self.use_critic else None
-        self.actor = setup_lib.split_model(policy, self.lora)
-        self.critic = setup_lib.split_model(critic, False) if critic is not None else None
+        self.mesh = sharding.make_mesh({axis: cfg.mesh[axis] for axis in sharding.AXES})
+        device_bytes = sharding.device_memory_bytes()
+        if device_bytes:
+            sharding.check_plan(sharding.plan_from_config(cfg, policy.config, self.mesh.shape), device_bytes)
+        self.actor = sharding.place_for_training(setup_lib.split_model(policy, self.lora), self.mesh)
+        self.critic = (sharding.place_for_training(setup_lib.split_model(critic, False), self.mesh)
+                       if critic is not None else None)
         self.ref_params = jax.tree.map(jnp.copy, self.actor.full()) if self.need_ref else None
 
         self.rollout_cfg = rollout_config(cfg)
@@ -92,10 +98,10 @@ class Trainer:
 
         updates = t.total_steps * t.epochs * max(self.batch_size // t.mini_batch_size, 1)
         self.actor_tx, self.actor_lr = make_optimizer(cfg.optim.actor, updates)
-        self.actor_opt = self.actor_tx.init(self.actor.trainable)
+        self.actor_opt = sharding.shard_state(self.actor_tx.init(self.actor.trainable), self.mesh)
         if self.critic is not None:
             self.critic_tx, self.critic_lr = make_optimizer(cfg.optim.critic, updates)
-            self.critic_opt = self.critic_tx.init(self.critic.trainable)
+            self.critic_opt = sharding.shard_state(self.critic_tx.init(self.critic.trainable), self.mesh)
         else:
             self.critic_tx = self.critic_lr = self.critic_opt = None
         self.fns = make_step_fns(self.actor.graphdef, self.critic.graphdef if self.critic else None,
@@ -110,6 +116,16 @@ class Trainer:
         self.start_step = 0
         if t.resume:
             self._maybe_restore()
+
+    def sampling_params(self):
+        """The policy's full state in the sampling layout (no fsdp gathers inside the decode loop)."""
+        return sharding.reshard_for_sampling(self.actor.full(), self.mesh, layout=self.cfg.mesh.sampling_layout)
+
+    def reset_reference(self) -> None:
+        """Make the current policy the KL reference (e.g. after the warm start)."""
+        if self.need_ref:
+            self.ref_params = jax.tree.map(jnp.copy, self.actor.full())
+            self.__dict__.pop("_ref_parts", None)
 
     # ------------------------------------------------------------------ checkpoints
     def _state(self) -> dict:
@@ -149,7 +165,7 @@ class Trainer:
         for c, first_group in enumerate(range(0, v.groups, per_chunk_groups)):
             seeds, gids = group_seeds(v.seed + first_group, per_chunk_groups, v.group_size)
             key = jax.random.fold_in(jax.random.fold_in(self.base_key, 10_000_000 + step), c)
-            res = self.val_engine.run(self.actor.full(), self.val_env, seeds, gids + first_group, key,
+            res = self.val_engine.run(self.sampling_params(), self.val_env, seeds, gids + first_group, key,
                                       tag=self.val_name, temperature=v.temperature, greedy=v.greedy)
             results.append(res.metrics)
             episodes.extend(res.episodes)
@@ -174,7 +190,7 @@ class Trainer:
         key = jax.random.fold_in(self.base_key, step)
         t0 = time.perf_counter()
         seeds, gids = group_seeds(cfg.env.train_seed + step * cfg.env.groups, cfg.env.groups, cfg.env.group_size)
-        res = self.engine.run(self.actor.full(), self.train_env, seeds, gids, key, tag=self.tag)
+        res = self.engine.run(self.sampling_params(), self.train_env, seeds, gids, key, tag=self.tag)
         timing["timing_s/rollout"] = time.perf_counter() - t0
         timing.update({f"timing_s/rollout_{k}": v for k, v in res.timing.items()})
         metrics = {f"train/{k}": v for k, v in res.metrics.items()}
@@ -208,7 +224,7 @@ class Trainer:
         arrays, row_valid = compact(arrays, rows, multiple=t.mini_batch_size)
         # padding rows must not join a real group's statistics (GRPO/RLOO group means)
         arrays["group_ids"] = np.where(row_valid, arrays["group_ids"], -1 - np.arange(len(row_valid)))
-        dev = {k: jnp.asarray(v) for k, v in arrays.items()}
+        dev = sharding.shard_batch(arrays, self.mesh)
         dev["old_logprobs"] = self._score_rows(self.fns["score_policy"], self.actor.trainable, self.actor.frozen, dev)
         if self.need_ref:
             dev["ref_logprobs"] = self._score_rows(self.fns["score_policy"], *self._ref_split(), dev)
