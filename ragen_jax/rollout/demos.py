@@ -145,8 +145,8 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
     names = _action_names(env_batch)
     lookup = env_batch.action_lookup
     observations = env_batch.reset([int(s) for s in seeds])
-    system = system_prompt(env_batch.instruction(), env_batch.legend(), env_batch.action_names,
-                           cfg.max_actions_per_traj)
+    shown = getattr(env_batch, "prompt_action_names", env_batch.action_names)  # as the engine shows them
+    system = system_prompt(env_batch.instruction(), env_batch.legend(), shown, cfg.max_actions_per_traj)
     episodes = [Episode(env_tag=tag, seed=int(s), group_id=i, system=system,
                         history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
                 for i, (s, o) in enumerate(zip(seeds, observations))]

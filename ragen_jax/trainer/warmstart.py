@@ -176,6 +176,25 @@ def _demo_cache_path(key: str) -> str:
     return os.path.join(root, "demos", f"{key}.npz")
 
 
+def _format_code_fingerprint(env_batch) -> str:
+    """A hash of the code that shapes demos (prompts, contexts, batches, the env), so edits invalidate caches."""
+    import inspect
+
+    from ragen_jax.rollout import batching, context, demos, engine, prompts
+
+    modules = [batching, context, demos, engine, prompts, inspect.getmodule(type(env_batch))]
+    env = getattr(env_batch, "env", None)
+    if env is not None:
+        modules.append(inspect.getmodule(type(env)))
+    digest = hashlib.sha256()
+    for module in modules:
+        try:
+            digest.update(inspect.getsource(module).encode())
+        except (OSError, TypeError):
+            digest.update(repr(module).encode())
+    return digest.hexdigest()[:16]
+
+
 def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
     """Demonstration rows for the trainer's env and rollout format (oracle play is cached on disk)."""
     cfg, w = trainer.cfg, trainer.cfg.warmstart
@@ -187,7 +206,8 @@ def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
     num = int(num_demos or w.num_demos)
     tok = trainer.tokenizer
     probe = tok.apply_chat_template([{"role": "user", "content": "probe"}], add_generation_prompt=True)
-    blob = json.dumps({"v": DEMO_CACHE_VERSION, "env": cfg.env.name, "kwargs": dict(cfg.env.kwargs).__repr__(),
+    blob = json.dumps({"v": DEMO_CACHE_VERSION, "code": _format_code_fingerprint(trainer.train_env),
+                       "env": cfg.env.name, "kwargs": dict(cfg.env.kwargs).__repr__(),
                        "num": num, "seed": int(w.seed), "reasoning": w.reasoning_text,
                        "rollout": dataclasses.asdict(rcfg), "vocab": len(tok), "probe": probe,
                        "probe_ids": tok.encode(probe + "</think><answer>Up || Left</answer>")}, sort_keys=True)

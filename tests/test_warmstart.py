@@ -1,0 +1,271 @@
+"""Warm-start: oracle demos in the rollout format, JSONL round trips, the SFT loss and a short run."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from envs.batch import make_env_batch
+from envs.sokoban.oracle import solve as sokoban_solve
+from ragen_jax.models.tiny import load_tiny_tokenizer, make_tiny_model
+from ragen_jax.rollout import RolloutConfig, parse_response
+from ragen_jax.rollout.context import ContextBuilder
+from ragen_jax.rollout.demos import (DemoRows, demo_rows, load_jsonl_demos, oracle_demo_episodes,
+                                     play_oracle_episodes, rows_from_conversations, write_demo_jsonl)
+from ragen_jax.rollout.dump import write_jsonl
+from ragen_jax.trainer import warmstart as ws
+from ragen_jax.trainer.steps import policy_logprobs
+
+MODES = ("single_turn", "limited_multi_turn", "full")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tiny_tokenizer()
+
+
+def _cfg(mode="single_turn", **kw):
+    return RolloutConfig(response_length=32, max_model_len=1024, context_mode=mode, context_window=2, **kw)
+
+
+@pytest.fixture(scope="module")
+def sokoban_eps(tok):
+    return {mode: oracle_demo_episodes("SimpleSokoban", 12, tok, _cfg(mode), seed=777_000, batch_size=16)
+            for mode in MODES}
+
+
+def _parsed(tok, cfg, record, lookup):
+    text = ContextBuilder(tok, enable_think=cfg.enable_think).generation_suffix + tok.decode(record.response_tokens)
+    return parse_response(text, action_lookup=lookup, max_actions=cfg.max_actions_per_turn,
+                          enable_think=cfg.enable_think)
+
+
+def test_sokoban_demos_parse_back_to_shortest_solutions(tok, sokoban_eps):
+    cfg = _cfg()
+    env = make_env_batch("SimpleSokoban", 1)
+    for ep in sokoban_eps["single_turn"]:
+        assert ep.success and not ep.penalty
+        actions = []
+        for record in ep.history:
+            parsed = _parsed(tok, cfg, record, env.action_lookup)
+            assert parsed.format_ok and parsed.turn_is_valid
+            assert 1 <= len(parsed.actions) <= cfg.max_actions_per_turn
+            assert tok.decode(record.response_tokens).startswith("</think><answer>")
+            actions.extend(parsed.actions)
+        env.reset([ep.seed])
+        state = jax.tree.map(lambda x: np.asarray(x[0]), jax.device_get(env.state))
+        assert len(actions) == len(sokoban_solve(state.fixed, state.room))
+        env.reset([ep.seed])
+        result = None
+        for a in actions:
+            result = env.step([[a]], np.ones(1, bool))
+        assert bool(result.success[0])
+
+
+def test_frozenlake_and_bandit_demos(tok):
+    cfg = _cfg()
+    eps = oracle_demo_episodes("FrozenLake", 8, tok, cfg, seed=5, batch_size=8)
+    assert len(eps) == 8 and all(ep.success for ep in eps)
+    bandit = make_env_batch("Bandit", 16)
+    eps = play_oracle_episodes(bandit, list(range(16)), tok, cfg, reasoning_text="risky pays more")
+    for ep in eps:
+        assert ep.success and ep.num_turns == 1
+        parsed = _parsed(tok, cfg, ep.history[0], bandit.action_lookup)
+        assert parsed.think == "risky pays more" and parsed.actions[0] % 2 == 1  # the high-risk arm
+
+
+def test_host_env_without_oracle_is_refused(tok):
+    class NoState:
+        batch_size = 1
+
+    with pytest.raises(ValueError, match="JSONL"):
+        play_oracle_episodes(NoState(), [0], tok, _cfg())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_loss_mask_covers_exactly_the_responses(tok, sokoban_eps, mode):
+    eps = sokoban_eps[mode]
+    rows = demo_rows(eps, tok, _cfg(mode))
+    expected = []
+    for ep in eps:
+        responses = [r.response_tokens for r in ep.history if r.response_tokens is not None]
+        expected.extend([sum(responses, [])] if mode == "full" else responses)
+    assert rows.num_rows == len(expected)
+    for i, want in enumerate(expected):
+        assert rows.tokens[i][rows.loss_mask[i] > 0].tolist() == want
+        assert not (rows.loss_mask[i] * ~rows.attention_mask[i]).any()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_demo_contexts_are_what_the_engine_would_prompt(tok, sokoban_eps, mode):
+    """Every trained response follows exactly the context the rollout engine builds for that turn."""
+    from ragen_jax.rollout import RolloutEngine
+    from ragen_jax.rollout.types import Episode
+
+    model, _ = make_tiny_model(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                               head_dim=16, intermediate_size=64)
+    from flax import nnx
+
+    cfg = _cfg(mode)
+    engine = RolloutEngine(nnx.split(model)[0], tok, cfg, batch_size=1)
+    rows = demo_rows(sokoban_eps[mode], tok, cfg)
+    starts = [int(np.argmax(rows.loss_mask[i] > 0)) for i in range(rows.num_rows)]
+    contexts = []
+    for ep in sokoban_eps[mode]:
+        for t in [0] if mode == "full" else range(len(ep.history)):  # full: one row, first response first
+            partial = Episode(env_tag=ep.env_tag, seed=ep.seed, group_id=0, system=ep.system,
+                              history=[dataclasses.replace(r) for r in ep.history[: t + 1]])
+            partial.history[-1].response_text = partial.history[-1].response_tokens = None
+            contexts.append(engine._fit_context(partial))
+    assert len(contexts) == rows.num_rows
+    for i, ctx in enumerate(contexts):
+        np.testing.assert_array_equal(rows.tokens[i, :starts[i]], ctx)
+
+
+def test_bandit_demo_prompt_matches_the_engine(tok):
+    """Env-specific prompt details (Bandit lists no global arm names) follow the engine's system prompt."""
+    from flax import nnx
+
+    from ragen_jax.rollout import RolloutEngine
+
+    cfg = _cfg()
+    env = make_env_batch("Bandit", 4)
+    model, _ = make_tiny_model(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                               head_dim=16, intermediate_size=64)
+    engine = RolloutEngine(nnx.split(model)[0], tok, cfg, batch_size=4)
+    played = engine.run(nnx.split(model)[1], env, [0, 1, 2, 3], [0, 1, 2, 3], jax.random.PRNGKey(0), tag="b")
+    demos = play_oracle_episodes(env, [0, 1, 2, 3], tok, cfg)
+    assert [ep.system for ep in demos] == [ep.system for ep in played.episodes]
+    assert [ep.history[0].state for ep in demos] == [ep.history[0].state for ep in played.episodes]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jsonl_demos_round_trip(tok, sokoban_eps, mode, tmp_path):
+    cfg, eps = _cfg(mode), sokoban_eps[mode]
+    want = demo_rows(eps, tok, cfg)
+    path = write_demo_jsonl(str(tmp_path / "demos.jsonl"), eps, cfg)
+    got = load_jsonl_demos(path, tok, cfg)
+    for a, b in ((got.tokens, want.tokens), (got.attention_mask, want.attention_mask), (got.loss_mask, want.loss_mask)):
+        np.testing.assert_array_equal(a, b[:, :a.shape[1]])
+    # A user's own file (no recorded tokens) gives the same rows: contents are encoded.
+    records = [json.loads(line) for line in open(path)]
+    bare = rows_from_conversations([{"messages": r["messages"]} for r in records], tok, cfg)
+    np.testing.assert_array_equal(bare.tokens, got.tokens)
+    np.testing.assert_array_equal(bare.loss_mask, got.loss_mask)
+
+
+def test_rollout_dump_jsonl_trains_like_full_context_rows(tok, sokoban_eps, tmp_path):
+    cfg, eps = _cfg("full"), sokoban_eps["full"]
+    path = write_jsonl(str(tmp_path / "dump.jsonl"), eps, max_tokens=cfg.response_length,
+                       enable_think=True, format_penalty=cfg.format_penalty)
+    got, want = load_jsonl_demos(path, tok, cfg), demo_rows(eps, tok, cfg)
+    np.testing.assert_array_equal(got.tokens, want.tokens[:, :got.tokens.shape[1]])
+    np.testing.assert_array_equal(got.loss_mask, want.loss_mask[:, :got.tokens.shape[1]])
+
+
+def test_bad_jsonl_names_the_line_and_fix(tok, tmp_path):
+    cfg = _cfg()
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                             {"role": "assistant", "content": "<answer>Up</answer>"}]}) + "\n")
+    with pytest.raises(ValueError, match="line 1.*generation prefix '<think>'"):
+        load_jsonl_demos(str(path), tok, cfg)
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    with pytest.raises(ValueError, match="no assistant message"):
+        load_jsonl_demos(str(path), tok, cfg)
+    path.write_text("{not json\n")
+    with pytest.raises(ValueError, match="line 1 is not JSON"):
+        load_jsonl_demos(str(path), tok, cfg)
+
+
+def test_shared_prefix_gives_the_same_loss_and_gradients(tok, sokoban_eps):
+    rows = demo_rows(sokoban_eps["single_turn"], tok, _cfg())
+    rows = DemoRows(rows.tokens[:6], rows.attention_mask[:6], rows.loss_mask[:6])
+    model, _ = make_tiny_model(seed=3, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                               head_dim=16, intermediate_size=64)
+    from flax import nnx
+
+    graphdef, params = nnx.split(model)
+    lp, _ = policy_logprobs(model, jnp.asarray(rows.tokens), jnp.asarray(rows.attention_mask))
+    want_nll = -float((np.asarray(lp) * rows.loss_mask).sum())
+    grads = []
+    for share in (False, True):
+        data = ws.prepare_sft_data(rows, share_prefix=share)
+        assert (len(data.prefix) > 100) == share
+        batch = {k: jnp.asarray(v) for k, v in data.batch(np.arange(6)).items()}
+        loss = lambda p: ws.sft_sums(nnx.merge(graphdef, p), jnp.asarray(data.prefix), batch)[0]  # noqa: E731
+        nll, g = jax.jit(jax.value_and_grad(loss))(params)
+        np.testing.assert_allclose(float(nll), want_nll, rtol=1e-5)
+        grads.append(g)
+    for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=1e-6)
+
+
+def _bandit_config():
+    from configs.base import apply_tiny, get_base_config
+
+    c = get_base_config()
+    apply_tiny(c)
+    c.env.name = "Bandit"
+    c.env.max_turn = 1
+    c.env.max_actions_per_turn = 1
+    c.env.groups, c.env.group_size = 4, 2
+    c.val.groups = c.val.batch_size = 32
+    c.val.temperature = 0.5
+    c.model.tiny = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128)
+    c.trainer.export_hf = False
+    c.warmstart.update(enabled=True, num_demos=96, steps=60, batch_size=32, lr=3e-3, warmup_steps=5,
+                       seed=4242, val_every=30)
+    return c
+
+
+def test_sft_steps_lower_the_loss_and_donate_params(tok):
+    """A few jitted SFT steps on Bandit demos (no rollouts): the response NLL falls."""
+    import types
+
+    from ragen_jax.monitoring import Monitor
+    from ragen_jax.trainer.setup import split_model
+    from ragen_jax.trainer.loop import rollout_config
+
+    c = _bandit_config()
+    c.warmstart.update(steps=24, batch_size=16, micro_batch_size=8, warmup_steps=1)
+    eps = oracle_demo_episodes("Bandit", 32, tok, rollout_config(c), seed=99, batch_size=32)
+    data = ws.prepare_sft_data(demo_rows(eps, tok, rollout_config(c)))
+    model, _ = make_tiny_model(seed=0, **dict(c.model.tiny))
+    actor = split_model(model, lora=False)
+    first = actor.trainable
+    logged = []
+    monitor = Monitor("", enabled=False)
+    monitor.scalars = lambda m, step: logged.append(m)
+    trainer = types.SimpleNamespace(cfg=c, actor=actor, monitor=monitor)
+    metrics = ws.train_sft(trainer, data, steps=24, log_every=1)
+    losses = [m["sft/loss"] for m in logged]
+    assert len(losses) >= 24 and losses[-1] < 0.5 * losses[0]
+    assert metrics["sft/steps"] == 24 and metrics["sft/tokens_per_s"] > 0
+    assert actor.trainable is not first and jax.tree.leaves(first)[0].is_deleted()  # donated
+
+
+@pytest.mark.slow
+def test_warmstart_run_learns_bandit(tmp_path, monkeypatch):
+    """run_warmstart end to end: validation success rises from ~0 to most episodes (about 1-2 min)."""
+    monkeypatch.setenv("RAGEN_JAX_CACHE", str(tmp_path / "cache"))
+    from ragen_jax.trainer.loop import Trainer
+
+    trainer = Trainer(_bandit_config(), str(tmp_path / "run"))
+    seen = []
+    monitor_scalars = trainer.monitor.scalars
+    trainer.monitor.scalars = lambda m, s: (seen.append((dict(m), s)), monitor_scalars(m, s))
+    metrics = ws.run_warmstart(trainer)
+    losses = [m["sft/loss"] for m, _ in seen if "sft/loss" in m]
+    assert losses[0] > 3.0 and losses[-1] < 0.3 * losses[0]
+    assert metrics["val_success_before_warmstart"] < 0.2
+    assert metrics["val_success_after_warmstart"] > 0.7
+    assert metrics["sft/token_accuracy"] > 0.9
+    assert any(k.startswith("sft/val/") and s == 30 for m, s in seen for k in m)
+    # The demos are cached on disk: a second build reads them back unchanged.
+    ws._DEMO_MEMO.clear()
+    again = ws.build_demos(trainer)
+    assert again.num_rows == metrics["sft/num_rows"]
