@@ -337,7 +337,19 @@ class Trainer:
             os.makedirs(self.workdir, exist_ok=True)
             with open(os.path.join(self.workdir, "config.json"), "w") as f:
                 f.write(cfg.to_json_best_effort(indent=2))
-        if cfg.val.every and cfg.val.at_start and self.start_step == 0:
+        self.warmstart_metrics = {}
+        if cfg.warmstart.enabled and self.start_step == 0:
+            from ragen_jax.trainer.warmstart import run_warmstart
+
+            self.warmstart_metrics = run_warmstart(self)  # validates before and after; resets the KL reference
+            self.history.append({"step": 0, "val_success": self.warmstart_metrics["val_success_before_warmstart"],
+                                 "phase": "before_warmstart"})
+            self.history.append({"step": 0, "val_success": self.warmstart_metrics["val_success_after_warmstart"],
+                                 "phase": "after_warmstart"})
+            after = {f"val/{k[len('val_after_warmstart/'):]}": v for k, v in self.warmstart_metrics.items()
+                     if k.startswith("val_after_warmstart/")}
+            self.monitor.scalars(after, 0)
+        elif cfg.val.every and cfg.val.at_start and self.start_step == 0:
             vm = self.validate(0)
             self._record_val(0, vm)
             self.monitor.scalars(vm, 0)
@@ -385,8 +397,11 @@ class Trainer:
 
     def _summary(self, wall: float, trained_tokens: float, stop_reason: str | None) -> dict[str, Any]:
         vals = [h["val_success"] for h in self.history]
+        ws = getattr(self, "warmstart_metrics", {})
         return {
             "val_success_start": vals[0] if vals else None,
+            "val_success_after_warmstart": ws.get("val_success_after_warmstart"),
+            "warmstart_seconds": ws.get("sft/train_seconds"),
             "val_success_final": vals[-1] if vals else None,
             "val_success_best": max(vals) if vals else None,
             "val_history": self.history,
