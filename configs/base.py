@@ -123,10 +123,10 @@ def get_base_config() -> ml_collections.ConfigDict:
         num_demos=2000,  # oracle episodes (each gives one row per turn, or one in "full" context)
         steps=300,  # SFT updates (fewer if max_seconds runs out first)
         max_seconds=0.0,  # stop after this much SFT step time (0 = no limit)
-        batch_size=64,  # rows per update
+        batch_size=32,  # rows per update
         micro_batch_size=0,  # rows per gradient-accumulation step (0 = batch_size)
         lr=1e-3,
-        warmup_steps=20,
+        warmup_steps=10,
         weight_decay=0.0,
         reasoning_text="",  # text between "<think>" and "</think>" in oracle responses
         seed=1_000_000,  # first demo seed (apart from train and validation seeds) and batch order
