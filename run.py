@@ -50,7 +50,11 @@ def main(argv):
     if _MODE.value == "sft":
         from ragen_jax.trainer.warmstart import run_warmstart
 
-        run_warmstart(trainer)
+        metrics = run_warmstart(trainer)
+        trainer.save(0)
+        folder = trainer.export(os.path.join(trainer.workdir, "hf_export"))
+        print(json.dumps({k: v for k, v in metrics.items() if not k.startswith("val_after")}, indent=2))
+        print(f"Warm-started policy: checkpoint in {trainer.checkpointer.directory}, Hugging Face folder {folder}")
         return
     summary = trainer.train()
     from ragen_jax.trainer.report import print_summary

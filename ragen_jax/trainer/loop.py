@@ -121,6 +121,14 @@ class Trainer:
         """The policy's full state in the sampling layout (no fsdp gathers inside the decode loop)."""
         return sharding.reshard_for_sampling(self.actor.full(), self.mesh, layout=self.cfg.mesh.sampling_layout)
 
+    def rebuild_critic_from_policy(self) -> None:
+        """Re-initialise the critic from the (warm-started) policy backbone, as at the start of RL."""
+        if self.critic is None or self.cfg.model.critic_path:
+            return
+        critic = setup_lib.make_critic(self.cfg.model, self.actor.module())
+        self.critic = sharding.place_for_training(setup_lib.split_model(critic, False), self.mesh)
+        self.critic_opt = sharding.shard_state(self.critic_tx.init(self.critic.trainable), self.mesh)
+
     def reset_reference(self) -> None:
         """Make the current policy the KL reference (e.g. after the warm start)."""
         if self.need_ref:
@@ -342,6 +350,7 @@ class Trainer:
             from ragen_jax.trainer.warmstart import run_warmstart
 
             self.warmstart_metrics = run_warmstart(self)  # validates before and after; resets the KL reference
+            self.rebuild_critic_from_policy()
             self.history.append({"step": 0, "val_success": self.warmstart_metrics["val_success_before_warmstart"],
                                  "phase": "before_warmstart"})
             self.history.append({"step": 0, "val_success": self.warmstart_metrics["val_success_after_warmstart"],
