@@ -28,11 +28,11 @@ def _tiny(c):
     c.trainer.total_steps = 30
     c.trainer.mini_batch_size = 64
     c.trainer.micro_batch_size = 64
-    c.trainer.epochs = 2
+    c.trainer.epochs = 1
     c.algo.update(dict(preset="grpo", adv_estimator="grpo", use_critic=False, norm_adv_by_std_in_grpo=True,
                        loss_agg_mode="seq-mean-token-mean", use_kl_loss=True, kl_loss_coef=0.05,
                        kl_loss_type="low_var_kl", entropy_coeff=0.0))
-    c.optim.actor.lr = 1e-5
+    c.optim.actor.lr = 3e-5
     c.filter.value, c.filter.include_zero = 0.9, False
     c.val.groups = c.val.batch_size = 128
     c.val.every = 10

@@ -13,11 +13,12 @@ from ragen_jax.rollout.types import Episode, TrajectoryBatch
 
 
 def bucket_length(n: int, minimum: int = 32) -> int:
-    """Round a length up to a power of two (below 512) or a multiple of 256, so few shapes compile."""
+    """Round a length up to a power of two up to 256, then to a multiple of 128, so few shapes compile
+    while padding stays under ~1/3 of the row."""
     n = max(int(n), minimum)
-    if n <= 512:
+    if n <= 256:
         return 1 << (n - 1).bit_length()
-    return -(-n // 256) * 256
+    return -(-n // 128) * 128
 
 
 @dataclasses.dataclass
