@@ -30,7 +30,7 @@ def bandit_trainer(workdir, algo: str) -> Trainer:
     c.trainer.total_steps, c.trainer.save_every, c.trainer.export_hf = STEPS, 0, False
     c.trainer.mini_batch_size, c.trainer.micro_batch_size, c.trainer.epochs = 32, 32, 2
     c.diagnostics.every = 0
-    c.warmstart.steps, c.warmstart.batch_size, c.warmstart.lr = 60, 64, 1e-3
+    c.warmstart.steps, c.warmstart.batch_size, c.warmstart.lr = 150, 64, 1e-3
     if algo == "grpo":
         c.algo.update(dict(preset="grpo", adv_estimator="grpo", use_critic=False,
                            loss_agg_mode="seq-mean-token-mean"))
@@ -60,7 +60,7 @@ def test_rl_raises_high_arm_probability(tmp_path, algo):
     warm_start_without_preference(trainer)
     key = "val/Bandit/success"
     before, _ = trainer.run_validation(0)
-    assert before["val/Bandit/action_is_valid"] > 0.9  # the format is learned
+    assert before["val/Bandit/action_is_valid"] > 0.75  # the format is learned (sampled at T=1)
     assert 0.25 < before[key] < 0.75  # ... but no arm preference yet
     for step in range(STEPS):
         trainer.train_step(step)

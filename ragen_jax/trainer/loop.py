@@ -228,7 +228,8 @@ class Trainer:
         t0 = time.perf_counter()
         batch = res.batch
         rows = np.nonzero(np.isin(batch.episode_ids, fres.kept_traj))[0]
-        arrays = {k: batch.arrays()[k] for k in BATCH_KEYS}
+        all_arrays = batch.arrays()
+        arrays = {k: all_arrays[k] for k in BATCH_KEYS}
         arrays, row_valid = compact(arrays, rows, multiple=t.mini_batch_size)
         # padding rows must not join a real group's statistics (GRPO/RLOO group means)
         arrays["group_ids"] = np.where(row_valid, arrays["group_ids"], -1 - np.arange(len(row_valid)))
