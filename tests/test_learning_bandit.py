@@ -32,7 +32,10 @@ def bandit_trainer(workdir, algo: str) -> Trainer:
     c.diagnostics.every = 0
     c.warmstart.steps, c.warmstart.batch_size, c.warmstart.lr = 150, 64, 1e-3
     if algo == "grpo":
-        c.algo.update(dict(preset="grpo", adv_estimator="grpo", use_critic=False,
+        # Group-mean baseline without std scaling (Dr.GRPO's advantage). With std scaling GRPO
+        # prefers the low-variance arm here: groups where no risky pull paid out get unit-scale
+        # pushes toward the safe arm (measured 0.453 -> 0.219 in 25 steps).
+        c.algo.update(dict(preset="grpo", adv_estimator="grpo", use_critic=False, norm_adv_by_std_in_grpo=False,
                            loss_agg_mode="seq-mean-token-mean"))
     c.optim.actor.lr, c.optim.critic.lr = 1e-4, 1e-3
     c.workdir = str(workdir)
