@@ -13,7 +13,6 @@ trained token / step time / the chip's dense bf16 peak. Sizes are skipped once -
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time

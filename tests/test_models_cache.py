@@ -6,21 +6,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ragen_jax.models import CausalLM, ModelConfig, init_cache
-
-CFG = ModelConfig("qwen2", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-                  num_kv_heads=2, head_dim=16, attention_bias=True)
+from model_fixtures import CFG, call_model
+from ragen_jax.models import CausalLM, init_cache
 
 
 @pytest.fixture(scope="module")
 def model():
     return CausalLM(CFG, rngs=nnx.Rngs(0))
-
-
-def _call(model, tokens, positions, **kw):
-    graphdef, state = nnx.split(model)
-    fn = jax.jit(lambda s, t, p, kw: nnx.merge(graphdef, s)(t, p, **kw))
-    return fn(state, jnp.asarray(tokens, jnp.int32), jnp.asarray(positions, jnp.int32), kw)
 
 
 def test_two_chunk_prefill_with_per_row_index_equals_full_forward(model):
@@ -29,7 +21,7 @@ def test_two_chunk_prefill_with_per_row_index_equals_full_forward(model):
     first = np.array([6, 2, 5])  # row b's first chunk length
     t = lengths.max()
     seqs = rng.randint(0, 256, (3, t))
-    full, _ = _call(model, seqs, np.broadcast_to(np.arange(t), (3, t)))
+    full, _ = call_model(model, seqs, np.broadcast_to(np.arange(t), (3, t)))
 
     def chunk(starts, sizes, width):
         toks = np.full((3, width), 7)  # filler beyond each row's chunk: garbage the cache must never read
@@ -39,9 +31,9 @@ def test_two_chunk_prefill_with_per_row_index_equals_full_forward(model):
 
     cache = init_cache(CFG, 3, 32)
     toks1, pos1 = chunk(np.zeros(3, int), first, first.max())
-    logits1, cache = _call(model, toks1, pos1, cache=cache, cache_index=jnp.zeros(3, jnp.int32))
+    logits1, cache = call_model(model, toks1, pos1, cache=cache, cache_index=jnp.zeros(3, jnp.int32))
     toks2, pos2 = chunk(first, lengths - first, (lengths - first).max())
-    logits2, cache = _call(model, toks2, pos2, cache=cache, cache_index=jnp.asarray(first, jnp.int32))
+    logits2, cache = call_model(model, toks2, pos2, cache=cache, cache_index=jnp.asarray(first, jnp.int32))
     assert cache.k.shape == (2, 3, 32, 2, 16)
     for b in range(3):
         got = np.concatenate([logits1[b, : first[b]], logits2[b, : lengths[b] - first[b]]])
@@ -66,10 +58,10 @@ def test_cache_slot_mask_supports_left_padded_cache(model):
     tokens = np.array([[0, 0, 0, 11, 12, 13], [21, 22, 23, 24, 25, 26]])
     mask = tokens > 0
     positions = np.maximum(np.cumsum(mask, 1) - 1, 0)
-    full, _ = _call(model, tokens, positions, attention_mask=mask)
+    full, _ = call_model(model, tokens, positions, attention_mask=mask)
     slot_mask = np.concatenate([mask, np.ones((2, 4), bool)], 1)
     cache = init_cache(CFG, 2, 10)
-    got, _ = _call(model, tokens, positions, attention_mask=slot_mask, cache=cache,
+    got, _ = call_model(model, tokens, positions, attention_mask=slot_mask, cache=cache,
                    cache_index=jnp.zeros(2, jnp.int32))
     np.testing.assert_allclose(np.asarray(got)[mask], np.asarray(full)[mask], atol=1e-5, rtol=0)
 

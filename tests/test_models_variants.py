@@ -6,21 +6,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ragen_jax.models import CausalLM, ModelConfig, ValueModel, init_cache
-
-CFG = ModelConfig("qwen2", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-                  num_kv_heads=2, head_dim=16, attention_bias=True)
+from model_fixtures import CFG, call_model
+from ragen_jax.models import CausalLM, ValueModel, init_cache
 
 
 @pytest.fixture(scope="module")
 def model():
     return CausalLM(CFG, rngs=nnx.Rngs(0))
-
-
-def _call(model, tokens, positions, **kw):
-    graphdef, state = nnx.split(model)
-    fn = jax.jit(lambda s, t, p, kw: nnx.merge(graphdef, s)(t, p, **kw))
-    return fn(state, jnp.asarray(tokens, jnp.int32), jnp.asarray(positions, jnp.int32), kw)
 
 
 def test_bfloat16_params_and_compute_run_close_to_float32(model):
@@ -29,13 +21,13 @@ def test_bfloat16_params_and_compute_run_close_to_float32(model):
     assert bf.model.layers[0].mlp.up_proj.kernel[...].dtype == jnp.bfloat16
     tokens = np.arange(24).reshape(2, 12)
     pos = np.broadcast_to(np.arange(12), (2, 12))
-    ref, _ = _call(model, tokens, pos)
-    got, _ = _call(bf, tokens, pos)
+    ref, _ = call_model(model, tokens, pos)
+    got, _ = call_model(bf, tokens, pos)
     assert got.dtype == jnp.float32
     np.testing.assert_allclose(got, ref, atol=0.05)
     cache = init_cache(bf.config, 2, 16)
     assert cache.k.dtype == jnp.bfloat16
-    _, cache = _call(bf, tokens, pos, cache=cache, cache_index=jnp.zeros(2, jnp.int32))
+    _, cache = call_model(bf, tokens, pos, cache=cache, cache_index=jnp.zeros(2, jnp.int32))
     assert cache.k.dtype == jnp.bfloat16
 
 

@@ -16,7 +16,6 @@ from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 from jax.sharding import AbstractMesh
 

@@ -280,7 +280,7 @@ class Trainer:
         return jnp.concatenate(outs, axis=0)
 
     def _update(self, step: int, dev: dict, row_valid: np.ndarray) -> dict[str, float]:
-        t, cfg = self.cfg.trainer, self.cfg
+        t = self.cfg.trainer
         m = t.mini_batch_size
         rng = np.random.default_rng([t.seed, step])
         keys = ["tokens", "attention_mask", "loss_mask", "old_logprobs", "sample_logprobs", "advantages"]
