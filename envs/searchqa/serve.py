@@ -78,13 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     docs = load_corpus(args.corpus) if args.corpus else list(synthetic_data()[0])
     server = make_server(make_retriever(docs, args.method, args.model_dir), args.host, args.port, args.verbose)
     print(f"retrieval server ({args.method}, {len(docs)} docs) listening on {server.url}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        sys.stdout.flush()
+    server.serve_until_interrupted(sys.stdout.flush)
 
 
 if __name__ == "__main__":

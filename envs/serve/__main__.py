@@ -30,13 +30,7 @@ def main(argv: list[str] | None = None) -> None:
                        step_timeout_s=args.step_timeout, session_ttl_s=args.session_ttl,
                        max_sessions=args.max_sessions, workers=args.workers)
     print(f"env server ({args.env}) listening on {server.url}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        server.service.close()
+    server.serve_until_interrupted(server.service.close)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,17 @@ class JsonServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
+    def serve_until_interrupted(self, on_close: Callable[[], Any] | None = None) -> None:
+        """Serve in the foreground until Ctrl-C, then close the socket (and run `on_close`)."""
+        try:
+            self.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.server_close()
+            if on_close is not None:
+                on_close()
+
     def start_background(self) -> "JsonServer":
         """Serve in a daemon thread (for tests and in-process use); `stop()` ends it."""
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -25,7 +25,7 @@ class ContextBuilder:
         self._encode_cached = functools.lru_cache(maxsize=cache_size)(self._encode)
         eos_ids = tuple(tokenizer.eos_token_ids)
         self._eos_ids = frozenset(eos_ids)
-        self._eos_texts = tuple(tokenizer.decode([i]) for i in eos_ids)
+        self.eos_texts = tuple(tokenizer.decode([i]) for i in eos_ids)
 
     def _encode(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(text))
@@ -78,7 +78,7 @@ class ContextBuilder:
 
     def _drop_leading_eos(self, text: str) -> str:
         """After a response that already ended with the end-of-turn token, skip the template's copy."""
-        for eos_text in self._eos_texts:
+        for eos_text in self.eos_texts:
             if eos_text and text.startswith(eos_text):
                 return text[len(eos_text):]
         return text

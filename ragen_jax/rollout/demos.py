@@ -22,7 +22,7 @@ import numpy as np
 from envs.protocols import EnvBatch
 from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.context import ContextBuilder
-from ragen_jax.rollout.engine import RolloutConfig
+from ragen_jax.rollout.engine import RolloutConfig, fit_context, strip_end_of_turn
 from ragen_jax.rollout.parsing import parse_response
 from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
 from ragen_jax.rollout.types import Episode
@@ -105,27 +105,6 @@ def _response_tokens(tokenizer, text: str, cfg: RolloutConfig) -> list[int]:
     return tokens
 
 
-def _fit_history_start(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> int:
-    """The first turn shown, chosen as the engine's `_fit_context` chooses it."""
-    turn = len(ep.history) - 1
-    start = ep.history_start if cfg.context_mode == "full" else max(0, turn - cfg.context_window + 1)
-    while True:
-        messages = build_messages(ep.system, ep.history, start, mode=cfg.context_mode,
-                                  max_tokens=cfg.response_length, enable_think=cfg.enable_think,
-                                  format_penalty=cfg.format_penalty)
-        text = builder.tokenizer.apply_chat_template(
-            [{"role": m["role"], "content": m["content"]} for m in messages], add_generation_prompt=True)
-        if len(text.encode()) + len(builder.generation_suffix.encode()) + cfg.response_length <= cfg.max_model_len:
-            return start  # cheap bound (a token covers at least one byte): no need to tokenize
-        for m in messages:
-            if m["role"] == "assistant":
-                m["tokens"] = m["record"].response_tokens
-        tokens, _ = builder.assemble(messages, add_generation_prompt=True)
-        if len(tokens) + cfg.response_length <= cfg.max_model_len or start >= turn:
-            return start
-        start += 1
-
-
 def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, cfg: RolloutConfig, *,
                          policy: OraclePolicy | None = None, reasoning_text: str = "",
                          tag: str = "demo") -> list[Episode]:
@@ -169,12 +148,10 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
             chosen = [int(a) for a in plan[:budget]]
             text = response_text([names[a] for a in chosen], reasoning=reasoning_text,
                                  enable_think=cfg.enable_think)
-            record.history_start = _fit_history_start(builder, cfg, ep)
-            if cfg.context_mode == "full":
-                ep.history_start = record.history_start
+            fit_context(builder, cfg, ep)  # records the first turn shown, exactly as the engine does
             record.response_tokens = _response_tokens(tokenizer, text, cfg)
             full = builder.generation_suffix + tokenizer.decode(record.response_tokens)
-            record.response_text = _strip_suffixes(full, builder._eos_texts)
+            record.response_text = strip_end_of_turn(full, builder.eos_texts)
             parsed = parse_response(full, action_lookup=lookup, max_actions=cfg.max_actions_per_turn,
                                     enable_think=cfg.enable_think)
             if list(parsed.actions) != chosen:
@@ -211,13 +188,6 @@ def _record_turn(ep: Episode, result, b: int, chosen: list[int], cfg: RolloutCon
         ep.history.append(TurnRecord(state=result.observations[b],
                                      actions_left=cfg.max_actions_per_traj - ep.num_actions,
                                      warn_invalid=not chosen))
-
-
-def _strip_suffixes(text: str, eos_texts: Sequence[str]) -> str:
-    for eos in eos_texts:
-        if eos and text.endswith(eos):
-            return text[: -len(eos)]
-    return text
 
 
 def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutConfig, *, seed: int,
@@ -305,7 +275,7 @@ def _assistant_tokens(tokenizer, builder: ContextBuilder, content: str, given: l
                       cfg: RolloutConfig, where: str) -> list[int]:
     """The exact tokens of an assistant message: recorded ones if they decode to it, else encoded."""
     prefix = builder.generation_suffix
-    if given is not None and _strip_suffixes(prefix + tokenizer.decode(given), builder._eos_texts) == content:
+    if given is not None and strip_end_of_turn(prefix + tokenizer.decode(given), builder.eos_texts) == content:
         return [int(t) for t in given]
     if not content.startswith(prefix):
         raise ValueError(f"{where}: an assistant message must start with the generation prefix {prefix!r} "

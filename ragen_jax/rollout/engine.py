@@ -137,7 +137,7 @@ class RolloutEngine:
                                         enable_think=cfg.enable_think)
                 record.response_tokens = response.tolist()
                 record.context_tokens = contexts[b]
-                record.response_text = _strip_end_of_turn(text, self.builder._eos_texts)
+                record.response_text = strip_end_of_turn(text, self.builder.eos_texts)
                 record.invalid = not parsed.turn_is_valid
                 ep.valid_turns += int(parsed.turn_is_valid)
                 if record.invalid:
@@ -196,34 +196,37 @@ class RolloutEngine:
 
     # ----------------------------------------------------------------------------------------
     def _fit_context(self, ep: Episode) -> np.ndarray:
-        """The current turn's context tokens; oldest turns dropped until response_length fits."""
-        cfg = self.config
-        record = ep.history[-1]
-        turn = len(ep.history) - 1
-        if cfg.context_mode == "full":
-            start = ep.history_start
-        else:
-            start = max(0, turn - cfg.context_window + 1)
-        while True:
-            messages = build_messages(ep.system, ep.history, start, mode=cfg.context_mode,
-                                      max_tokens=cfg.response_length, enable_think=cfg.enable_think,
-                                      format_penalty=cfg.format_penalty)
-            for m in messages:
-                if m["role"] == "assistant":
-                    m["tokens"] = m["record"].response_tokens
-            tokens, _ = self.builder.assemble(messages, add_generation_prompt=True)
-            if len(tokens) + cfg.response_length <= cfg.max_model_len:
-                break
-            if start >= turn:
-                raise ValueError(
-                    f"A single turn needs {len(tokens)} context tokens + response_length "
-                    f"{cfg.response_length} > max_model_len {cfg.max_model_len}. Raise "
-                    f"rollout.max_model_len or lower rollout.response_length.")
-            start += 1
-        if cfg.context_mode == "full":
-            ep.history_start = start
-        record.history_start = start
-        return tokens
+        return fit_context(self.builder, self.config, ep)
+
+
+def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.ndarray:
+    """The current turn's context tokens; oldest turns dropped until response_length fits.
+
+    Records the first turn shown on the turn's record (and on the episode in "full" mode).
+    """
+    record = ep.history[-1]
+    turn = len(ep.history) - 1
+    start = ep.history_start if cfg.context_mode == "full" else max(0, turn - cfg.context_window + 1)
+    while True:
+        messages = build_messages(ep.system, ep.history, start, mode=cfg.context_mode,
+                                  max_tokens=cfg.response_length, enable_think=cfg.enable_think,
+                                  format_penalty=cfg.format_penalty)
+        for m in messages:
+            if m["role"] == "assistant":
+                m["tokens"] = m["record"].response_tokens
+        tokens, _ = builder.assemble(messages, add_generation_prompt=True)
+        if len(tokens) + cfg.response_length <= cfg.max_model_len:
+            break
+        if start >= turn:
+            raise ValueError(
+                f"A single turn needs {len(tokens)} context tokens + response_length "
+                f"{cfg.response_length} > max_model_len {cfg.max_model_len}. Raise "
+                f"rollout.max_model_len or lower rollout.response_length.")
+        start += 1
+    if cfg.context_mode == "full":
+        ep.history_start = start
+    record.history_start = start
+    return tokens
 
 
 def _row_lookups(env: EnvBatch, batch_size: int) -> list:
@@ -234,7 +237,8 @@ def _row_lookups(env: EnvBatch, batch_size: int) -> list:
     return [env.action_lookup] * batch_size
 
 
-def _strip_end_of_turn(text: str, eos_texts: Sequence[str]) -> str:
+def strip_end_of_turn(text: str, eos_texts: Sequence[str]) -> str:
+    """A response's text without the end-of-turn token it may end with."""
     for eos in eos_texts:
         if eos and text.endswith(eos):
             return text[: -len(eos)]
