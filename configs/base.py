@@ -81,9 +81,9 @@ def get_base_config() -> ml_collections.ConfigDict:
     c.algo = dict(preset="ppo", **_algo_defaults("ppo"))
     c.optim = dict(
         actor=dict(lr=1e-6, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
-                   schedule="constant", grad_clip=1.0),
+                   schedule="constant", grad_clip=1.0, state_dtype="float32"),
         critic=dict(lr=1e-5, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
-                    schedule="constant", grad_clip=1.0),
+                    schedule="constant", grad_clip=1.0, state_dtype="float32"),
     )
     c.trainer = dict(
         total_steps=200,

@@ -20,7 +20,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__))))
@@ -28,7 +27,8 @@ sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.dirname(_
 from ragen_jax.models import CausalLM, ModelConfig  # noqa: E402
 from ragen_jax.models.tiny import tiny_config  # noqa: E402
 from ragen_jax.sampling import SamplingConfig, Sampler  # noqa: E402
-from ragen_jax.sharding.memory import estimate_memory  # noqa: E402
+from ragen_jax.sharding.memory import estimate_memory, measured_bytes  # noqa: E402
+from ragen_jax.trainer.optim import make_optimizer  # noqa: E402
 from ragen_jax.trainer.setup import split_model  # noqa: E402
 from ragen_jax.trainer.steps import AlgoSettings, make_step_fns  # noqa: E402
 
@@ -99,7 +99,8 @@ def bench_train(graphdef, trainable, frozen, config: ModelConfig, micro: int, se
                         clip_ratio_high=0.28, clip_ratio_c=3.0, cliprange_value=0.5, entropy_coeff=0.0,
                         use_kl_loss=False, kl_loss_coef=0.0, kl_loss_type="kl", tis_cap=None, temperature=1.0,
                         logprob_chunk=256)
-    tx = optax.adamw(1e-6, mu_dtype=jnp.float32)
+    tx, _ = make_optimizer(dict(lr=1e-6, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
+                                schedule="constant", grad_clip=1.0, state_dtype="float32"), 1000)
     opt = tx.init(trainable)
     fns = make_step_fns(graphdef, None, algo, tx, None, micro)
     rng = np.random.default_rng(0)
@@ -109,17 +110,25 @@ def bench_train(graphdef, trainable, frozen, config: ModelConfig, micro: int, se
                  attention_mask=ones.astype(np.int32), loss_mask=ones, old_logprobs=-ones, sample_logprobs=-ones,
                  advantages=rng.normal(size=(rows, seq)).astype(np.float32))
     batch = {k: jnp.asarray(v) for k, v in batch.items()}
-    trainable, opt, m = fns["actor_update"](trainable, opt, frozen, batch)  # compile
-    jax.block_until_ready(m["loss"])
     t0 = time.perf_counter()
-    trainable, opt, m = fns["actor_update"](trainable, opt, frozen, batch)
+    update = fns["actor_update"].lower(trainable, opt, frozen, batch).compile()
+    compile_s = time.perf_counter() - t0
+    xla_bytes = measured_bytes(update)
+    trainable, opt, m = update(trainable, opt, frozen, batch)  # warm-up
     jax.block_until_ready(m["loss"])
-    step = time.perf_counter() - t0
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        trainable, opt, m = update(trainable, opt, frozen, batch)
+        jax.block_until_ready(m["loss"])
+        times.append(time.perf_counter() - t0)
+    step = float(np.median(times))
     n = n_params(trainable) + n_params(frozen)
     embed = config.vocab_size * config.hidden_size
     tokens = rows * seq
     flops = 6 * (n - embed) * tokens + 6 * embed * tokens + 12 * config.num_layers * config.num_heads * config.head_dim * seq * tokens
-    return dict(train_step_s=step, train_tokens_per_s=tokens / step, train_tflops=flops / step / 1e12)
+    return dict(train_compile_s=compile_s, train_step_s=step, train_tokens_per_s=tokens / step,
+                train_tflops=flops / step / 1e12, train_xla_gib=xla_bytes / 2**30)
 
 
 def main(argv=None) -> dict:
@@ -156,7 +165,8 @@ def main(argv=None) -> dict:
         plan = estimate_memory(config, micro_batch_size=args.micro, mini_batch_size=2 * args.micro, seq_len=args.seq,
                                rollout_batch_size=args.batch, cache_len=args.prompt + args.new,
                                optimizer_dtype="float32", sampling_layout="training")
-        r = dict(params=n_params(state), param_gib=param_bytes / 2**30, planned_peak_gib=plan.peak / 2**30)
+        r = dict(params=n_params(state), param_gib=param_bytes / 2**30,
+                 planned_train_gib=plan.training_peak / 2**30)
         r.update(bench_decode(graphdef, state, config.replace(remat="none"), args.batch, args.prompt, args.new))
         if hbm:
             r["decode_bound_tokens_per_s"] = decode_bound(config, param_bytes, args.batch, args.prompt, args.new, hbm)
@@ -164,6 +174,7 @@ def main(argv=None) -> dict:
         train_graph = nnx.graphdef(nnx.eval_shape(lambda: CausalLM(config, rngs=nnx.Rngs(0))))
         split = split_model(nnx.merge(train_graph, state), False)
         r.update(bench_train(split.graphdef, split.trainable, split.frozen, config, args.micro, args.seq))
+        r["planned_over_xla"] = r["planned_train_gib"] / r["train_xla_gib"]
         if peak:
             r["mfu"] = r["train_tflops"] / peak
         results[name] = r

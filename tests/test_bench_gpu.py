@@ -15,5 +15,5 @@ def test_bench_gpu_smoke_runs():
                           capture_output=True, text=True, timeout=600, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("tiny "))
-    for key in ("decode_tokens_per_s", "decode_bound_tokens_per_s", "train_tflops", "mfu", "planned_peak_gib"):
+    for key in ("decode_tokens_per_s", "decode_bound_tokens_per_s", "train_tflops", "mfu", "planned_train_gib", "train_xla_gib"):
         assert key in line

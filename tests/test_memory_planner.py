@@ -111,3 +111,21 @@ def test_fitting_plan_passes_and_bad_batch_is_named():
     assert check_plan(plan, 16 * GiB) is plan and check_plan(plan, None) is plan
     with pytest.raises(MemoryPlanError, match="micro_batch_size of 6 rows"):
         estimate_memory(tiny_config(), micro_batch_size=6, seq_len=128, mesh_shape=(2, 2, 2))
+
+
+def test_optimizer_state_dtype_float32_for_bfloat16_params():
+    """state_dtype='float32': bf16 parameters keep float32 AdamW moments, and the update keeps the dtypes."""
+    from ragen_jax.trainer.optim import make_optimizer
+    cfg = dict(lr=1e-2, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant",
+               grad_clip=1.0, state_dtype="float32")
+    params = {"w": jnp.full((4,), 3.0, jnp.bfloat16)}
+    tx, _ = make_optimizer(cfg, 10)
+    state = tx.init(params)
+    dtypes = {x.dtype for x in jax.tree.leaves(state) if x.ndim}
+    assert dtypes == {jnp.dtype(jnp.float32)}
+    updates, new_state = tx.update({"w": jnp.full((4,), 0.5, jnp.bfloat16)}, state, params)
+    assert jax.tree.map(lambda x: x.dtype, new_state) == jax.tree.map(lambda x: x.dtype, state)
+    new_params = optax.apply_updates(params, updates)
+    assert new_params["w"].dtype == jnp.bfloat16 and float(new_params["w"][0]) < 3.0
+    tx_default, _ = make_optimizer(dict(cfg, state_dtype=""), 10)
+    assert {x.dtype for x in jax.tree.leaves(tx_default.init(params)) if x.ndim} == {jnp.dtype(jnp.bfloat16)}

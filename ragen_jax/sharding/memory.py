@@ -155,7 +155,7 @@ def estimate_memory(
     lora_rank: int = 0,
     lora_targets: Sequence[str] = DEFAULT_TARGETS,
     optimizer_states: int = 2,
-    optimizer_dtype: str | None = None,
+    optimizer_dtype: str | None = "float32",
     logprob_chunk: int = 256,
     sampling_layout: str = "no_fsdp",
     with_critic: bool = False,
@@ -163,20 +163,21 @@ def estimate_memory(
     rules: Rules = DEFAULT_RULES,
 ) -> MemoryPlan:
     """Per-device bytes of a PPO/GRPO run: training (micro-batch [micro_batch_size, seq_len]) and sampling
-    (KV cache [rollout_batch_size, cache_len]). `optimizer_states` = arrays per parameter (AdamW: 2)."""
+    (KV cache [rollout_batch_size, cache_len]). `optimizer_states` = arrays per parameter (AdamW: 2), in
+    `optimizer_dtype` (None = the parameters' dtype); gradients accumulate in float32."""
     c = model_config.replace(**{k: v for k, v in dict(param_dtype=param_dtype, dtype=compute_dtype,
                                                           remat=remat).items() if v})
     mesh = _abstract_mesh(mesh_shape)
     tensor = mesh.shape["tensor"]
     trainable, frozen = _abstract_split(CausalLM, c.replace(remat="none"), lora_rank, tuple(lora_targets))
     params = _shard_bytes(trainable, mesh, rules) + _shard_bytes(frozen, mesh, rules)
-    train_bytes = _shard_bytes(trainable, mesh, rules)
     opt = optimizer_states * _shard_bytes(trainable, mesh, rules, optimizer_dtype)
-    grads = train_bytes
+    grads = _shard_bytes(trainable, mesh, rules, "float32")  # accumulated in float32 (trainer/steps.py)
     if with_critic:
         c_train, c_frozen = _abstract_split(ValueModel, c.replace(remat="none"), 0, tuple(lora_targets))
         critic = _shard_bytes(c_train, mesh, rules)
-        params, grads, opt = params + critic, max(grads, critic), opt + optimizer_states * _shard_bytes(
+        c_grads = _shard_bytes(c_train, mesh, rules, "float32")
+        params, grads, opt = params + critic, max(grads, c_grads), opt + optimizer_states * _shard_bytes(
             c_train, mesh, rules, optimizer_dtype)
     if with_reference:
         params += _shard_bytes(trainable, mesh, rules) + _shard_bytes(frozen, mesh, rules)
@@ -253,6 +254,7 @@ def plan_from_config(cfg: Any, model_config: ModelConfig, mesh_shape: Mapping[st
         seq_len=cfg.rollout.max_model_len, rollout_batch_size=cfg.env.groups * cfg.env.group_size,
         cache_len=cfg.rollout.max_model_len, mesh_shape=mesh_shape, lora_rank=lora.rank, lora_targets=targets,
         logprob_chunk=cfg.trainer.logprob_chunk, sampling_layout=cfg.mesh.get("sampling_layout", "no_fsdp"),
+        optimizer_dtype=cfg.optim.actor.get("state_dtype") or None,
         with_critic=bool(cfg.algo.use_critic), with_reference=bool(cfg.algo.use_kl_loss or cfg.algo.use_kl_in_reward))
 
 

@@ -1,9 +1,16 @@
-"""Optimizers from config: AdamW with warmup + constant/cosine schedule and global-norm clipping."""
+"""Optimizers from config: AdamW with warmup + constant/cosine schedule and global-norm clipping.
+
+`state_dtype` ("float32" by default) keeps the AdamW moments (and the clipping norm) in that dtype
+whatever the parameters' dtype: bfloat16 parameters train with float32 optimizer state. "" keeps
+optax's default (moments in the gradients' dtype).
+"""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+import jax
+import jax.numpy as jnp
 import optax
 
 
@@ -22,12 +29,27 @@ def make_schedule(cfg: Mapping[str, Any], total_updates: int) -> optax.Schedule:
     return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), main], [warmup])
 
 
+def with_state_dtype(inner: optax.GradientTransformation, dtype: Any) -> optax.GradientTransformation:
+    """`inner` run on `dtype` copies of the updates and parameters, so every state it keeps is `dtype`."""
+    dtype = jnp.dtype(dtype)
+    cast = lambda tree: jax.tree.map(lambda x: x.astype(dtype), tree)  # noqa: E731
+
+    def update(updates, state, params=None):
+        return inner.update(cast(updates), state, None if params is None else cast(params))
+
+    return optax.GradientTransformation(lambda params: inner.init(cast(params)), update)
+
+
 def make_optimizer(cfg: Mapping[str, Any], total_updates: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """(optimizer, schedule): clip_by_global_norm(grad_clip) then AdamW(schedule)."""
+    """(optimizer, schedule): clip_by_global_norm(grad_clip), then AdamW(schedule), run in `state_dtype`.
+
+    optax.apply_updates casts each update back to its parameter's dtype."""
     schedule = make_schedule(cfg, total_updates)
     parts = []
     if cfg["grad_clip"] and cfg["grad_clip"] > 0:
         parts.append(optax.clip_by_global_norm(float(cfg["grad_clip"])))
     parts.append(optax.adamw(schedule, b1=float(cfg["b1"]), b2=float(cfg["b2"]), eps=float(cfg["eps"]),
                              weight_decay=float(cfg["weight_decay"])))
-    return optax.chain(*parts), schedule
+    tx = optax.chain(*parts)
+    state_dtype = cfg.get("state_dtype", "float32")
+    return (with_state_dtype(tx, state_dtype) if state_dtype else tx), schedule

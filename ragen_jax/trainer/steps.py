@@ -85,12 +85,14 @@ def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Arr
 
 
 def _accumulate(loss_fn, params, micro_batches, *args):
-    """Sum of value_and_grad over micro-batches (scan). -> (loss sum, grads sum, metrics mean)."""
+    """Sum of value_and_grad over micro-batches (scan). -> (loss sum, grads sum, metrics mean).
+
+    Gradients accumulate in float32 whatever the parameters' dtype (bfloat16 sums drift)."""
     def body(carry, mb):
         loss_sum, grads_sum = carry
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb, *args)
-        return (loss_sum + loss, jax.tree.map(jnp.add, grads_sum, grads)), metrics
-    zeros = jax.tree.map(jnp.zeros_like, params)
+        return (loss_sum + loss, jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_sum, grads)), metrics
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
     (loss, grads), metrics = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), micro_batches)
     return loss, grads, jax.tree.map(jnp.mean, metrics)
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One prepared GPU session (a lent H100/H200): bench_gpu.py for the three Qwen2.5 shapes, then a short
+# end-to-end run of the tiny Sokoban preset on the GPU. Writes logs under ${OUT:-/tmp/gpu_out}.
+#   bash experiments/gpu_session.sh            # ~7 minutes
+# Missing pure-Python packages can travel as wheels in .whl/ (installed into /tmp/site).
+set -u
+OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
+PY=${PY:-python3}
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/gpu.txt"
+$PY -c "import jax, flax, optax, orbax.checkpoint as o, transformers; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'transformers', transformers.__version__, jax.devices())" 2>&1 | tee -a "$OUT/gpu.txt"
+timeout ${BENCH_TIMEOUT:-300} $PY experiments/bench_gpu.py --budget-s ${BENCH_BUDGET:-200} 2>&1 | tee "$OUT/bench_gpu.txt"
+timeout ${TINY_TIMEOUT:-150} $PY run.py --config configs/sokoban.py:tiny --workdir /tmp/gpu_tiny \
+  --config.warmstart.num_demos=500 --config.warmstart.steps=300 --config.trainer.total_steps=4 \
+  --config.val.every=2 --config.trainer.export_hf=False 2>&1 | tr '\r' '\n' | grep -v "^\s*$" | tail -60 | tee "$OUT/tiny_gpu.txt"
+echo "done"
