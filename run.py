@@ -41,6 +41,11 @@ def main(argv):
     from ragen_jax.trainer.loop import Trainer
 
     trainer = Trainer(cfg, workdir)
+    with trainer.activate_mesh():
+        _run_mode(trainer)
+
+
+def _run_mode(trainer) -> None:
     if _MODE.value == "eval":
         from ragen_jax.trainer.evaluate import run_eval
 

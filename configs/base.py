@@ -62,6 +62,7 @@ def get_base_config() -> ml_collections.ConfigDict:
         stop_at_answer=True,
         context_mode="full",  # full | limited_multi_turn | single_turn
         context_window=1,
+        prompt_style="ragen",  # ragen (the original's prompts) | compact (actions + state only; small models)
         use_turn_scores=False,
         format_penalty=-0.1,
         reward_norm_method="identity",  # identity | mean_std | mean | asym_clip

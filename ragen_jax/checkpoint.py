@@ -11,8 +11,15 @@ import os
 from typing import Any
 
 import jax
-import numpy as np
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
+
+
+@jax.jit
+def _all_finite(state: Any) -> jax.Array:
+    """One replicated bool: every floating leaf is finite (runs where the shards live, any number of hosts)."""
+    leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
 class Checkpointer:
@@ -28,9 +35,8 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, meta: dict) -> None:
         """state: a pytree of arrays; meta: JSON-serialisable dict. Refuses non-finite params."""
-        for leaf in jax.tree.leaves(state):
-            if np.issubdtype(np.asarray(leaf).dtype, np.floating) and not np.isfinite(np.asarray(leaf)).all():
-                raise FloatingPointError(f"Refusing to write checkpoint {step}: state holds NaN/inf.")
+        if not bool(_all_finite(state)):
+            raise FloatingPointError(f"Refusing to write checkpoint {step}: state holds NaN/inf.")
         self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                         meta=ocp.args.JsonSave(meta)))
         self.manager.wait_until_finished()

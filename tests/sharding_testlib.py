@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -64,11 +66,17 @@ def to_host(tree) -> dict[str, np.ndarray]:
     return {path_str(p): fetch(x) for p, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
+def active_mesh(mesh):
+    """jax.set_mesh(mesh), or no context for mesh None (one device)."""
+    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
+
+
 def train_step(mesh_shape=None, lora: bool = False, devices=None) -> dict[str, np.ndarray]:
     """One actor update (SGD, 2 micro-batches) on the mesh -> updated trainable params and metrics."""
     actor = make_actor(lora)
     tx = optax.sgd(0.5)
     batch = synthetic_batch()
+    mesh = None
     if mesh_shape is not None:
         mesh = make_mesh(mesh_shape, devices)
         actor = place_for_training(actor, mesh)
@@ -78,7 +86,8 @@ def train_step(mesh_shape=None, lora: bool = False, devices=None) -> dict[str, n
         opt = tx.init(actor.trainable)
         batch = {k: jnp.asarray(v) for k, v in batch.items()}
     fns = make_step_fns(actor.graphdef, None, algo(), tx, None, MICRO)
-    trainable, _, metrics = fns["actor_update"](actor.trainable, opt, actor.frozen, batch)
+    with active_mesh(mesh):  # as the trainer runs: the model's activation hints apply
+        trainable, _, metrics = fns["actor_update"](actor.trainable, opt, actor.frozen, batch)
     out = {f"param/{k}": v for k, v in to_host(trainable).items()}
     out.update({f"metric/{k}": v for k, v in to_host(metrics).items()})
     return out
@@ -90,6 +99,7 @@ def generate(mesh_shape=None, layout: str = "no_fsdp") -> dict[str, np.ndarray]:
     params = actor.full()
     sampler = Sampler(actor.graphdef, cache_size=32, pad_id=0, batch_size=8)
     cache, cache_lens = sampler.init_cache()
+    mesh = None
     if mesh_shape is not None:
         mesh = make_mesh(mesh_shape)
         params = reshard_for_sampling(shard_state(params, mesh), mesh, layout=layout)
@@ -97,8 +107,9 @@ def generate(mesh_shape=None, layout: str = "no_fsdp") -> dict[str, np.ndarray]:
     rng = np.random.default_rng(1)
     lens = rng.integers(3, 9, size=8).astype(np.int32)
     prompts = rng.integers(1, VOCAB, size=(8, 8)).astype(np.int32)
-    out = sampler.generate(params, prompts, lens, jax.random.PRNGKey(0), SamplingConfig(max_new_tokens=8, greedy=True),
-                           cache=cache, cache_lens=cache_lens)
+    with active_mesh(mesh):
+        out = sampler.generate(params, prompts, lens, jax.random.PRNGKey(0),
+                               SamplingConfig(max_new_tokens=8, greedy=True), cache=cache, cache_lens=cache_lens)
     return dict(tokens=np.asarray(out.tokens), logprobs=np.asarray(out.logprobs), lengths=np.asarray(out.lengths))
 
 

@@ -1,7 +1,8 @@
 """Runs sharding cases on 8 forced CPU devices and saves the results: `python tests/sharding_worker.py MODE OUT`.
 
 Started by tests/test_sharding_devices.py in a subprocess with XLA_FLAGS set before jax is imported.
-MODE: placement (per-device shard shapes) | train | generate (results per mesh and on one device).
+MODE: placement (per-device shard shapes) | train | generate (results per mesh and on one device) |
+checkpoint (Orbax save of a sharded state, restore on the same and on another mesh).
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ import json
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import sharding_testlib as L
 from ragen_jax.models import init_cache
-from ragen_jax.sharding import make_mesh, place_for_training, reshard_for_sampling, shard_batch, shard_cache
+from ragen_jax.sharding import (make_mesh, place_for_training, reshard_for_sampling, shard_batch, shard_cache,
+                                shard_state)
 from ragen_jax.sharding.rules import path_str
 
 
@@ -46,6 +49,67 @@ def placement() -> dict:
     return result
 
 
+def activation_hints() -> dict:
+    """Sharding constraints in the lowered forward pass with and without an active (1, 4, 2) mesh."""
+    actor = L.make_actor()
+    params = actor.full()
+    tokens = np.ones((8, 16), np.int32)
+
+    def forward(p, t):
+        from flax import nnx
+        return nnx.merge(actor.graphdef, p)(t, jnp.broadcast_to(jnp.arange(16), t.shape))[0]
+
+    def constraints(text: str) -> list[str]:
+        """The dimension shardings of every sharding constraint, e.g. '[{"data", "fsdp"}, {}, {"tensor"}]'."""
+        return [line.split("<@mesh, ", 1)[1].split(">", 1)[0] for line in text.splitlines()
+                if "sharding_constraint" in line]
+
+    mesh = make_mesh((1, 4, 2))
+    without = constraints(jax.jit(forward).lower(params, tokens).as_text())
+    with jax.set_mesh(mesh):
+        placed = shard_state(params, mesh)
+        within = constraints(jax.jit(forward).lower(placed, tokens).as_text())
+        logits = jax.jit(forward)(placed, tokens)
+    return dict(without=without, within=within, logits_spec=str(logits.sharding.spec))
+
+
+def checkpoint(directory: str) -> dict:
+    """Save a sharded actor + AdamW state on (2, 2, 2); restore it on (2, 2, 2) and onto (1, 8, 1)."""
+    import optax
+
+    from ragen_jax.checkpoint import Checkpointer
+
+    mesh = make_mesh((2, 2, 2))
+    actor = place_for_training(L.make_actor(), mesh)
+    tx = optax.adamw(1e-3)
+    state = {"actor": actor.trainable, "actor_opt": shard_state(tx.init(actor.trainable), mesh)}
+    state["actor_opt"] = jax.tree.map(lambda x: x + 1 if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                                      state["actor_opt"])  # non-zero moments: a restore of zeros would not pass
+    ckpt = Checkpointer(directory)
+    ckpt.save(3, state, {"step": 3})
+    want = L.to_host(state)
+    result = {}
+    for shape in ((2, 2, 2), (1, 8, 1)):
+        target = make_mesh(shape)
+        like = {"actor": place_for_training(L.make_actor(), target).trainable}
+        like["actor_opt"] = shard_state(tx.init(like["actor"]), target)
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like)
+        restored, meta = ckpt.restore(ckpt.latest_step(), abstract)
+        got = L.to_host(restored)
+        same_layout = all(r.sharding == a.sharding for r, a in zip(jax.tree.leaves(restored), jax.tree.leaves(abstract)))
+        result[str(shape)] = dict(equal=all(np.array_equal(got[k], want[k]) for k in want), keys=len(want),
+                                  same_layout=same_layout, meta=meta)
+    bad = jax.tree.map(lambda x: x * np.nan if jnp.issubdtype(x.dtype, jnp.floating) else x, state)
+    try:
+        ckpt.save(4, bad, {"step": 4})
+        result["nan_error"] = ""
+    except FloatingPointError as e:
+        result["nan_error"] = str(e)
+    result["latest"] = ckpt.latest_step()
+    ckpt.close()
+    return result
+
+
 def _config():
     from ragen_jax.sampling import model_config_of
     return model_config_of(L.make_actor().graphdef)
@@ -63,13 +127,17 @@ if __name__ == "__main__":
     assert jax.device_count() == 8, f"expected 8 forced CPU devices, got {jax.device_count()}"
     if mode == "placement":
         with open(path, "w") as f:
-            json.dump(placement(), f)
+            json.dump(dict(placement(), hints=activation_hints()), f)
     elif mode == "train":
         res = equivalence(L.train_step)
         lora = L.train_step(None, lora=True)
         res.update({f"single_lora/{k}": v for k, v in lora.items()})
         res.update({f"(2, 2, 2)_lora/{k}": v for k, v in L.train_step((2, 2, 2), lora=True).items()})
         np.savez(path, **res)
+    elif mode == "checkpoint":
+        import os
+        with open(path, "w") as f:
+            json.dump(checkpoint(os.path.join(os.path.dirname(path), "ckpt")), f)
     elif mode == "generate":
         np.savez(path, **equivalence(L.generate))
     else:

@@ -202,3 +202,22 @@ def test_jsonl_round_trip(tiny, tmp_path):
     assert lines[0]["messages"][2]["content"] == "<think></think><answer>Right</answer>"
     meta = lines[1]["metadata"]
     assert meta["group_id"] == 0 and meta["num_turns"] == 2 and meta["total_reward"] == pytest.approx(-0.2)
+
+
+def test_compact_prompt_with_unchanged_state_replays_last_token(tiny):
+    """prompt_style='compact': system lists the actions, a turn shows the state alone; an invalid turn
+    leaves the single-turn context identical to the previous one, which the engine must still feed."""
+    graphdef, params, tok = tiny
+    cfg = _cfg(max_turn=3, context_mode="single_turn", prompt_style="compact")
+    engine = RolloutEngine(graphdef, tok, cfg, batch_size=2)
+    engine.sampler = ScriptedSampler(engine.sampler, tok, [["bad", "</think><answer>Right</answer>"]] * 3)
+    res = engine.run(params, LineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
+    stuck, moving = res.episodes
+    assert stuck.system == "Actions: Left, Right"
+    assert [r.state for r in stuck.history[:3]] == ["P_____"] * 3 and stuck.num_turns == 3
+    assert moving.history[2].state == "__P___"
+    (lens1, _), (lens2, cache2), (lens3, cache3) = engine.sampler.fed
+    assert lens2[0] >= 1 and lens3[0] >= 1
+    row = res.batch.tokens[2][res.batch.attention_mask[2] > 0]
+    text = tok.decode(row.tolist())
+    assert "Actions: Left, Right" in text and "P_____" in text and "Turn" not in text and "State" not in text

@@ -75,6 +75,20 @@ def test_weights_really_split(placement, mesh):
     assert f"multiple of {data * fsdp}" in p["bad_batch_error"]
 
 
+def test_model_hints_activation_shardings_under_a_mesh(placement):
+    """Under jax.set_mesh((1, 4, 2)) the forward pass pins rows to (data, fsdp) and heads, MLP features and
+    vocab to tensor (2 layers: embedding + per layer q, k, v, attention out, MLP hidden, residual + logits);
+    without a mesh there is no constraint at all."""
+    hints = placement["hints"]
+    assert hints["without"] == []
+    rows, tensor3, tensor4 = ('[{"data", "fsdp"}, {}, {}]', '[{"data", "fsdp"}, {}, {"tensor"}]',
+                              '[{"data", "fsdp"}, {}, {"tensor"}, {}]')
+    assert hints["within"].count(rows) == 1 + 2  # embedding, each layer's output
+    assert hints["within"].count(tensor4) == 3 * 2  # q, k, v per layer
+    assert hints["within"].count(tensor3) == 2 * 2 + 1  # attention output, MLP hidden per layer; logits
+    assert hints["logits_spec"] == "P('fsdp', None, 'tensor')"
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("sharding") / "train.npz")
@@ -118,3 +132,17 @@ def test_generation_matches_single_device(generated, mesh):
     np.testing.assert_array_equal(got["tokens"], want["tokens"])
     np.testing.assert_array_equal(got["lengths"], want["lengths"])
     np.testing.assert_allclose(got["logprobs"], want["logprobs"], atol=1e-4)
+
+
+@pytest.mark.slow
+def test_orbax_checkpoint_of_sharded_state_restores_on_same_and_other_mesh(tmp_path):
+    """Saved from (2, 2, 2) shards; restored bit-exact onto (2, 2, 2) and resharded onto (1, 8, 1); a state
+    holding NaN is refused and leaves the last good checkpoint the latest."""
+    out = str(tmp_path / "ckpt.json")
+    run_worker("checkpoint", out)
+    with open(out) as f:
+        res = json.load(f)
+    for mesh in ("(2, 2, 2)", "(1, 8, 1)"):
+        assert res[mesh]["equal"] and res[mesh]["keys"] > 10, res[mesh]
+        assert res[mesh]["same_layout"] and res[mesh]["meta"] == {"step": 3}
+    assert "NaN" in res["nan_error"] and res["latest"] == 3

@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from ragen_jax.models.config import ModelConfig
+from ragen_jax.models.partitioning import shard_activation
 
 _INIT = nnx.initializers.normal(0.02)
 _NEG = float(np.finfo(np.float32).min)
@@ -111,9 +112,9 @@ class Attention(nnx.Module):
     def __call__(self, x, positions, inv_freq, mask, cache, cache_index, layer):
         """x [B, T, D], mask [B, T, S] bool, cache (k, v) [L, B, S, K, hd] or None -> (out [B, T, D], new (k, v))."""
         b, t, _ = x.shape
-        q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+        q = shard_activation(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), 2)
+        k = shard_activation(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), 2)
+        v = shard_activation(self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), 2)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
@@ -133,7 +134,7 @@ class Attention(nnx.Module):
         scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
         out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, self.num_heads * self.head_dim)
-        return self.o_proj(out), new_cache
+        return self.o_proj(shard_activation(out, 2)), new_cache
 
 
 class MLP(nnx.Module):
@@ -145,7 +146,7 @@ class MLP(nnx.Module):
         self.down_proj = _linear(cfg, cfg.intermediate_size, cfg.hidden_size, False, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(shard_activation(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x), 2))
 
 
 class DecoderLayer(nnx.Module):
@@ -211,13 +212,14 @@ class Decoder(nnx.Module):
             chex.assert_shape(attention_mask, (b, t))
         mask = _attention_mask(t, attention_mask, cache, cache_index)
         inv_freq = rope_inv_freq(self.config)
-        x = self.embed_tokens(tokens)
+        x = shard_activation(self.embed_tokens(tokens))
         kv = (cache.k, cache.v) if cache is not None else None
         call = DecoderLayer.__call__
         if self.config.remat != "none" and cache is None:  # remat helps training; decoding has no backward
             call = nnx.remat(call, policy=_remat_policy(self.config.remat), static_argnums=(7,))
         for i, layer in enumerate(self.layers):
             x, kv = call(layer, x, positions, inv_freq, mask, kv, cache_index, i)
+            x = shard_activation(x)
         new_cache = KVCache(k=kv[0], v=kv[1]) if cache is not None else None
         return self.norm(x), new_cache
 
@@ -250,9 +252,9 @@ class CausalLM(nnx.Module):
         h = hidden.astype(self.config.jnp_dtype)
         if self.config.tie_word_embeddings:  # contract over the embedding's D axis: no transposed copy
             w = self.model.embed_tokens.embedding[...].astype(h.dtype)
-            return jnp.einsum("btd,vd->btv", h, w, preferred_element_type=jnp.float32)
+            return shard_activation(jnp.einsum("btd,vd->btv", h, w, preferred_element_type=jnp.float32), 2)
         w = self.lm_head.kernel[...].astype(h.dtype)
-        return jnp.einsum("btd,dv->btv", h, w, preferred_element_type=jnp.float32)
+        return shard_activation(jnp.einsum("btd,dv->btv", h, w, preferred_element_type=jnp.float32), 2)
 
     def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None):
         """-> (logits [B, T, V] float32, new_cache | None)."""

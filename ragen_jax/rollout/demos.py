@@ -125,8 +125,9 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
     lookup = env_batch.action_lookup
     observations = env_batch.reset([int(s) for s in seeds])
     shown = getattr(env_batch, "prompt_action_names", env_batch.action_names)  # as the engine shows them
-    system = system_prompt(env_batch.instruction(), env_batch.legend(), shown, cfg.max_actions_per_traj)
-    episodes = [Episode(env_tag=tag, seed=int(s), group_id=i, system=system,
+    system = system_prompt(env_batch.instruction(), env_batch.legend(), shown, cfg.max_actions_per_traj,
+                           style=cfg.prompt_style)
+    episodes = [Episode(env_tag=tag, seed=int(s), group_id=i, system=system, prompt_style=cfg.prompt_style,
                         history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
                 for i, (s, o) in enumerate(zip(seeds, observations))]
     active = np.ones(B, bool)
@@ -247,7 +248,7 @@ def row_conversations(ep: Episode, cfg: RolloutConfig) -> list[dict]:
         start = ep.history_start if cfg.context_mode == "full" else ep.history[t].history_start
         messages = build_messages(ep.system, ep.history[: t + 1], start, mode=cfg.context_mode,
                                   max_tokens=cfg.response_length, enable_think=cfg.enable_think,
-                                  format_penalty=cfg.format_penalty)
+                                  format_penalty=cfg.format_penalty, style=ep.prompt_style)
         out, tokens = [], []
         for m in messages:
             item = {"role": m["role"], "content": m["content"]}

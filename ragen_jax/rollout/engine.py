@@ -44,6 +44,7 @@ class RolloutConfig:
     stop_at_answer: bool = True  # stop a turn at "</answer>" (the original has no stop strings)
     context_mode: str = "full"  # full | limited_multi_turn | single_turn
     context_window: int = 1  # turns kept by limited_multi_turn / single_turn [max_context_window]
+    prompt_style: str = "ragen"  # ragen | compact (state only; a departure for small models)
     use_turn_scores: bool = False
     format_penalty: float = -0.1
     reward_norm_method: str = "identity"  # identity | mean_std | mean | asym_clip
@@ -84,8 +85,9 @@ class RolloutEngine:
         observations = env.reset(list(map(int, seeds)))
         timing["env"] += time.perf_counter() - t0
         names = getattr(env, "prompt_action_names", env.action_names)
-        system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj)
-        episodes = [Episode(env_tag=tag, seed=int(s), group_id=int(g), system=system,
+        system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj,
+                               style=cfg.prompt_style)
+        episodes = [Episode(env_tag=tag, seed=int(s), group_id=int(g), system=system, prompt_style=cfg.prompt_style,
                             history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
                     for s, g, o in zip(seeds, group_ids, observations)]
         lookups = _row_lookups(env, B)
@@ -105,7 +107,8 @@ class RolloutEngine:
             contexts, new_rows = {}, {}
             for b in np.nonzero(active)[0]:
                 ctx = self._fit_context(episodes[b])
-                start = min(int(cache_lens[b]), common_prefix_length(row_tokens[b], ctx))
+                # re-feed at least the last token: a context may equal the previous one (unchanged state)
+                start = min(int(cache_lens[b]), common_prefix_length(row_tokens[b], ctx), len(ctx) - 1)
                 cache_lens[b] = start
                 contexts[b], new_rows[b] = ctx, ctx[start:]
             width = max(len(v) for v in new_rows.values())
@@ -210,7 +213,7 @@ def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.
     while True:
         messages = build_messages(ep.system, ep.history, start, mode=cfg.context_mode,
                                   max_tokens=cfg.response_length, enable_think=cfg.enable_think,
-                                  format_penalty=cfg.format_penalty)
+                                  format_penalty=cfg.format_penalty, style=ep.prompt_style)
         for m in messages:
             if m["role"] == "assistant":
                 m["tokens"] = m["record"].response_tokens

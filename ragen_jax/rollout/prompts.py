@@ -5,6 +5,9 @@ A conversation is built from per-turn records (`TurnRecord`) for one of three co
 - "limited_multi_turn": the last `window` turns as chat messages;
 - "single_turn": one user message with the current state and a text summary of recent turns.
 `history_start` drops the oldest turns (the window, and truncation past `max_model_len`).
+
+Two prompt styles: "ragen" (the original's texts, the default) and "compact" (a departure for small
+models: the system message only lists the actions, a turn shows only the state; see docs/quickstart.md).
 """
 
 from __future__ import annotations
@@ -17,6 +20,13 @@ INVALID_WARNING = (
     "No valid action provided previously. Environment state remains the same. Please try again.\n"
 )
 LEGEND_HEADER = "\nThe meaning of each symbol in the state is:\n"
+PROMPT_STYLES = ("ragen", "compact")
+
+
+def check_style(style: str) -> str:
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"Unknown prompt style {style!r}: use one of {PROMPT_STYLES}.")
+    return style
 
 
 @dataclasses.dataclass(eq=False)  # identity: records are looked up in their episode's history
@@ -40,8 +50,13 @@ def system_prompt(
     action_names: list[str] | None,
     max_actions_per_traj: int,
     separator: str = "||",
+    style: str = "ragen",
 ) -> str:
-    """RAGEN's system message: instruction, symbol legend, available actions and budget."""
+    """RAGEN's system message: instruction, symbol legend, available actions and budget.
+
+    "compact": only "Actions: a, b, c" (or nothing when the env has no fixed action names)."""
+    if check_style(style) == "compact":
+        return "Actions: " + ", ".join(action_names) if action_names else ""
     text = SYSTEM_PREFIX + instruction
     if legend:
         text += legend if legend.startswith("\n") else LEGEND_HEADER + legend
@@ -65,8 +80,10 @@ def _format_prompt(enable_think: bool) -> str:
 
 
 def turn_content(record: TurnRecord, turn_number: int, max_tokens: int, enable_think: bool,
-                 label: str | None = None) -> str:
-    """The "Turn t:\\nState:..." block with the format instruction."""
+                 label: str | None = None, style: str = "ragen") -> str:
+    """The "Turn t:\\nState:..." block with the format instruction ("compact": the state alone)."""
+    if style == "compact":
+        return f"\n{record.state}\n"
     warning = INVALID_WARNING if record.warn_invalid else ""
     label = f"Turn {turn_number}" if label is None else label
     return (
@@ -90,6 +107,7 @@ def build_messages(
     max_tokens: int,
     enable_think: bool,
     format_penalty: float,
+    style: str = "ragen",
 ) -> list[dict]:
     """Chat messages for the turns history[history_start:]; the last turn may lack a response.
 
@@ -98,13 +116,13 @@ def build_messages(
     """
     if mode == "single_turn":
         return _single_turn_messages(system, history, history_start, max_tokens, enable_think,
-                                     format_penalty)
+                                     format_penalty, style)
     if mode not in ("full", "limited_multi_turn"):
         raise ValueError(f"Unknown context mode {mode!r}: use full, limited_multi_turn or single_turn.")
     messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": ""}]
     for idx in range(history_start, len(history)):
         record = history[idx]
-        messages[-1]["content"] += turn_content(record, idx + 1, max_tokens, enable_think)
+        messages[-1]["content"] += turn_content(record, idx + 1, max_tokens, enable_think, style=style)
         if record.response_text is None:
             break
         messages.append({"role": "assistant", "content": record.response_text, "record": record})
@@ -115,7 +133,7 @@ def build_messages(
 
 
 def _single_turn_messages(system, history, history_start, max_tokens, enable_think,
-                          format_penalty) -> list[dict]:
+                          format_penalty, style) -> list[dict]:
     """One user message: a summary of turns history_start..t-1 as text, then the current turn."""
     current = len(history) - 1
     content = ""
@@ -132,7 +150,7 @@ def _single_turn_messages(system, history, history_start, max_tokens, enable_thi
             content += f"Turn {idx + 1} Reward: {format_reward(displayed_reward(record, format_penalty))}\n---\n"
     prefix = "Current Turn " if history_start < current else ""
     block = turn_content(history[current], current + 1, max_tokens, enable_think,
-                         label=f"{prefix}(Turn {current + 1})")
+                         label=f"{prefix}(Turn {current + 1})", style=style)
     content += block[1:] if not content else block
     messages = [{"role": "system", "content": system}, {"role": "user", "content": content}]
     record = history[current]

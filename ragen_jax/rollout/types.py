@@ -19,6 +19,7 @@ class Episode:
     group_id: int
     history: list[TurnRecord]
     system: str
+    prompt_style: str = "ragen"  # how turns are rendered (rollout.prompts.PROMPT_STYLES)
     history_start: int = 0  # oldest turn kept in the final context (truncation)
     num_actions: int = 0
     penalty: float = 0.0

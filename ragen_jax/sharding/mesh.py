@@ -9,9 +9,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-AXES = ("data", "fsdp", "tensor")
-#: Axes a batch's rows are split over (every device that does not hold a tensor-parallel slice).
-BATCH_AXES = ("data", "fsdp")
+from ragen_jax.models.partitioning import AXES, BATCH_AXES  # noqa: F401  (the axis names models annotate with)
 
 
 def _sizes(cfg_mesh: Mapping[str, Any] | Sequence[int]) -> list[int]:

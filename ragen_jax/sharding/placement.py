@@ -12,9 +12,10 @@ from typing import Any, Mapping
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
 
-from ragen_jax.sharding.mesh import BATCH_AXES, batch_shards
+from ragen_jax.models.partitioning import constrain, shard_activation  # noqa: F401  (re-exported)
+from ragen_jax.sharding.mesh import batch_shards
 from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, batch_spec, put, shard_state, without_axis
 
 SAMPLING_LAYOUTS = ("training", "no_fsdp")
@@ -77,22 +78,6 @@ def local_rows(global_rows: int) -> slice:
     return slice(i * per, (i + 1) * per)
 
 
-def constrain(x: jax.Array, spec: P) -> jax.Array:
-    """with_sharding_constraint under an active mesh (`jax.set_mesh`); the identity without one."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty:
-        return x
-    axes = [a for entry in spec if entry is not None for a in ((entry,) if isinstance(entry, str) else entry)]
-    if any(a not in mesh.axis_names for a in axes):
-        return x
-    return jax.lax.with_sharding_constraint(x, spec)
-
-
 def constrain_rows(x: jax.Array) -> jax.Array:
-    """Activation [B, ...] with rows over (data, fsdp) when a mesh is active and B divides; else x."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or any(a not in mesh.axis_names for a in BATCH_AXES):
-        return x
-    if x.shape[0] % int(np.prod([mesh.shape[a] for a in BATCH_AXES])):
-        return x
-    return jax.lax.with_sharding_constraint(x, batch_spec(x.ndim))
+    """Activation [B, ...] with rows over (data, fsdp) under an active mesh where B divides; else x."""
+    return shard_activation(x)

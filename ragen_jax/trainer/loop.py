@@ -43,7 +43,8 @@ def rollout_config(cfg) -> RolloutConfig:
         max_actions_per_traj=cfg.env.max_actions_per_traj, response_length=r.response_length,
         max_model_len=r.max_model_len, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
         enable_think=r.enable_think, stop_at_answer=r.stop_at_answer, context_mode=r.context_mode,
-        context_window=r.context_window, use_turn_scores=r.use_turn_scores, format_penalty=r.format_penalty,
+        context_window=r.context_window, prompt_style=r.prompt_style, use_turn_scores=r.use_turn_scores,
+        format_penalty=r.format_penalty,
         reward_norm_method=r.reward_norm_method, reward_norm_grouping=r.reward_norm_grouping)
 
 
@@ -338,7 +339,16 @@ class Trainer:
         self.counters["val_low_streak"] = self.counters["val_low_streak"] + 1 if success < es.val_success_below else 0
         self.history.append({"step": step, "val_success": success})
 
+    def activate_mesh(self):
+        """Context making the trainer's mesh the active one, so the models' activation sharding hints apply."""
+        return jax.set_mesh(self.mesh)
+
     def train(self) -> dict[str, Any]:
+        """Warm start (if configured), then RL steps with validation, logging and checkpoints -> summary."""
+        with self.activate_mesh():
+            return self._train()
+
+    def _train(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.trainer
         wall0 = time.perf_counter()
         trained_tokens = 0.0
