@@ -195,3 +195,30 @@ def apply_tiny(c: ml_collections.ConfigDict) -> None:
     c.diagnostics.every = 5
     c.diagnostics.max_pairs = 32
     c.diagnostics.batch_size = 64
+
+
+def apply_quickstart_rl(c: ml_collections.ConfigDict) -> None:
+    """The quickstart recipe for grid games on the tiny model (docs/quickstart.md): the compact prompt
+    (actions + state, a documented departure from RAGEN's texts), a warm start on BFS-oracle play, then GRPO
+    with RAGEN-2's SNR filter (top_p 0.9) and a k3 KL leash to the warm-started policy. The warm start is
+    limited by steps, not seconds, so a run's numbers do not depend on how busy the machine is."""
+    c.rollout.prompt_style = "compact"
+    c.rollout.response_length = 24
+    c.rollout.max_model_len = 256
+    c.warmstart.enabled = True
+    c.warmstart.num_demos = 5000
+    c.warmstart.steps = 500
+    c.warmstart.max_seconds = 0.0
+    c.warmstart.batch_size = c.warmstart.micro_batch_size = 64
+    c.warmstart.lr = 1e-3
+    c.env.groups, c.env.group_size = 16, 8
+    c.trainer.total_steps = 80
+    c.trainer.mini_batch_size = c.trainer.micro_batch_size = 64
+    c.trainer.epochs = 1
+    c.algo.update(dict(preset="grpo", adv_estimator="grpo", use_critic=False, norm_adv_by_std_in_grpo=True,
+                       loss_agg_mode="seq-mean-token-mean", use_kl_loss=True, kl_loss_coef=0.05,
+                       kl_loss_type="low_var_kl", entropy_coeff=0.0))
+    c.optim.actor.lr = 5e-5
+    c.filter.strategy, c.filter.value, c.filter.include_zero = "top_p", 0.9, False
+    c.val.groups, c.val.batch_size, c.val.every = 512, 128, 20
+

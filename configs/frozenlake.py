@@ -7,13 +7,15 @@ env table's default), `:filter` (top_p 0.9), plus `:grpo` / `:0.5b` ... (see con
 
 import ml_collections
 
-from configs.base import apply_tiny, apply_variants, get_base_config
+from configs.base import apply_quickstart_rl, apply_tiny, apply_variants, get_base_config
 
 
 def _tiny(c):
+    """Tiny model on CPU: compact prompt, a short warm start from BFS-oracle play, then GRPO + SNR filter."""
     apply_tiny(c)
     c.env.name = "FrozenLake"
-    c.val.groups = c.val.batch_size = 32
+    apply_quickstart_rl(c)
+    c.warmstart.steps = 60
 
 
 def _slippery(c):

@@ -4,7 +4,7 @@ Variants: `:tiny` (built-in tiny model on CPU), `:grpo` / `:dapo` / `:drgrpo`, `
 `:filter` (RAGEN-2's recommended top_p 0.9 filter); combine with commas (`:tiny,grpo`).
 """
 
-from configs.base import apply_tiny, apply_variants, get_base_config
+from configs.base import apply_quickstart_rl, apply_tiny, apply_variants, get_base_config
 
 
 def _filter(c):
@@ -12,30 +12,10 @@ def _filter(c):
 
 
 def _tiny(c):
-    """The quickstart: warm-start from BFS-oracle play, then RL with the stabilisers that held up."""
+    """The quickstart: compact prompt, warm start from BFS-oracle play, then GRPO + SNR filter + KL leash."""
     apply_tiny(c)
     c.env.name = "SimpleSokoban"
-    c.warmstart.enabled = True
-    c.warmstart.num_demos = 2000
-    c.warmstart.steps = 1000
-    c.warmstart.max_seconds = 240.0
-    c.warmstart.batch_size = 32
-    c.warmstart.micro_batch_size = 16
-    c.warmstart.lr = 1e-3
-    c.rollout.response_length = 24
-    c.rollout.max_model_len = 512
-    c.env.groups, c.env.group_size = 16, 8
-    c.trainer.total_steps = 30
-    c.trainer.mini_batch_size = 64
-    c.trainer.micro_batch_size = 64
-    c.trainer.epochs = 1
-    c.algo.update(dict(preset="grpo", adv_estimator="grpo", use_critic=False, norm_adv_by_std_in_grpo=True,
-                       loss_agg_mode="seq-mean-token-mean", use_kl_loss=True, kl_loss_coef=0.05,
-                       kl_loss_type="low_var_kl", entropy_coeff=0.0))
-    c.optim.actor.lr = 3e-5
-    c.filter.value, c.filter.include_zero = 0.9, False
-    c.val.groups = c.val.batch_size = 128
-    c.val.every = 10
+    apply_quickstart_rl(c)
 
 
 def get_config(arg: str | None = None):

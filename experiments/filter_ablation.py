@@ -50,6 +50,8 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--out", default="runs/filter_ablation")
     parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--reuse", action="store_true",
+                        help="skip (arm, seed) runs whose workdir already holds a summary.json")
     args, extra = parser.parse_known_args()
     extra = [e for e in extra if e != "--"]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -61,7 +63,9 @@ def main() -> int:
                     f"--workdir={workdir}", f"--config.trainer.seed={seed}", f"--config.model.seed={seed}",
                     *flags, *extra]
             jobs.append((arm, seed, workdir, argv))
-    run_all([(workdir, argv) for _, _, workdir, argv in jobs], args.parallel)
+    todo = [(workdir, argv) for _, _, workdir, argv in jobs
+            if not (args.reuse and os.path.exists(os.path.join(workdir, "summary.json")))]
+    run_all(todo, args.parallel)
     finals: dict[str, list[float]] = {arm: [] for arm in ARMS}
     for arm, seed, workdir, _ in jobs:
         path = os.path.join(workdir, "summary.json")
