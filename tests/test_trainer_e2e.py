@@ -87,3 +87,24 @@ def test_grpo_lora_and_custom_loss_train_only_adapters(tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(frozen_before, _leaves(trainer.actor.frozen)))
     assert any(not np.array_equal(a, b) for a, b in zip(trainable_before, _leaves(trainer.actor.trainable)))
     assert sum(x.size for x in trainable_before) < sum(x.size for x in frozen_before) / 4
+
+
+def test_unfiltered_multi_turn_rows_fill_whole_mini_batches(tmp_path):
+    """single_turn mode gives one row per turn: 4 episodes x 3 turns = 12 rows, not a multiple of the
+    mini-batch (8). With no filter the batch must still be padded to whole mini-batches."""
+    c = get_base_config()
+    apply_tiny(c)
+    c.env.name = "FrozenLake"
+    c.env.groups, c.env.group_size, c.env.max_turn = 2, 2, 3
+    c.rollout.response_length, c.rollout.max_model_len = 8, 512
+    c.filter.value, c.filter.include_zero = 1.0, True
+    c.val.every, c.val.at_start = 0, False
+    c.trainer.total_steps, c.trainer.mini_batch_size, c.trainer.micro_batch_size = 1, 8, 8
+    c.trainer.save_every, c.trainer.export_hf = 0, False
+    c.diagnostics.every = 0
+    c.workdir = str(tmp_path)
+    validate_config(c)
+    trainer = Trainer(c)
+    metrics = trainer.train_step(0)
+    assert metrics["train/num_samples"] == 12 and metrics["rollout/filter_kept_ratio"] == 1.0
+    assert np.isfinite(metrics["actor/loss"])

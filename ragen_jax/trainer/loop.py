@@ -199,7 +199,8 @@ class Trainer:
         key = jax.random.fold_in(self.base_key, step)
         t0 = time.perf_counter()
         seeds, gids = group_seeds(cfg.env.train_seed + step * cfg.env.groups, cfg.env.groups, cfg.env.group_size)
-        res = self.engine.run(self.sampling_params(), self.train_env, seeds, gids, key, tag=self.tag)
+        res = self.engine.run(self.sampling_params(), self.train_env, seeds, gids, key, tag=self.tag,
+                              row_multiple=t.mini_batch_size)  # whole mini-batches even when nothing is filtered
         timing["timing_s/rollout"] = time.perf_counter() - t0
         timing.update({f"timing_s/rollout_{k}": v for k, v in res.timing.items()})
         metrics = {f"train/{k}": v for k, v in res.metrics.items()}
