@@ -9,8 +9,19 @@ from configs.base import apply_tiny, apply_variants, get_base_config
 
 
 def _tiny(c):
+    """Tiny model on CPU: a format-only warm start (random arms), then PPO must find the high arm from rewards.
+
+    Success = chose the high-reward arm, validated at temperature 1 (the policy's own probability)."""
     apply_tiny(c)
-    c.val.groups = c.val.batch_size = 32
+    c.env.groups, c.env.group_size = 8, 8
+    c.rollout.response_length, c.rollout.max_model_len = 16, 384
+    c.rollout.context_mode = "full"
+    c.warmstart.enabled, c.warmstart.source = True, "random"
+    c.warmstart.num_demos, c.warmstart.steps, c.warmstart.batch_size, c.warmstart.lr = 512, 150, 64, 1e-3
+    c.trainer.total_steps, c.trainer.epochs = 25, 2
+    c.trainer.mini_batch_size = c.trainer.micro_batch_size = 32
+    c.val.groups = c.val.batch_size = 128
+    c.val.temperature, c.val.every = 1.0, 5
 
 
 def _test(c):

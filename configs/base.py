@@ -120,7 +120,8 @@ def get_base_config() -> ml_collections.ConfigDict:
     )
     c.warmstart = dict(  # supervised warm-start (behaviour cloning) before RL; not in RAGEN
         enabled=False,
-        source="oracle",  # "oracle" (the env's solver plays) | path to a JSONL of chat messages
+        source="oracle",  # "oracle" (the env's solver plays) | "random" (random valid actions: format only)
+        # | a path to a JSONL of chat messages
         num_demos=2000,  # oracle episodes (each gives one row per turn, or one in "full" context)
         steps=300,  # SFT updates (fewer if max_seconds runs out first)
         max_seconds=0.0,  # stop after this much SFT step time (0 = no limit)

@@ -77,6 +77,24 @@ def test_frozenlake_and_bandit_demos(tok):
         assert parsed.think == "risky pays more" and parsed.actions[0] % 2 == 1  # the high-risk arm
 
 
+def test_random_demos_teach_format_only(tok):
+    """warmstart.source="random": valid actions drawn uniformly, failed episodes kept (format, not skill)."""
+    cfg = _cfg(max_turn=1, max_actions_per_turn=1, max_actions_per_traj=1)
+    bandit = make_env_batch("Bandit", 1)
+    eps = oracle_demo_episodes("Bandit", 64, tok, cfg, seed=3, batch_size=32, random_actions=True)
+    arms = [_parsed(tok, cfg, ep.history[0], bandit.action_lookup).actions[0] for ep in eps]
+    assert len(eps) == 64 and 20 < sum(a % 2 for a in arms) < 44  # both arms of each pair, about evenly
+    lake = oracle_demo_episodes("FrozenLake", 16, tok, _cfg(prompt_style="compact"), seed=3, batch_size=16,
+                                random_actions=True)
+    assert len(lake) == 16 and not all(ep.success for ep in lake)
+    for ep in lake:
+        assert ep.system == "Actions: Left, Down, Right, Up"
+        for record in ep.history:
+            if record.response_tokens is not None:
+                parsed = _parsed(tok, cfg, record, {"left": 0, "down": 1, "right": 2, "up": 3})
+                assert parsed.format_ok and len(parsed.actions) == 1
+
+
 def test_host_env_without_oracle_is_refused(tok):
     class NoState:
         batch_size = 1

@@ -82,6 +82,17 @@ def oracle_policy(env: Any) -> OraclePolicy:
                      f"chat messages>.")
 
 
+def random_policy(env: Any, seed: int) -> OraclePolicy:
+    """Uniformly random single valid actions: demonstrations that teach the answer format and no skill."""
+    from envs.bandit.env import Bandit
+
+    rng = np.random.default_rng(seed)
+    if isinstance(env, Bandit):
+        return lambda state: [2 * int(state.pair) + int(rng.integers(2))]  # either arm of the episode's pair
+    num_actions = int(env.num_actions)
+    return lambda state: [int(rng.integers(num_actions))]
+
+
 def response_text(action_names: Sequence[str], *, reasoning: str = "", enable_think: bool = True,
                   separator: str = "||") -> str:
     """The response after the generation prefix: "</think>{reasoning}<answer>A || B</answer>"."""
@@ -193,24 +204,28 @@ def _record_turn(ep: Episode, result, b: int, chosen: list[int], cfg: RolloutCon
 
 def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutConfig, *, seed: int,
                          env_kwargs: dict | None = None, reasoning_text: str = "", batch_size: int = 256,
-                         only_success: bool = True, max_tries: int = 4) -> list[Episode]:
+                         only_success: bool = True, max_tries: int = 4,
+                         random_actions: bool = False) -> list[Episode]:
     """`num_demos` oracle episodes of registered env `env_name` on seeds seed, seed+1, ...
 
     Unsolved episodes (no plan, or a plan longer than the action budget) are skipped when
-    `only_success`, trying up to max_tries * num_demos seeds.
+    `only_success`, trying up to max_tries * num_demos seeds. `random_actions`: a random policy plays
+    instead (`random_policy`; every episode is kept), for a warm start that teaches only the format.
     """
     from envs.batch import make_env_batch
 
     if num_demos <= 0:
         raise ValueError(f"num_demos must be > 0, got {num_demos}.")
     env_batch = make_env_batch(env_name, batch_size, **(env_kwargs or {}))
+    policy = random_policy(env_batch.env, seed) if random_actions else None
+    only_success = only_success and not random_actions
     episodes: list[Episode] = []
     next_seed = seed
     while len(episodes) < num_demos and next_seed - seed < max_tries * num_demos:
         seeds = list(range(next_seed, next_seed + batch_size))
         next_seed += batch_size
-        played = play_oracle_episodes(env_batch, seeds, tokenizer, cfg, reasoning_text=reasoning_text,
-                                      tag=env_name)
+        played = play_oracle_episodes(env_batch, seeds, tokenizer, cfg, policy=policy,
+                                      reasoning_text=reasoning_text, tag=env_name)
         episodes.extend(ep for ep in played if ep.success or not only_success)
     if not episodes:
         raise ValueError(f"The oracle solved none of {next_seed - seed} {env_name} episodes within "

@@ -196,19 +196,20 @@ def _format_code_fingerprint(env_batch) -> str:
 
 
 def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
-    """Demonstration rows for the trainer's env and rollout format (oracle play is cached on disk)."""
+    """Demonstration rows for the trainer's env and rollout format (oracle or random play is cached on disk)."""
     cfg, w = trainer.cfg, trainer.cfg.warmstart
     rcfg = trainer.rollout_cfg
-    if w.source != "oracle":
+    if w.source not in ("oracle", "random"):
         if not os.path.isfile(w.source):
-            raise FileNotFoundError(f"config.warmstart.source={w.source!r} is neither 'oracle' nor a JSONL file.")
+            raise FileNotFoundError(f"config.warmstart.source={w.source!r} is neither 'oracle', 'random' nor a "
+                                    f"JSONL file.")
         return load_jsonl_demos(w.source, trainer.tokenizer, rcfg)
     num = int(num_demos or w.num_demos)
     tok = trainer.tokenizer
     probe = tok.apply_chat_template([{"role": "user", "content": "probe"}], add_generation_prompt=True)
     blob = json.dumps({"v": DEMO_CACHE_VERSION, "code": _format_code_fingerprint(trainer.train_env),
                        "env": cfg.env.name, "kwargs": dict(cfg.env.kwargs).__repr__(),
-                       "num": num, "seed": int(w.seed), "reasoning": w.reasoning_text,
+                       "num": num, "seed": int(w.seed), "reasoning": w.reasoning_text, "source": w.source,
                        "rollout": dataclasses.asdict(rcfg), "vocab": len(tok), "probe": probe,
                        "probe_ids": tok.encode(probe + "</think><answer>Up || Left</answer>")}, sort_keys=True)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
@@ -221,7 +222,7 @@ def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
             return rows
         except (OSError, ValueError, KeyError):
             pass  # a corrupt cache file is rebuilt
-    episodes = oracle_demo_episodes(cfg.env.name, num, tok, rcfg, seed=int(w.seed),
+    episodes = oracle_demo_episodes(cfg.env.name, num, tok, rcfg, seed=int(w.seed), random_actions=w.source == "random",
                                     env_kwargs=dict(cfg.env.kwargs), reasoning_text=w.reasoning_text)
     rows = _DEMO_MEMO[key] = demo_rows(episodes, tok, rcfg)
     try:
