@@ -15,7 +15,7 @@ def _tiny(c):
     apply_tiny(c)
     c.env.name = "FrozenLake"
     apply_quickstart_rl(c)
-    c.warmstart.steps = 60
+    c.warmstart.steps = 250
 
 
 def _slippery(c):
