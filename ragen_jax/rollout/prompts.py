@@ -24,6 +24,7 @@ PROMPT_STYLES = ("ragen", "compact")
 
 
 def check_style(style: str) -> str:
+    """`style` itself if it names a prompt style; else a ValueError listing them."""
     if style not in PROMPT_STYLES:
         raise ValueError(f"Unknown prompt style {style!r}: use one of {PROMPT_STYLES}.")
     return style
