@@ -222,4 +222,3 @@ def apply_quickstart_rl(c: ml_collections.ConfigDict) -> None:
     c.optim.actor.lr = 5e-5
     c.filter.strategy, c.filter.value, c.filter.include_zero = "top_p", 0.9, False
     c.val.groups, c.val.batch_size, c.val.every = 512, 128, 20
-
