@@ -124,7 +124,7 @@ def main() -> None:
     trainer.monitor.scalars = capture
     metrics = ws.train_sft(trainer, data, steps=100_000, max_seconds=checkpoints[-1] + 1e-3, log_every=1,
                            callback=callback)
-    print(f"\n| SFT time (s) | steps | loss | token acc | val success |\n|---|---|---|---|---|")
+    print("\n| SFT time (s) | steps | loss | token acc | val success |\n|---|---|---|---|---|")
     for spent, step, loss, acc, success in rows_out:
         print(f"| {spent:.0f} | {step} | {loss:.3f} | {acc:.3f} | {success:.3f} |")
     print(f"\nSFT step {metrics['sft/step_seconds']:.2f} s, {metrics['sft/tokens_per_s']:.0f} tokens/s "

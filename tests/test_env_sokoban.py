@@ -184,7 +184,7 @@ def test_level_bank_disk_cache(tmp_path, monkeypatch):
     cfg = generator.GeneratorConfig((6, 6), 1, 300)
     fixed, room = levels.load_bank(cfg, 10, 8)
     files = list((tmp_path / "sokoban").glob("*.npz"))
-    assert len(files) == 1 and f"_10_8.npz" in files[0].name
+    assert len(files) == 1 and "_10_8.npz" in files[0].name
     fixed2, room2 = levels.load_bank(cfg, 10, 8)
     np.testing.assert_array_equal(room, room2)
     np.testing.assert_array_equal(room[3], generator.generate_level(13, cfg)[1])
