@@ -3,9 +3,9 @@ generation, each run on a given mesh (or on one device with mesh=None) and retur
 
 from __future__ import annotations
 
-import numpy as np
-
 import contextlib
+
+import numpy as np
 
 import jax
 import jax.numpy as jnp

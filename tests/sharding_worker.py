@@ -96,7 +96,8 @@ def checkpoint(directory: str) -> dict:
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like)
         restored, meta = ckpt.restore(ckpt.latest_step(), abstract)
         got = L.to_host(restored)
-        same_layout = all(r.sharding == a.sharding for r, a in zip(jax.tree.leaves(restored), jax.tree.leaves(abstract)))
+        pairs = zip(jax.tree.leaves(restored), jax.tree.leaves(abstract))
+        same_layout = all(r.sharding == a.sharding for r, a in pairs)
         result[str(shape)] = dict(equal=all(np.array_equal(got[k], want[k]) for k in want), keys=len(want),
                                   same_layout=same_layout, meta=meta)
     bad = jax.tree.map(lambda x: x * np.nan if jnp.issubdtype(x.dtype, jnp.floating) else x, state)

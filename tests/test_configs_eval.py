@@ -98,7 +98,7 @@ def check_eval_output(metrics: dict, records: list[dict], tag: str, cfg) -> None
         assert 1 <= meta["num_turns"] <= cfg.env.max_turn
         assert roles.count("assistant") == meta["num_turns"]
         if cfg.rollout.prompt_style == "compact":  # a user turn is ["Reward:\n<r>\n"] + "\n<state>\n"
-            states = [m["content"].split("\n\n")[-1][1 if m["content"].startswith("\n") else 0:]
+            states = [m["content"].rsplit("\n\n", 1)[-1].removeprefix("\n")
                       for m in rec["messages"] if m["role"] == "user"]
         else:
             states = [m["content"].split("State:\n", 1)[1] for m in rec["messages"] if "State:\n" in m["content"]]

@@ -69,12 +69,17 @@ class DemoRows:
 
 
 # ------------------------------------------------------------------------------ oracle policies
+def _bandit_arm(state: Any, high: bool) -> int:
+    """Bandit's action id of the episode's high-risk (2k+1) or low-risk (2k) arm of pair k."""
+    return 2 * int(state.pair) + int(high)
+
+
 def oracle_policy(env: Any) -> OraclePolicy:
     """The built-in oracle of a JAX env: its `oracle_actions(state)` (BFS), or Bandit's high arm."""
     from envs.bandit.env import Bandit
 
     if isinstance(env, Bandit):
-        return lambda state: [2 * int(state.pair) + 1]  # id 2k+1 is pair k's high-risk arm
+        return lambda state: [_bandit_arm(state, high=True)]
     if callable(getattr(env, "oracle_actions", None)):
         return env.oracle_actions
     raise ValueError(f"{type(env).__name__} has no oracle (no `oracle_actions(state)`). Pass a "
@@ -88,7 +93,7 @@ def random_policy(env: Any, seed: int) -> OraclePolicy:
 
     rng = np.random.default_rng(seed)
     if isinstance(env, Bandit):
-        return lambda state: [2 * int(state.pair) + int(rng.integers(2))]  # either arm of the episode's pair
+        return lambda state: [_bandit_arm(state, high=bool(rng.integers(2)))]
     num_actions = int(env.num_actions)
     return lambda state: [int(rng.integers(num_actions))]
 

@@ -1,16 +1,19 @@
 """Scale-out: the (data, fsdp, tensor) device mesh, partition rules, placement hooks, multi-host start,
 and the per-device memory planner."""
 
+from ragen_jax.models.partitioning import constrain, shard_activation
 from ragen_jax.sharding.mesh import AXES, BATCH_AXES, batch_shards, make_mesh, resolve_mesh_shape
-from ragen_jax.sharding.placement import (SAMPLING_LAYOUTS, constrain, constrain_rows, local_rows,
+from ragen_jax.sharding.placement import (SAMPLING_LAYOUTS, local_rows,
                                           place_for_training, reshard_for_sampling, sampling_rules, shard_batch,
                                           shard_local_batch)
 from ragen_jax.sharding.rules import (DEFAULT_RULES, cache_spec, fit_spec, shard_cache, shard_state, spec_for,
                                       state_shardings, state_specs, without_axis)
 
+constrain_rows = shard_activation  # the rows-only hint: shard_activation(x) without a tensor dimension
+
 __all__ = [
     "AXES", "BATCH_AXES", "batch_shards", "make_mesh", "resolve_mesh_shape", "SAMPLING_LAYOUTS", "constrain",
-    "constrain_rows", "local_rows", "place_for_training", "reshard_for_sampling", "sampling_rules",
+    "constrain_rows", "shard_activation", "local_rows", "place_for_training", "reshard_for_sampling", "sampling_rules",
     "shard_batch", "shard_local_batch", "DEFAULT_RULES", "cache_spec", "fit_spec", "shard_cache", "shard_state",
     "spec_for", "state_shardings", "state_specs", "without_axis",
 ]

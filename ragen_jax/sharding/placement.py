@@ -14,7 +14,6 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from ragen_jax.models.partitioning import constrain, shard_activation  # noqa: F401  (re-exported)
 from ragen_jax.sharding.mesh import batch_shards
 from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, batch_spec, put, shard_state, without_axis
 
@@ -76,8 +75,3 @@ def local_rows(global_rows: int) -> slice:
         raise ValueError(f"A batch of {global_rows} episodes cannot split evenly over {n} hosts.")
     per = global_rows // n
     return slice(i * per, (i + 1) * per)
-
-
-def constrain_rows(x: jax.Array) -> jax.Array:
-    """Activation [B, ...] with rows over (data, fsdp) under an active mesh where B divides; else x."""
-    return shard_activation(x)

@@ -222,8 +222,8 @@ def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
             return rows
         except (OSError, ValueError, KeyError):
             pass  # a corrupt cache file is rebuilt
-    episodes = oracle_demo_episodes(cfg.env.name, num, tok, rcfg, seed=int(w.seed), random_actions=w.source == "random",
-                                    env_kwargs=dict(cfg.env.kwargs), reasoning_text=w.reasoning_text)
+    episodes = oracle_demo_episodes(cfg.env.name, num, tok, rcfg, seed=int(w.seed), env_kwargs=dict(cfg.env.kwargs),
+                                    reasoning_text=w.reasoning_text, random_actions=w.source == "random")
     rows = _DEMO_MEMO[key] = demo_rows(episodes, tok, rcfg)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
