@@ -38,6 +38,9 @@ def main(argv):
     except ValueError as e:
         sys.exit(f"FATAL {e}")
     workdir = _WORKDIR.value or cfg.workdir
+    from ragen_jax.sharding import maybe_initialize_distributed
+
+    maybe_initialize_distributed(cfg)  # multi-host: join the other processes before any device is touched
     from ragen_jax.trainer.loop import Trainer
 
     trainer = Trainer(cfg, workdir)

@@ -1,5 +1,5 @@
-"""Two processes on 127.0.0.1 joined by jax.distributed (2 CPU devices each) run a sharded train step
-whose result equals the single-process one."""
+"""Two processes on 127.0.0.1 joined by jax.distributed (2 CPU devices each) run a sharded train step, and a
+whole Trainer.train() run, each equal to the single-process result."""
 
 from __future__ import annotations
 
@@ -36,28 +36,35 @@ def test_settings_from_env_override_config():
                                             "JAX_PROCESS_ID": "2"})
 
 
-@pytest.mark.slow
-def test_two_process_train_step_matches_single_process(tmp_path):
-    out = str(tmp_path / "result.npz")
+def _run_processes(script: str, args: list[str], num_processes: int, devices_per_process: int,
+                   timeout_s: float = 600) -> None:
+    """Run `script args` as `num_processes` jax.distributed processes on 127.0.0.1 (one plain process if 1)."""
     port = _free_port()
     procs = []
     try:
-        for pid in range(2):
-            env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
-                       JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(pid),
+        for pid in range(num_processes):
+            env = dict(os.environ, JAX_PLATFORMS="cpu",
+                       XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}",
                        PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]))
-            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "multihost_worker.py"), out], env=env,
+            if num_processes > 1:
+                env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(num_processes),
+                           JAX_PROCESS_ID=str(pid))
+            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, script), *args], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        deadline = time.monotonic() + 600
-        logs = []
-        for p in procs:
-            logs.append(p.communicate(timeout=max(deadline - time.monotonic(), 1))[0])
+        deadline = time.monotonic() + timeout_s
+        logs = [p.communicate(timeout=max(deadline - time.monotonic(), 1))[0] for p in procs]
         assert all(p.returncode == 0 for p in procs), "\n---\n".join(log[-3000:] for log in logs)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@pytest.mark.slow
+def test_two_process_train_step_matches_single_process(tmp_path):
+    out = str(tmp_path / "result.npz")
+    _run_processes("multihost_worker.py", [out], num_processes=2, devices_per_process=2)
     got = dict(np.load(out))
     assert got.pop("check/process_count") == 2
     assert got.pop("check/local_batch_equal") and got.pop("check/global_batch_equal")
@@ -68,3 +75,39 @@ def test_two_process_train_step_matches_single_process(tmp_path):
     assert got.keys() == want.keys()
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=2e-4, atol=2e-5, err_msg=k)
+
+
+@pytest.mark.slow
+def test_two_process_trainer_run_matches_single_process(tmp_path):
+    """Trainer.train() across 2 processes (each playing its half of the episodes with its own envs) gives the
+    single-process run's metrics, validation and parameters; it checkpoints, exports and resumes."""
+    import json
+
+    multi, single = str(tmp_path / "multi"), str(tmp_path / "single")
+    _run_processes("multihost_trainer_worker.py", [multi], num_processes=2, devices_per_process=2)
+    _run_processes("multihost_trainer_worker.py", [single], num_processes=1, devices_per_process=4)
+    got, want = dict(np.load(os.path.join(multi, "result.npz"))), dict(np.load(os.path.join(single, "result.npz")))
+    assert (got.pop("processes"), want.pop("processes")) == (2, 1)
+    assert (got.pop("local_episodes"), want.pop("local_episodes")) == (4, 8)
+    assert got.pop("rows").tolist() == [0, 4] and want.pop("rows").tolist() == [0, 8]
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-4, err_msg=k)
+    got_log, want_log = (json.load(open(os.path.join(d, "result.json"))) for d in (multi, single))
+    assert got_log["summary"] == want_log["summary"]  # validation success before/after warm start and per step
+    assert len(got_log["steps"]) == len(want_log["steps"]) == 2
+    for g, w in zip(got_log["steps"], want_log["steps"]):
+        assert g.keys() == w.keys()
+        assert w["rollout/filter_kept_count"] > 0 and "actor/pg_loss" in w and "critic/vf_loss" in w
+        for k in w:
+            np.testing.assert_allclose(g[k], w[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    for d in ("checkpoints", "hf_export", "tb"):
+        assert os.listdir(os.path.join(multi, d)), d
+    with open(os.path.join(multi, "hf_export", "config.json")) as f:
+        assert json.load(f)["vocab_size"] > 0
+
+    _run_processes("multihost_trainer_worker.py", [multi, "resume"], num_processes=2, devices_per_process=2)
+    resumed = np.load(os.path.join(multi, "resumed.npz"))
+    assert int(resumed["start_step"]) == 2
+    with open(os.path.join(multi, "resumed.json")) as f:
+        assert len(json.load(f)["steps"]) == 1

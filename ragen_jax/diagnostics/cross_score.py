@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from ragen_jax.models import KVCache, init_cache
+from ragen_jax.sharding.distributed import gather_to_host
 
 
 def _bucket(n: int, minimum: int = 8) -> int:
@@ -115,6 +116,6 @@ def cross_score(
             graphdef, params, cache, jnp.asarray(cols.astype(np.int32)), jnp.asarray(tokens),
             jnp.asarray(prompt_len[cols] - 1), jnp.asarray(mask),
         )
-        sums[lo : lo + batch_size], means[lo : lo + batch_size] = np.asarray(s), np.asarray(m)
+        sums[lo : lo + batch_size], means[lo : lo + batch_size] = gather_to_host((s, m))
     shape = (num_rows, num_cols)
     return means[:num_pairs].reshape(shape), sums[:num_pairs].reshape(shape)

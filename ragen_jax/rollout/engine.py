@@ -4,6 +4,9 @@ Each turn: build every active episode's context (chat template around the exact 
 earlier turns), feed only the tokens the KV cache does not hold yet, sample one response per
 episode, parse it into actions, step the environments, record rewards and penalties. Finished
 episodes stay in the batch, masked (`active`), so shapes never change.
+
+Across hosts each process plays the rows its devices hold (`RolloutEngine.rows`) with its own envs;
+the played episodes are then gathered, so every process builds the same batch.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from ragen_jax.rollout.parsing import parse_response
 from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
 from ragen_jax.rollout.types import Episode, RolloutResult
 from ragen_jax.sampling import Sampler, SamplingConfig
+from ragen_jax.sharding.distributed import agree_any, allgather_objects
+from ragen_jax.sharding.placement import global_to_local_rows
 
 logger = logging.getLogger(__name__)
 
@@ -60,26 +65,36 @@ class RolloutConfig:
 
 
 class RolloutEngine:
-    """Plays batches of episodes with a policy given as split NNX state (`params`)."""
+    """Plays batches of episodes with a policy given as split NNX state (`params`).
 
-    def __init__(self, graphdef, tokenizer, config: RolloutConfig, batch_size: int):
+    With a mesh, this process plays rows `self.rows` of the `batch_size` episodes (all of them with one
+    process): its env batch holds `local_batch_size` episodes.
+    """
+
+    def __init__(self, graphdef, tokenizer, config: RolloutConfig, batch_size: int, mesh=None):
         self.config = config
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
         self.sampler = Sampler(graphdef, cache_size=config.max_model_len,
-                               pad_id=tokenizer.pad_token_id, batch_size=batch_size)
+                               pad_id=tokenizer.pad_token_id, batch_size=batch_size, mesh=mesh)
+        self.rows = self.sampler.rows
+        self.local_batch_size = self.sampler.local_batch_size
 
     # ----------------------------------------------------------------------------------------
     def run(self, params: Any, env: EnvBatch, seeds: Sequence[int], group_ids: Sequence[int],
             key: jax.Array, *, tag: str, temperature: float | None = None, greedy: bool = False,
             row_multiple: int = 1) -> RolloutResult:
-        """Play one episode per seed (episodes of a group share a seed) and build the batch."""
+        """Play one episode per seed (episodes of a group share a seed) and build the batch.
+
+        seeds, group_ids [batch_size]: the whole batch; `env` holds this process's `local_batch_size` episodes.
+        """
         cfg = self.config
-        B = self.batch_size
-        if len(seeds) != B or env.batch_size != B:
-            raise ValueError(f"Rollout batch is {B} episodes but got {len(seeds)} seeds and an "
-                             f"env batch of {env.batch_size}.")
+        B = self.local_batch_size
+        if len(seeds) != self.batch_size or len(group_ids) != self.batch_size or env.batch_size != B:
+            raise ValueError(f"Rollout batch is {self.batch_size} episodes ({B} played by this process) but got "
+                             f"{len(seeds)} seeds, {len(group_ids)} group ids and an env batch of {env.batch_size}.")
+        seeds, group_ids = list(seeds)[self.rows], list(group_ids)[self.rows]
         timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
         t0 = time.perf_counter()
         observations = env.reset(list(map(int, seeds)))
@@ -93,14 +108,14 @@ class RolloutEngine:
         lookups = _row_lookups(env, B)
         sampling = cfg.sampling(self.tokenizer, temperature=temperature, greedy=greedy)
         cache, cache_lens = self.sampler.init_cache()
-        cache_lens = np.asarray(cache_lens).copy()
+        cache_lens = np.array(cache_lens, np.int32)
         row_tokens = [np.zeros(0, np.int32) for _ in range(B)]
         active = np.ones(B, bool)
         logprobs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         turn_times = []
 
         for turn in range(cfg.max_turn):
-            if not active.any():
+            if not agree_any(active.any()):  # every process makes the same generate calls
                 break
             t_turn = time.perf_counter()
             t0 = time.perf_counter()
@@ -111,7 +126,7 @@ class RolloutEngine:
                 start = min(int(cache_lens[b]), common_prefix_length(row_tokens[b], ctx), len(ctx) - 1)
                 cache_lens[b] = start
                 contexts[b], new_rows[b] = ctx, ctx[start:]
-            width = max(len(v) for v in new_rows.values())
+            width = max((len(v) for v in new_rows.values()), default=1)
             new_tokens = np.full((B, max(width, 1)), self.tokenizer.pad_token_id, np.int32)
             new_lens = np.zeros(B, np.int32)
             for b, row in new_rows.items():
@@ -124,10 +139,9 @@ class RolloutEngine:
             out = self.sampler.generate(params, new_tokens, new_lens, sample_key, sampling,
                                         cache=cache, cache_lens=cache_lens, active=active)
             cache = out.cache
-            tokens = np.asarray(out.tokens)
-            lengths = np.asarray(out.lengths)
-            sample_lp, raw_lp = np.asarray(out.logprobs), np.asarray(out.raw_logprobs)
-            cache_lens = np.asarray(out.cache_lens).copy()
+            tokens, lengths, sample_lp, raw_lp, cache_lens = (
+                global_to_local_rows(x, self.rows)
+                for x in (out.tokens, out.lengths, out.logprobs, out.raw_logprobs, out.cache_lens))
             timing["generate"] += time.perf_counter() - t0
 
             t0 = time.perf_counter()
@@ -184,6 +198,7 @@ class RolloutEngine:
             turn_times.append(time.perf_counter() - t_turn)
 
         t0 = time.perf_counter()
+        episodes, logprobs = self._gather(episodes, logprobs)
         batch = build_batch(self.builder, episodes, mode=cfg.context_mode, window=cfg.context_window,
                             max_tokens=cfg.response_length, enable_think=cfg.enable_think,
                             format_penalty=cfg.format_penalty, use_turn_scores=cfg.use_turn_scores,
@@ -198,6 +213,23 @@ class RolloutEngine:
                              extras={"turn_times": turn_times})
 
     # ----------------------------------------------------------------------------------------
+    def _gather(self, episodes: list[Episode], logprobs: dict) -> tuple[list[Episode], dict]:
+        """Every process's played rows, in batch order (processes sharing rows contribute them once)."""
+        parts = allgather_objects((self.rows.start, episodes, logprobs))
+        if len(parts) == 1:
+            return episodes, logprobs
+        all_episodes: list[Episode] = []
+        all_logprobs: dict = {}
+        for start, eps, lps in sorted(parts, key=lambda part: part[0]):
+            if start < len(all_episodes):
+                continue
+            all_episodes.extend(eps)
+            all_logprobs.update({(b + start, turn): v for (b, turn), v in lps.items()})
+        if len(all_episodes) != self.batch_size:
+            raise RuntimeError(f"Gathered {len(all_episodes)} episodes from {len(parts)} processes, expected "
+                               f"{self.batch_size}: the processes' rows do not tile the batch.")
+        return all_episodes, all_logprobs
+
     def _fit_context(self, ep: Episode) -> np.ndarray:
         return fit_context(self.builder, self.config, ep)
 

@@ -1,6 +1,10 @@
 """Batched generation over a per-row KV cache: a jitted prefill of the new tokens, then a jitted
 `lax.while_loop` decode. Both take the split model state, donate the cache and are compiled once per
-(prompt-length bucket) and per SamplingConfig respectively."""
+(prompt-length bucket) and per SamplingConfig respectively.
+
+Given a mesh, the cache and every batch input live on it with rows over (data, fsdp), and each process
+feeds and reads only its own rows (`Sampler.rows`): the same code runs on one CPU and across hosts.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ from flax import nnx
 
 from ragen_jax.models import KVCache, ModelConfig, init_cache
 from ragen_jax.sampling.buckets import bucket_length
+from ragen_jax.sharding.distributed import agree_max
+from ragen_jax.sharding.placement import global_to_local_rows, process_rows, rows_to_global
+from ragen_jax.sharding.rules import cache_spec, fit_spec
 from ragen_jax.sampling.config import SamplingConfig
 from ragen_jax.sampling.filters import sample_step
 from ragen_jax.sampling.stopping import INACTIVE, stop_reason
@@ -128,29 +135,54 @@ def _decode(graphdef, config: SamplingConfig, pad_id: int, params, cache, hidden
 
 
 class Sampler:
-    """Compiled batched generation for one model graph, batch size and cache size.
+    """Compiled batched generation for one model graph, (global) batch size and cache size.
 
     `generate` consumes (donates) the cache it is given; use the one in its output for the next turn.
+    With a `mesh`, row inputs and `local` outputs are this process's rows `self.rows` of the batch.
     """
 
     def __init__(self, graphdef, *, cache_size: int, pad_id: int, batch_size: int, dtype=None,
-                 model_config: ModelConfig | None = None):
+                 model_config: ModelConfig | None = None, mesh: jax.sharding.Mesh | None = None):
         if cache_size < 1 or batch_size < 1:
             raise ValueError(f"cache_size and batch_size must be >= 1, got {cache_size} and {batch_size}.")
         self.graphdef = graphdef
         self.model_config = model_config or model_config_of(graphdef)
         self.cache_size, self.pad_id, self.batch_size, self.dtype = cache_size, int(pad_id), batch_size, dtype
+        self.mesh = mesh
+        self.rows = process_rows(mesh, batch_size)
         self._programs: dict[tuple, Any] = {}
+
+    @property
+    def local_batch_size(self) -> int:
+        """How many rows this process feeds and reads (the whole batch with one process)."""
+        return self.rows.stop - self.rows.start
+
+    def to_global(self, local: Any) -> jax.Array:
+        """This process's rows [local_batch_size, ...] -> the batch-wide array the programs take."""
+        if self.mesh is None:
+            return jnp.asarray(local)
+        return rows_to_global(local, self.mesh, self.batch_size)
+
+    def local(self, x: jax.Array) -> np.ndarray:
+        """This process's rows of an output array [batch_size, ...], as numpy."""
+        return np.asarray(x) if self.mesh is None else global_to_local_rows(x, self.rows)
 
     @property
     def num_programs(self) -> int:
         """How many distinct (prefill bucket | sampling config) programs this sampler has compiled."""
         return len(self._programs)
 
-    def init_cache(self) -> tuple[KVCache, jax.Array]:
-        """An empty cache [L, B, cache_size, kv_heads, head_dim] and cache_lens zeros [B]."""
-        cache = init_cache(self.model_config, self.batch_size, self.cache_size, self.dtype)
-        return cache, jnp.zeros((self.batch_size,), jnp.int32)
+    def init_cache(self) -> tuple[KVCache, np.ndarray]:
+        """An empty cache [L, B, cache_size, kv_heads, head_dim] (rows over the mesh's (data, fsdp), kv heads
+        over tensor) and this process's cache_lens, zeros [local_batch_size]."""
+        make = functools.partial(init_cache, self.model_config, self.batch_size, self.cache_size, self.dtype)
+        lens = np.zeros((self.local_batch_size,), np.int32)
+        if self.mesh is None:
+            return make(), lens
+        shardings = jax.tree.map(
+            lambda a: jax.sharding.NamedSharding(self.mesh, fit_spec(cache_spec(), a.shape, self.mesh)),
+            jax.eval_shape(make))
+        return jax.jit(make, out_shardings=shardings)(), lens
 
     def _program(self, key: tuple, build):
         fn = self._programs.get(key)
@@ -169,9 +201,10 @@ class Sampler:
         return self._program(("decode", config), build)
 
     def _check(self, new_tokens, new_lens, cache_lens, active, config: SamplingConfig) -> None:
-        b = self.batch_size
+        b = self.local_batch_size
         if new_tokens.ndim != 2 or new_tokens.shape[0] != b:
-            raise ValueError(f"new_tokens must be [batch_size={b}, T] int32, got shape {new_tokens.shape}.")
+            rows = f"batch_size={b}" if b == self.batch_size else f"local_batch_size={b} (this process's rows)"
+            raise ValueError(f"new_tokens must be [{rows}, T] int32, got shape {new_tokens.shape}.")
         for name, x in (("new_lens", new_lens), ("cache_lens", cache_lens), ("active", active)):
             if x.shape != (b,):
                 raise ValueError(f"{name} must have shape [{b}], got {x.shape}.")
@@ -199,8 +232,10 @@ class Sampler:
                  cache: KVCache | None = None, cache_lens=None, active=None) -> SampleOutput:
         """Appends new_tokens[b, :new_lens[b]] to row b's cached sequence and samples a continuation.
 
-        new_tokens [B, Tn] int32 (right-padded); cache_lens/active [B]. The output cache holds every token
-        except the last sampled one of each row, which the caller feeds first on the next call.
+        new_tokens [b, Tn] int32 (right-padded); cache_lens/active [b], where b = local_batch_size (this
+        process's rows; the whole batch with one process). Every process calls with its rows; the output's
+        arrays span the batch (read yours with `local`). The output cache holds every token except the last
+        sampled one of each row, which the caller feeds first on the next call.
         """
         if (cache is None) != (cache_lens is None):
             raise ValueError("Pass cache and cache_lens together (both from Sampler.init_cache or a SampleOutput).")
@@ -212,17 +247,16 @@ class Sampler:
         tokens_np = np.asarray(new_tokens, dtype=np.int32)
         lens_np = np.asarray(new_lens, dtype=np.int32)
         cache_lens_np = np.asarray(cache_lens, dtype=np.int32)
-        active_np = np.ones((self.batch_size,), bool) if active is None else np.asarray(active, dtype=bool)
+        active_np = np.ones((self.local_batch_size,), bool) if active is None else np.asarray(active, dtype=bool)
         self._check(tokens_np, lens_np, cache_lens_np, active_np, config)
 
         lens_np = np.where(active_np, lens_np, 0)
-        bucket = bucket_length(int(lens_np.max()))
-        padded = np.full((self.batch_size, bucket), self.pad_id, np.int32)
+        bucket = bucket_length(agree_max(int(lens_np.max())))  # every process compiles the same program
+        padded = np.full((self.local_batch_size, bucket), self.pad_id, np.int32)
         width = min(bucket, tokens_np.shape[1])
         padded[:, :width] = tokens_np[:, :width]
-        cache_index = jnp.asarray(cache_lens_np)
+        put = self.to_global
         cache, hidden = self._prefill_fn(bucket)(
-            params, cache, jnp.asarray(padded), cache_index, jnp.asarray(np.maximum(lens_np - 1, 0))
+            params, cache, put(padded), put(cache_lens_np), put(np.maximum(lens_np - 1, 0))
         )
-        base = jnp.asarray(cache_lens_np + lens_np)
-        return self._decode_fn(config)(params, cache, hidden, base, jnp.asarray(active_np), key)
+        return self._decode_fn(config)(params, cache, hidden, put(cache_lens_np + lens_np), put(active_np), key)

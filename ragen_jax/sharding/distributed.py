@@ -12,9 +12,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import pickle
 from typing import Any, Callable, Mapping, TypeVar
 
 import jax
+import numpy as np
 from jax.experimental import multihost_utils
 
 log = logging.getLogger(__name__)
@@ -99,10 +101,36 @@ def broadcast_from_main(tree: Any) -> Any:
 
 def gather_to_host(tree: Any) -> Any:
     """Every (possibly multi-host) array of a pytree as a full numpy array on every process."""
-    import numpy as np
-
     def fetch(x: Any) -> Any:
         if isinstance(x, jax.Array) and not x.is_fully_addressable:
             return np.asarray(multihost_utils.process_allgather(x, tiled=True))
         return np.asarray(x)
     return jax.tree.map(fetch, tree)
+
+
+def allgather_objects(obj: Any) -> list[Any]:
+    """Every process's picklable `obj`, in process order, on every process ([obj] with one process).
+
+    For small host-side results (a host's played episodes, its timing): two collectives, the byte
+    counts and then the zero-padded pickles.
+    """
+    if jax.process_count() == 1:
+        return [obj]
+    blob = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    sizes = np.asarray(multihost_utils.process_allgather(np.int32(blob.size))).reshape(-1)
+    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded[: blob.size] = blob
+    blobs = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
+    return [pickle.loads(blobs[i, : sizes[i]].tobytes()) for i in range(len(sizes))]
+
+
+def agree_max(value: int) -> int:
+    """The largest of every process's `value` (e.g. a padded width all hosts must compile alike)."""
+    if jax.process_count() == 1:
+        return int(value)
+    return int(np.max(multihost_utils.process_allgather(np.int32(value))))
+
+
+def agree_any(flag: bool) -> bool:
+    """Whether any process's `flag` is set (e.g. "an episode is still running somewhere")."""
+    return agree_max(int(bool(flag))) > 0

@@ -15,7 +15,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from ragen_jax.sharding.mesh import batch_shards
-from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, batch_spec, put, shard_state, without_axis
+from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, batch_spec, fit_spec, put, shard_state, without_axis
 
 SAMPLING_LAYOUTS = ("training", "no_fsdp")
 
@@ -75,3 +75,58 @@ def local_rows(global_rows: int) -> slice:
         raise ValueError(f"A batch of {global_rows} episodes cannot split evenly over {n} hosts.")
     per = global_rows // n
     return slice(i * per, (i + 1) * per)
+
+
+# ---------------------------------------------------------------------------- process-local rows
+def row_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:
+    """Rows of an array of `shape` over (data, fsdp) where they divide; other dimensions replicated."""
+    return NamedSharding(mesh, fit_spec(batch_spec(len(shape)), shape, mesh))
+
+
+def process_rows(mesh: Mesh | None, rows: int) -> slice:
+    """The rows of a global [rows, ...] batch whose shards live on this process's devices.
+
+    One process (or no mesh): every row. A process owns one contiguous block; processes whose devices
+    differ only along `tensor` share a block (each then plays the same rows).
+    """
+    if mesh is None:
+        if jax.process_count() > 1:
+            raise ValueError("With several processes, pass the mesh: each process owns the rows its devices hold.")
+        return slice(0, rows)
+    held = np.zeros(rows, bool)
+    for index in row_sharding(mesh, (rows,)).addressable_devices_indices_map((rows,)).values():
+        held[index[0]] = True
+    where = np.flatnonzero(held)
+    if where.size == 0 or where[-1] - where[0] + 1 != where.size:
+        raise ValueError(
+            f"This process's devices hold rows {where.tolist()} of a {rows}-row batch, not one contiguous block. "
+            "Build the mesh over jax.devices() in their default (host-major) order, with data*fsdp a multiple "
+            "of the number of processes.")
+    return slice(int(where[0]), int(where[-1]) + 1)
+
+
+def rows_to_global(local: Any, mesh: Mesh, rows: int) -> jax.Array:
+    """This process's block [n, ...] of a global [rows, ...] array (see `process_rows`) -> the global array."""
+    local = np.asarray(local)
+    shape = (rows, *local.shape[1:])
+    return jax.make_array_from_process_local_data(row_sharding(mesh, shape), local, shape)
+
+
+def global_to_local_rows(x: jax.Array, rows: slice) -> np.ndarray:
+    """The rows `rows` of a global array [B, ...] as numpy, read from this process's shards only."""
+    if x.is_fully_addressable:
+        return np.asarray(x)[rows].copy()
+    out = np.zeros((rows.stop - rows.start, *x.shape[1:]), x.dtype)
+    filled = np.zeros(out.shape, bool)
+    for shard in x.addressable_shards:
+        lo, hi, _ = shard.index[0].indices(x.shape[0])
+        a, b = max(lo, rows.start), min(hi, rows.stop)
+        if a >= b:
+            continue
+        target = (slice(a - rows.start, b - rows.start), *shard.index[1:])
+        out[target] = np.asarray(shard.data)[a - lo:b - lo]
+        filled[target] = True
+    if not filled.all():
+        raise ValueError(f"This process's shards of an array {x.shape} with sharding {x.sharding} do not hold all "
+                         f"of rows {rows.start}:{rows.stop}; lay it out by rows (`row_sharding`).")
+    return out

@@ -113,8 +113,9 @@ def state_shardings(state: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES, strict
 
 
 def put(x: Any, sharding: NamedSharding) -> jax.Array:
-    """device_put that also works across hosts: a host-local value (equal on every process) -> global array."""
-    if sharding.is_fully_addressable:
+    """device_put that also works across hosts: a global array is resharded where it lives; a host-local
+    value (equal on every process) becomes a global array."""
+    if sharding.is_fully_addressable or (isinstance(x, jax.Array) and not x.is_fully_addressable):
         return jax.device_put(x, sharding)
     host = np.asarray(x)
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from ragen_jax.algos.presets import resolve_adv_estimator
 from ragen_jax.algos.kl import apply_kl_penalty
+from ragen_jax.algos.masked import masked_mean
 from ragen_jax import sharding
 from ragen_jax.checkpoint import Checkpointer
 from ragen_jax.filtering import FilterConfig, advantage_scale, compact, filter_rollouts, update_empty_streak
@@ -62,10 +63,28 @@ def algo_settings(cfg) -> AlgoSettings:
         logprob_chunk=cfg.trainer.logprob_chunk)
 
 
+def _join_processes(cfg) -> None:
+    """jax.distributed.initialize for a multi-host config, with the fix when JAX already started alone."""
+    try:
+        sharding.maybe_initialize_distributed(cfg)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"{e}\nMulti-host runs must join the other processes first: call "
+            "ragen_jax.sharding.maybe_initialize_distributed(cfg) before importing envs or the trainer "
+            "(gymnax starts JAX on import); run.py does this for you.") from e
+
+
+@jax.jit
+def _masked_means(arrays: dict[str, jax.Array], mask: jax.Array) -> dict[str, jax.Array]:
+    """{name: mean over mask} of token grids [B, T], reduced where the shards live (any number of hosts)."""
+    return {k: masked_mean(v, mask) for k, v in arrays.items()}
+
+
 class Trainer:
     """Owns the models, optimizers, engines and env batches of one run."""
 
     def __init__(self, cfg, workdir: str | None = None):
+        _join_processes(cfg)
         self.cfg = cfg
         self.workdir = os.path.abspath(workdir or cfg.workdir)
         self.is_main = jax.process_index() == 0
@@ -90,12 +109,15 @@ class Trainer:
         self.ref_params = jax.tree.map(jnp.copy, self.actor.full()) if self.need_ref else None
 
         self.rollout_cfg = rollout_config(cfg)
-        self.engine = RolloutEngine(self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.batch_size)
-        self.train_env = setup_lib.env_batch(cfg.env, cfg.env.name, self.batch_size)
+        # each process plays the episodes of the rows its devices hold, with its own envs
+        self.engine = RolloutEngine(self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.batch_size,
+                                    mesh=self.mesh)
+        self.train_env = setup_lib.env_batch(cfg.env, cfg.env.name, self.engine.local_batch_size)
         self.val_name = cfg.val.name or cfg.env.name
         self.val_batch = min(cfg.val.batch_size, cfg.val.groups * cfg.val.group_size)
-        self.val_engine = RolloutEngine(self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.val_batch)
-        self.val_env = setup_lib.env_batch(cfg.env, self.val_name, self.val_batch)
+        self.val_engine = RolloutEngine(self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.val_batch,
+                                        mesh=self.mesh)
+        self.val_env = setup_lib.env_batch(cfg.env, self.val_name, self.val_engine.local_batch_size)
 
         updates = t.total_steps * t.epochs * max(self.batch_size // t.mini_batch_size, 1)
         self.actor_tx, self.actor_lr = make_optimizer(cfg.optim.actor, updates)
@@ -250,19 +272,15 @@ class Trainer:
         adv = adv * advantage_scale(fres.kept_ratio, self.filter_cfg.loss_scaling)
         dev.update(advantages=adv, returns=returns, values=values)
         timing["timing_s/score_and_adv"] = time.perf_counter() - t0
-        mask = np.asarray(dev["loss_mask"]) > 0
-        metrics.update({
-            "critic/advantages/mean": float(np.asarray(adv)[mask].mean()) if mask.any() else 0.0,
-            "critic/returns/mean": float(np.asarray(returns)[mask].mean()) if mask.any() else 0.0,
-            "critic/values/mean": float(np.asarray(values)[mask].mean()) if mask.any() else 0.0,
-            "critic/score/mean": float(rewards.mean()),
-            "train/num_samples": float(row_valid.sum()),
-        })
+        means = _masked_means({"advantages": adv, "returns": returns, "values": values}, dev["loss_mask"])
+        metrics.update({f"critic/{k}/mean": float(v) for k, v in means.items()})
+        metrics.update({"critic/score/mean": float(rewards.mean()), "train/num_samples": float(row_valid.sum())})
+        trained_tokens = float((arrays["loss_mask"] > 0).sum())
 
         t0 = time.perf_counter()
         metrics.update(self._update(step, dev, row_valid))
         timing["timing_s/update"] = time.perf_counter() - t0
-        timing["perf/trained_tokens"] = float(mask.sum())
+        timing["perf/trained_tokens"] = trained_tokens
         return {**metrics, **timing}
 
     def _ref_split(self):
@@ -408,7 +426,7 @@ class Trainer:
             self.monitor.scalars(vm, last + 1)
         wall = time.perf_counter() - wall0
         summary = self._summary(wall, trained_tokens, stop_reason)
-        if t.export_hf and self.is_main:
+        if t.export_hf:
             self.export(os.path.join(self.workdir, "hf_export"))
         self.monitor.flush()
         if self.is_main:
@@ -433,11 +451,18 @@ class Trainer:
         }
 
     def export(self, folder: str) -> str:
-        """Write the policy as a Hugging Face folder (LoRA merged) that transformers can load."""
+        """Write the policy as a Hugging Face folder (LoRA merged) that transformers can load.
+
+        Every process calls it (the parameters are gathered from all hosts); process 0 writes.
+        """
         from ragen_jax.models import merge_lora, save_pretrained
 
-        model = self.actor.module()
+        params = self.actor.full()
+        if jax.process_count() > 1:
+            params = jax.tree.map(jnp.asarray, sharding.gather_to_host(params))
+        model = nnx.merge(self.actor.graphdef, params)
         if self.lora:
             model = merge_lora(model)
-        save_pretrained(model, folder, tokenizer=self.tokenizer)
+        if self.is_main:
+            save_pretrained(model, folder, tokenizer=self.tokenizer)
         return folder

@@ -24,6 +24,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from ragen_jax import sharding
 from ragen_jax.models.transformer import init_cache
 from ragen_jax.rollout.demos import DemoRows, demo_rows, load_jsonl_demos, oracle_demo_episodes
 from ragen_jax.trainer.optim import make_optimizer
@@ -161,6 +162,13 @@ def make_sft_step(graphdef, tx: optax.GradientTransformation, micro_batch_size: 
     return jax.jit(step, donate_argnums=(0, 1))
 
 
+def _place_batch(batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
+    """Rows over the mesh's (data, fsdp) when they divide (data-parallel SFT), else replicated."""
+    if mesh is not None and len(next(iter(batch.values()))) % sharding.batch_shards(mesh) == 0:
+        return sharding.shard_batch(batch, mesh)
+    return {k: jnp.asarray(v) for k, v in batch.items()}
+
+
 def sft_optimizer(w, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """AdamW with linear warmup then constant lr, global-norm clipping at 1 (config.warmstart)."""
     return make_optimizer(dict(lr=w.lr, weight_decay=w.weight_decay, b1=0.9, b2=0.999, eps=1e-8,
@@ -227,7 +235,7 @@ def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
     rows = _DEMO_MEMO[key] = demo_rows(episodes, tok, rcfg)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + f".{os.getpid()}.tmp.npz"
+        tmp = path + f".{jax.process_index()}.{os.getpid()}.tmp.npz"  # hosts may share the cache folder
         rows.save(tmp)
         os.replace(tmp, path)
     except OSError:
@@ -261,7 +269,7 @@ def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, l
             order, cursor = rng.permutation(data.num_rows), 0
         rows = order[cursor:cursor + batch_size]
         cursor += batch_size
-        batch = {k: jnp.asarray(v) for k, v in data.batch(rows).items()}
+        batch = _place_batch(data.batch(rows), getattr(trainer, "mesh", None))
         t0 = time.perf_counter()
         trainer.actor.trainable, opt_state, out = step_fn(trainer.actor.trainable, opt_state,
                                                           trainer.actor.frozen, prefix, batch)
@@ -279,7 +287,7 @@ def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, l
             trainer.monitor.scalars(metrics, step)
         if callback is not None:
             callback(step, spent + compile_s)
-        if max_seconds and spent + compile_s >= max_seconds:
+        if max_seconds and sharding.agree_any(spent + compile_s >= max_seconds):  # all hosts stop together
             break
     trainer.monitor.scalars(metrics, step)
     metrics.update({"sft/steps": float(step), "sft/train_seconds": spent + compile_s,

@@ -1,0 +1,83 @@
+"""One process of the multi-host trainer test: `python tests/multihost_trainer_worker.py WORKDIR`.
+
+With JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID set it joins a jax.distributed run (2 CPU
+devices per process); without them it is the single-process reference (4 CPU devices). Either way it runs
+`Trainer.train()` on Sokoban with the tiny model over a (data 1, fsdp 2, tensor 2) mesh: a warm start, PPO
+with a critic and a KL reference, the filter, validation, checkpoints and the Hugging Face export. Process 0
+writes WORKDIR/result.npz (final parameters) and result.json (per-step metrics, validation history) for the
+test to compare; with a second argument `resume` it continues one step from the last checkpoint (resumed.*).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import jax
+import numpy as np
+
+from ragen_jax.sharding import gather_to_host, maybe_initialize_distributed
+from ragen_jax.sharding.rules import path_str
+
+DISTRIBUTED = maybe_initialize_distributed(None)  # before anything (gymnax, in the envs) touches a device
+
+from configs.base import apply_tiny, get_base_config  # noqa: E402
+from ragen_jax.config_check import validate_config  # noqa: E402
+from ragen_jax.trainer.loop import Trainer  # noqa: E402
+
+
+def config(workdir: str):
+    c = get_base_config()
+    apply_tiny(c)
+    c.env.name = "SimpleSokoban"
+    c.env.groups, c.env.group_size = 2, 4
+    c.env.max_turn = 2
+    c.val.groups, c.val.group_size, c.val.batch_size, c.val.every = 4, 2, 8, 1
+    c.rollout.response_length = 16
+    c.rollout.max_model_len = 512
+    c.rollout.temperature = 1.0
+    c.trainer.total_steps = 2
+    c.trainer.mini_batch_size = c.trainer.micro_batch_size = 4
+    c.trainer.save_every = 1
+    c.trainer.export_hf = True
+    c.algo.use_kl_loss = True
+    c.filter.strategy, c.filter.value, c.filter.include_zero = "top_p", 1.0, True  # keeps every group
+    c.warmstart.enabled = True
+    c.warmstart.num_demos, c.warmstart.steps, c.warmstart.batch_size, c.warmstart.micro_batch_size = 64, 40, 8, 8
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 2, 2
+    c.workdir = workdir
+    validate_config(c)
+    return c
+
+
+if __name__ == "__main__":
+    workdir, resume = sys.argv[1], sys.argv[2:] == ["resume"]
+    assert jax.device_count() == 4, jax.devices()
+    cfg = config(workdir)
+    if resume:  # one more step from the last checkpoint
+        cfg.trainer.resume, cfg.trainer.total_steps = True, cfg.trainer.total_steps + 1
+    trainer = Trainer(cfg)
+    steps = []
+    train_step = trainer.train_step
+
+    def recording_step(step: int) -> dict:
+        metrics = train_step(step)
+        steps.append({k: v for k, v in metrics.items() if not k.startswith(("timing_s/", "perf/"))})
+        return metrics
+
+    trainer.train_step = recording_step
+    summary = trainer.train()
+    params = {f"param/{path_str(p)}": x
+              for p, x in jax.tree_util.tree_leaves_with_path(gather_to_host(trainer.actor.trainable))}
+    critic = {f"critic/{path_str(p)}": x
+              for p, x in jax.tree_util.tree_leaves_with_path(gather_to_host(trainer.critic.trainable))}
+    if jax.process_index() == 0:
+        tag = "resumed" if resume else "result"
+        np.savez(os.path.join(workdir, f"{tag}.npz"), **params, **critic, start_step=trainer.start_step,
+                 processes=jax.process_count(), local_episodes=trainer.train_env.batch_size,
+                 rows=np.array([trainer.engine.rows.start, trainer.engine.rows.stop]))
+        with open(os.path.join(workdir, f"{tag}.json"), "w") as f:
+            json.dump({"steps": steps, "summary": {k: summary[k] for k in ("val_history", "val_success_final")}}, f)
+    if DISTRIBUTED:
+        jax.distributed.shutdown()
