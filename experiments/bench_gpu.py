@@ -59,8 +59,10 @@ def n_params(state) -> int:
     return int(sum(x.size for x in jax.tree.leaves(state)))
 
 
-def bench_decode(graphdef, params, config: ModelConfig, batch: int, prompt: int, new: int) -> dict:
-    sampler = Sampler(graphdef, cache_size=prompt + new, pad_id=0, batch_size=batch)
+def bench_decode(graphdef, params, config: ModelConfig, batch: int, prompt: int, new: int, cache: int = 0,
+                 kv_window: bool = True) -> dict:
+    """Best-of-3 decode tokens/s (prefill excluded); `cache` slots (default prompt + new) per row."""
+    sampler = Sampler(graphdef, cache_size=cache or prompt + new, pad_id=0, batch_size=batch, kv_window=kv_window)
     tokens = np.random.default_rng(0).integers(1, config.vocab_size, size=(batch, prompt)).astype(np.int32)
     lens = np.full((batch,), prompt, np.int32)
     sc = SamplingConfig(max_new_tokens=new, greedy=True)
@@ -81,9 +83,8 @@ def bench_decode(graphdef, params, config: ModelConfig, batch: int, prompt: int,
     prefill, _ = timed(one)  # prefill + the first token: the difference is new - 1 decode steps
     decode = total - prefill
     generated = int(np.asarray(out.lengths).sum())
-    if decode <= 0:
-        return dict(decode_s=decode, prefill_s=prefill, decode_tokens_per_s=float("nan"))
-    return dict(decode_s=decode, prefill_s=prefill, decode_tokens_per_s=(generated - batch) / decode)
+    rate = (generated - batch) / decode if decode > 0 else float("nan")  # nan: too short to time
+    return dict(decode_s=decode, prefill_s=prefill, decode_tokens_per_s=rate, tokens=np.asarray(out.tokens))
 
 
 def decode_bound(config: ModelConfig, param_bytes: int, batch: int, prompt: int, new: int, hbm_gbps: float) -> float:
@@ -167,7 +168,9 @@ def main(argv=None) -> dict:
                                optimizer_dtype="float32", sampling_layout="training")
         r = dict(params=n_params(state), param_gib=param_bytes / 2**30,
                  planned_train_gib=plan.training_peak / 2**30)
-        r.update(bench_decode(graphdef, state, config.replace(remat="none"), args.batch, args.prompt, args.new))
+        decode = bench_decode(graphdef, state, config.replace(remat="none"), args.batch, args.prompt, args.new)
+        decode.pop("tokens")
+        r.update(decode)
         if hbm:
             r["decode_bound_tokens_per_s"] = decode_bound(config, param_bytes, args.batch, args.prompt, args.new, hbm)
             r["decode_fraction_of_bound"] = r["decode_tokens_per_s"] / r["decode_bound_tokens_per_s"]

@@ -165,6 +165,37 @@ def test_continuation_matches_generation_from_scratch(model):
         np.testing.assert_array_equal(np.asarray(out.cache_lens), np.asarray(scratch.cache_lens))
 
 
+def test_attention_window_over_the_cache_changes_nothing(model):
+    """Reading only the first window_length(...) slots (256, then 512 as the rows grow) of a 1024-slot cache
+    gives what attending over every slot gives, turn after turn."""
+    graphdef, params = model
+    rng = np.random.RandomState(11)
+    config = SamplingConfig(max_new_tokens=40, temperature=0.8)
+    windowed = Sampler(graphdef, cache_size=1024, pad_id=PAD, batch_size=3)
+    full = Sampler(graphdef, cache_size=1024, pad_id=PAD, batch_size=3, kv_window=False)
+    new_toks, new_lens = _prompts(rng, [200, 30, 120])
+    runs = {"windowed": (windowed, None), "full": (full, None)}
+    for turn in range(2):
+        outs = {}
+        for name, (sampler, prev) in runs.items():
+            kwargs = {} if prev is None else dict(cache=prev.cache, cache_lens=prev.cache_lens)
+            outs[name] = sampler.generate(params, new_toks, new_lens, jax.random.key(turn), config, **kwargs)
+        w, f = outs["windowed"], outs["full"]
+        np.testing.assert_array_equal(np.asarray(w.tokens), np.asarray(f.tokens))
+        np.testing.assert_allclose(np.asarray(w.logprobs), np.asarray(f.logprobs), atol=1e-5)
+        np.testing.assert_array_equal(np.asarray(w.cache_lens), np.asarray(f.cache_lens))
+        for b, n in enumerate(np.asarray(w.cache_lens)):
+            np.testing.assert_allclose(np.asarray(w.cache.k)[:, b, :n], np.asarray(f.cache.k)[:, b, :n], atol=1e-5)
+        runs = {name: (runs[name][0], outs[name]) for name in runs}
+        msgs, msg_lens = _prompts(rng, [150, 10, 60])
+        new_toks, new_lens = _concat([[_generated(w, b)[-1:], msgs[b, : msg_lens[b]]] for b in range(3)])
+        new_lens = new_lens.sum(1)
+    windows = sorted({key[-1] for key in windowed._programs})
+    assert windows == [256, 512], windows  # the second turn's rows end past slot 256
+    assert {key[-1] for key in full._programs} == {1024}
+    assert windowed.window_length(1) == 256 and windowed.window_length(700) == 1024
+
+
 def test_inactive_rows_are_untouched_even_when_their_cache_is_full(model):
     graphdef, params = model
     prompts, lens = _prompts(np.random.RandomState(4), [20, 5, 9])

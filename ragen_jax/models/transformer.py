@@ -126,7 +126,8 @@ class Attention(nnx.Module):
             ck = ck.at[layer, rows, slots].set(k.astype(ck.dtype), mode="drop")
             cv = cv.at[layer, rows, slots].set(v.astype(cv.dtype), mode="drop")
             new_cache = (ck, cv)
-            k, v = ck[layer].astype(q.dtype), cv[layer].astype(q.dtype)
+            window = mask.shape[-1]  # attend over the first `window` slots only (see `kv_len`)
+            k, v = ck[layer, :, :window].astype(q.dtype), cv[layer, :, :window].astype(q.dtype)
         groups = self.num_heads // self.num_kv_heads
         qg = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
         scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
@@ -170,18 +171,20 @@ def _remat_policy(name: str):
     return {"full": None, "dots": jax.checkpoint_policies.checkpoint_dots}[name]
 
 
-def _attention_mask(t: int, attention_mask, cache, cache_index) -> jax.Array:
-    """Boolean mask [B, T, S] of which keys each query may attend to."""
+def _attention_mask(t: int, attention_mask, cache, cache_index, window: int | None = None) -> jax.Array:
+    """Boolean mask [B, T, S] of which keys each query may attend to; with a cache S is `window` (default:
+    every slot), and attention reads only those first S slots."""
     if cache is None:
         causal = jnp.tril(jnp.ones((t, t), bool))[None]
         if attention_mask is None:
             return causal
         return causal & attention_mask.astype(bool)[:, None, :]
-    slots = jnp.arange(cache.max_len)[None, None, :]
+    window = cache.max_len if window is None else window
+    slots = jnp.arange(window)[None, None, :]
     limit = cache_index[:, None, None] + jnp.arange(t)[None, :, None]
     mask = slots <= limit
     if attention_mask is not None:
-        mask = mask & attention_mask.astype(bool)[:, None, :]
+        mask = mask & attention_mask.astype(bool)[:, None, :window]
     return mask
 
 
@@ -197,7 +200,7 @@ class Decoder(nnx.Module):
         self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=cfg.jnp_param_dtype)
 
-    def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None):
+    def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None):
         """tokens/positions [B, T] -> (hidden [B, T, D] after the final norm, new KVCache | None)."""
         chex.assert_rank([tokens, positions], 2)
         chex.assert_equal_shape([tokens, positions])
@@ -208,9 +211,11 @@ class Decoder(nnx.Module):
             chex.assert_shape(cache_index, (b,))
             if attention_mask is not None:
                 chex.assert_shape(attention_mask, (b, cache.max_len))
+            if kv_len is not None and not 0 < kv_len <= cache.max_len:
+                raise ValueError(f"kv_len must lie in [1, cache.max_len={cache.max_len}], got {kv_len}.")
         elif attention_mask is not None:
             chex.assert_shape(attention_mask, (b, t))
-        mask = _attention_mask(t, attention_mask, cache, cache_index)
+        mask = _attention_mask(t, attention_mask, cache, cache_index, kv_len)
         inv_freq = rope_inv_freq(self.config)
         x = shard_activation(self.embed_tokens(tokens))
         kv = (cache.k, cache.v) if cache is not None else None
@@ -233,13 +238,16 @@ class CausalLM(nnx.Module):
         if not config.tie_word_embeddings:
             self.lm_head = _linear(config, config.hidden_size, config.vocab_size, False, rngs)
 
-    def hidden(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None):
+    def hidden(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None):
         """tokens/positions [B, T] int32 -> (hidden [B, T, D] after the final norm, new_cache | None).
 
         attention_mask: [B, T] bool without a cache (False = padding key); with a cache, optionally
-        [B, S] over cache slots. With a cache, row b's tokens go to slots cache_index[b]...
+        [B, S] over cache slots. With a cache, row b's tokens go to slots cache_index[b]...; `kv_len`
+        (static, optional) limits attention to the first kv_len slots, which must hold every token the
+        queries see: decoding then reads a window of the cache, not all of it.
         """
-        return self.model(tokens, positions, attention_mask=attention_mask, cache=cache, cache_index=cache_index)
+        return self.model(tokens, positions, attention_mask=attention_mask, cache=cache, cache_index=cache_index,
+                          kv_len=kv_len)
 
     def lm_head_matrix(self) -> jax.Array:
         """Output projection [D, V] (the tied embedding transposed when tied)."""
@@ -256,9 +264,10 @@ class CausalLM(nnx.Module):
         w = self.lm_head.kernel[...].astype(h.dtype)
         return shard_activation(jnp.einsum("btd,dv->btv", h, w, preferred_element_type=jnp.float32), 2)
 
-    def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None):
+    def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None):
         """-> (logits [B, T, V] float32, new_cache | None)."""
-        h, new_cache = self.hidden(tokens, positions, attention_mask=attention_mask, cache=cache, cache_index=cache_index)
+        h, new_cache = self.hidden(tokens, positions, attention_mask=attention_mask, cache=cache,
+                                   cache_index=cache_index, kv_len=kv_len)
         return self.logits(h), new_cache
 
 

@@ -28,6 +28,7 @@ from ragen_jax.sampling.filters import sample_step
 from ragen_jax.sampling.stopping import INACTIVE, stop_reason
 
 log = logging.getLogger(__name__)
+MIN_WINDOW = 256  # smallest attention window over the cache (fewer programs for short contexts)
 
 
 @flax.struct.dataclass
@@ -65,11 +66,13 @@ def model_config_of(graphdef: Any) -> ModelConfig:
     raise ValueError("Could not find a ModelConfig in the graphdef; pass Sampler(..., model_config=...).")
 
 
-def _prefill(graphdef, params, cache, tokens, cache_index, last_index):
-    """Writes tokens [B, Tb] into the cache from cache_index [B]; -> (cache, hidden at last_index [B, D] f32)."""
+def _prefill(graphdef, kv_len: int, params, cache, tokens, cache_index, last_index):
+    """Writes tokens [B, Tb] into the cache from cache_index [B]; -> (cache, hidden at last_index [B, D] f32).
+
+    Attention reads the first kv_len cache slots (every real token lies there)."""
     model = nnx.merge(graphdef, params)
     positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
-    hidden, cache = model.hidden(tokens, positions, cache=cache, cache_index=cache_index)
+    hidden, cache = model.hidden(tokens, positions, cache=cache, cache_index=cache_index, kv_len=kv_len)
     last = jnp.take_along_axis(hidden, last_index[:, None, None], axis=1)[:, 0]
     return cache, last.astype(jnp.float32)
 
@@ -78,8 +81,10 @@ def _column(x: jax.Array, value: jax.Array, step: jax.Array) -> jax.Array:
     return jax.lax.dynamic_update_slice_in_dim(x, value[:, None].astype(x.dtype), step, axis=1)
 
 
-def _decode(graphdef, config: SamplingConfig, pad_id: int, params, cache, hidden, base, active, key):
-    """Samples up to config.max_new_tokens per row in a while_loop that stops once every row is done."""
+def _decode(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, params, cache, hidden, base, active, key):
+    """Samples up to config.max_new_tokens per row in a while_loop that stops once every row is done.
+
+    Each step attends over the first kv_len cache slots only, which hold every row's tokens to the end."""
     model = nnx.merge(graphdef, params)
     batch, n = base.shape[0], config.max_new_tokens
     logits = model.logits(hidden[:, None, :].astype(model.config.jnp_dtype))[:, 0]
@@ -105,7 +110,7 @@ def _decode(graphdef, config: SamplingConfig, pad_id: int, params, cache, hidden
     def body(s: _LoopState) -> _LoopState:
         # Row b feeds its last token into slot base + length - 1; finished rows rewrite a slot past their end.
         index = base + jnp.maximum(s.lengths - 1, 0)
-        logits, cache = model(s.last[:, None], index[:, None], cache=s.cache, cache_index=index)
+        logits, cache = model(s.last[:, None], index[:, None], cache=s.cache, cache_index=index, kv_len=kv_len)
         tok, lp, raw = sample_step(jax.random.fold_in(key, s.step), logits[:, 0], config)
         live = ~s.done
         tokens = _column(s.tokens, jnp.where(live, tok, pad_id), s.step)
@@ -139,16 +144,20 @@ class Sampler:
 
     `generate` consumes (donates) the cache it is given; use the one in its output for the next turn.
     With a `mesh`, row inputs and `local` outputs are this process's rows `self.rows` of the batch.
+    With `kv_window` (default), attention reads only the first `window_length(...)` cache slots, a power
+    of two >= the longest row's end, instead of all `cache_size` slots.
     """
 
     def __init__(self, graphdef, *, cache_size: int, pad_id: int, batch_size: int, dtype=None,
-                 model_config: ModelConfig | None = None, mesh: jax.sharding.Mesh | None = None):
+                 model_config: ModelConfig | None = None, mesh: jax.sharding.Mesh | None = None,
+                 kv_window: bool = True):
         if cache_size < 1 or batch_size < 1:
             raise ValueError(f"cache_size and batch_size must be >= 1, got {cache_size} and {batch_size}.")
         self.graphdef = graphdef
         self.model_config = model_config or model_config_of(graphdef)
         self.cache_size, self.pad_id, self.batch_size, self.dtype = cache_size, int(pad_id), batch_size, dtype
         self.mesh = mesh
+        self.kv_window = kv_window
         self.rows = process_rows(mesh, batch_size)
         self._programs: dict[tuple, Any] = {}
 
@@ -192,13 +201,19 @@ class Sampler:
             fn = self._programs[key] = build()
         return fn
 
-    def _prefill_fn(self, bucket: int):
-        build = lambda: jax.jit(functools.partial(_prefill, self.graphdef), donate_argnums=(1,))
-        return self._program(("prefill", bucket), build)
+    def window_length(self, end: int) -> int:
+        """Cache slots attention reads when the longest row ends at slot `end`: a power of two (>= 256)
+        capped at cache_size, so a run compiles a few windows; cache_size without `kv_window`."""
+        return min(self.cache_size, bucket_length(end, minimum=MIN_WINDOW)) if self.kv_window else self.cache_size
 
-    def _decode_fn(self, config: SamplingConfig):
-        build = lambda: jax.jit(functools.partial(_decode, self.graphdef, config, self.pad_id), donate_argnums=(1,))
-        return self._program(("decode", config), build)
+    def _prefill_fn(self, bucket: int, kv_len: int):
+        build = lambda: jax.jit(functools.partial(_prefill, self.graphdef, kv_len), donate_argnums=(1,))
+        return self._program(("prefill", bucket, kv_len), build)
+
+    def _decode_fn(self, config: SamplingConfig, kv_len: int):
+        build = lambda: jax.jit(functools.partial(_decode, self.graphdef, config, self.pad_id, kv_len),
+                                donate_argnums=(1,))
+        return self._program(("decode", config, kv_len), build)
 
     def _check(self, new_tokens, new_lens, cache_lens, active, config: SamplingConfig) -> None:
         b = self.local_batch_size
@@ -251,12 +266,16 @@ class Sampler:
         self._check(tokens_np, lens_np, cache_lens_np, active_np, config)
 
         lens_np = np.where(active_np, lens_np, 0)
-        bucket = bucket_length(agree_max(int(lens_np.max())))  # every process compiles the same program
+        # every process compiles the same programs
+        bucket = bucket_length(agree_max(int(lens_np.max())))
+        kv_len = self.window_length(agree_max(int(np.max(np.where(active_np, cache_lens_np + lens_np, 0))))
+                                    + config.max_new_tokens)
         padded = np.full((self.local_batch_size, bucket), self.pad_id, np.int32)
         width = min(bucket, tokens_np.shape[1])
         padded[:, :width] = tokens_np[:, :width]
         put = self.to_global
-        cache, hidden = self._prefill_fn(bucket)(
+        cache, hidden = self._prefill_fn(bucket, kv_len)(
             params, cache, put(padded), put(cache_lens_np), put(np.maximum(lens_np - 1, 0))
         )
-        return self._decode_fn(config)(params, cache, hidden, put(cache_lens_np + lens_np), put(active_np), key)
+        return self._decode_fn(config, kv_len)(params, cache, hidden, put(cache_lens_np + lens_np), put(active_np),
+                                               key)
