@@ -15,7 +15,8 @@ from flax import nnx
 from ragen_jax.models.tiny import tiny_config
 from ragen_jax.models import CausalLM, apply_lora
 from ragen_jax.sampling import SamplingConfig, Sampler
-from ragen_jax.sharding import make_mesh, place_for_training, reshard_for_sampling, shard_batch, shard_cache, shard_state
+from ragen_jax.sharding import (cache_spec, fit_spec, make_mesh, place_for_training, reshard_for_sampling, shard_batch,
+                                shard_state)
 from ragen_jax.trainer.setup import split_model
 from ragen_jax.trainer.steps import AlgoSettings, make_step_fns
 
@@ -97,13 +98,14 @@ def generate(mesh_shape=None, layout: str = "no_fsdp") -> dict[str, np.ndarray]:
     """Greedy generation of 8 new tokens for 8 prompts of different lengths."""
     actor = make_actor()
     params = actor.full()
-    sampler = Sampler(actor.graphdef, cache_size=32, pad_id=0, batch_size=8)
-    cache, cache_lens = sampler.init_cache()
     mesh = None
-    if mesh_shape is not None:
+    if mesh_shape is not None:  # as the trainer samples: a mesh-aware sampler (sharded cache, global row inputs)
         mesh = make_mesh(mesh_shape)
         params = reshard_for_sampling(shard_state(params, mesh), mesh, layout=layout)
-        cache = shard_cache(cache, mesh)
+    sampler = Sampler(actor.graphdef, cache_size=32, pad_id=0, batch_size=8, mesh=mesh)
+    cache, cache_lens = sampler.init_cache()
+    if mesh is not None:
+        assert cache.k.sharding.spec == fit_spec(cache_spec(), cache.k.shape, mesh)
     rng = np.random.default_rng(1)
     lens = rng.integers(3, 9, size=8).astype(np.int32)
     prompts = rng.integers(1, VOCAB, size=(8, 8)).astype(np.int32)

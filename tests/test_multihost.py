@@ -36,6 +36,20 @@ def test_settings_from_env_override_config():
                                             "JAX_PROCESS_ID": "2"})
 
 
+def test_process_local_helpers_with_one_process():
+    from ragen_jax.sharding import (agree_any, agree_max, allgather_objects, global_to_local_rows, make_mesh,
+                                    process_rows, rows_to_global)
+
+    assert allgather_objects({"a": [1, 2]}) == [{"a": [1, 2]}]
+    assert agree_max(7) == 7 and agree_any(True) and not agree_any(False)
+    mesh = make_mesh()
+    assert process_rows(None, 6) == process_rows(mesh, 6) == slice(0, 6)
+    local = np.arange(12).reshape(6, 2)
+    x = rows_to_global(local, mesh, 6)
+    assert x.shape == (6, 2)
+    np.testing.assert_array_equal(global_to_local_rows(x, slice(2, 5)), local[2:5])
+
+
 def _run_processes(script: str, args: list[str], num_processes: int, devices_per_process: int,
                    timeout_s: float = 600) -> None:
     """Run `script args` as `num_processes` jax.distributed processes on 127.0.0.1 (one plain process if 1)."""

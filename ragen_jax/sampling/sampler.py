@@ -20,12 +20,12 @@ from flax import nnx
 
 from ragen_jax.models import KVCache, ModelConfig, init_cache
 from ragen_jax.sampling.buckets import bucket_length
-from ragen_jax.sharding.distributed import agree_max
-from ragen_jax.sharding.placement import global_to_local_rows, process_rows, rows_to_global
-from ragen_jax.sharding.rules import cache_spec, fit_spec
 from ragen_jax.sampling.config import SamplingConfig
 from ragen_jax.sampling.filters import sample_step
 from ragen_jax.sampling.stopping import INACTIVE, stop_reason
+from ragen_jax.sharding.distributed import agree_max
+from ragen_jax.sharding.placement import process_rows, rows_to_global
+from ragen_jax.sharding.rules import cache_spec, fit_spec
 
 log = logging.getLogger(__name__)
 MIN_WINDOW = 256  # smallest attention window over the cache (fewer programs for short contexts)
@@ -143,7 +143,8 @@ class Sampler:
     """Compiled batched generation for one model graph, (global) batch size and cache size.
 
     `generate` consumes (donates) the cache it is given; use the one in its output for the next turn.
-    With a `mesh`, row inputs and `local` outputs are this process's rows `self.rows` of the batch.
+    With a `mesh`, row inputs are this process's rows `self.rows` of the batch, and outputs span the batch
+    (read this process's rows with `ragen_jax.sharding.global_to_local_rows(x, sampler.rows)`).
     With `kv_window` (default), attention reads only the first `window_length(...)` cache slots, a power
     of two >= the longest row's end, instead of all `cache_size` slots.
     """
@@ -172,13 +173,9 @@ class Sampler:
             return jnp.asarray(local)
         return rows_to_global(local, self.mesh, self.batch_size)
 
-    def local(self, x: jax.Array) -> np.ndarray:
-        """This process's rows of an output array [batch_size, ...], as numpy."""
-        return np.asarray(x) if self.mesh is None else global_to_local_rows(x, self.rows)
-
     @property
     def num_programs(self) -> int:
-        """How many distinct (prefill bucket | sampling config) programs this sampler has compiled."""
+        """How many distinct programs (prefill: bucket x window; decode: sampling config x window) it compiled."""
         return len(self._programs)
 
     def init_cache(self) -> tuple[KVCache, np.ndarray]:
@@ -249,7 +246,7 @@ class Sampler:
 
         new_tokens [b, Tn] int32 (right-padded); cache_lens/active [b], where b = local_batch_size (this
         process's rows; the whole batch with one process). Every process calls with its rows; the output's
-        arrays span the batch (read yours with `local`). The output cache holds every token except the last
+        arrays span the batch. The output cache holds every token except the last
         sampled one of each row, which the caller feeds first on the next call.
         """
         if (cache is None) != (cache_lens is None):
