@@ -44,6 +44,8 @@ def config(workdir: str):
     c.algo.use_kl_loss = True
     c.filter.strategy, c.filter.value, c.filter.include_zero = "top_p", 1.0, True  # keeps every group
     c.warmstart.enabled = True
+    c.warmstart.reasoning_text = "The box goes up."  # responses then carry reasoning: the MI diagnostics run
+    c.diagnostics.every, c.diagnostics.max_pairs = 1, 8
     c.warmstart.num_demos, c.warmstart.steps, c.warmstart.batch_size, c.warmstart.micro_batch_size = 64, 40, 8, 8
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 2, 2
     c.workdir = workdir

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -55,6 +56,10 @@ def _run_processes(script: str, args: list[str], num_processes: int, devices_per
     """Run `script args` as `num_processes` jax.distributed processes on 127.0.0.1 (one plain process if 1)."""
     port = _free_port()
     procs = []
+    # Logs go to files: with pipes read one after the other, a chatty process blocks on a full pipe and
+    # the other waits for it in a collective forever.
+    logs = [tempfile.TemporaryFile("w+") for _ in range(num_processes)]
+    timed_out = False
     try:
         for pid in range(num_processes):
             env = dict(os.environ, JAX_PLATFORMS="cpu",
@@ -64,15 +69,28 @@ def _run_processes(script: str, args: list[str], num_processes: int, devices_per
                 env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(num_processes),
                            JAX_PROCESS_ID=str(pid))
             procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, script), *args], env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                                          stdout=logs[pid], stderr=subprocess.STDOUT, text=True))
         deadline = time.monotonic() + timeout_s
-        logs = [p.communicate(timeout=max(deadline - time.monotonic(), 1))[0] for p in procs]
-        assert all(p.returncode == 0 for p in procs), "\n---\n".join(log[-3000:] for log in logs)
+        for p in procs:
+            try:
+                p.wait(timeout=max(deadline - time.monotonic(), 1))
+            except subprocess.TimeoutExpired:
+                break
+        timed_out = any(p.poll() is None for p in procs)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    if timed_out or any(p.returncode for p in procs):
+        tails = []
+        for pid, f in enumerate(logs):
+            f.seek(0)
+            tails.append(f"--- process {pid} (exit {procs[pid].returncode}):\n" + f.read()[-3000:])
+        pytest.fail((f"timed out after {timeout_s:.0f} s" if timed_out else "a process failed") + "\n"
+                    + "\n".join(tails))
+    for f in logs:
+        f.close()
 
 
 @pytest.mark.slow
@@ -113,6 +131,7 @@ def test_two_process_trainer_run_matches_single_process(tmp_path):
     for g, w in zip(got_log["steps"], want_log["steps"]):
         assert g.keys() == w.keys()
         assert w["rollout/filter_kept_count"] > 0 and "actor/pg_loss" in w and "critic/vf_loss" in w
+        assert any(k.startswith("collapse_") and k.endswith("/conditional_entropy_est") for k in w)  # MI ran
         for k in w:
             np.testing.assert_allclose(g[k], w[k], rtol=1e-4, atol=1e-5, err_msg=k)
     for d in ("checkpoints", "hf_export", "tb"):

@@ -19,12 +19,13 @@ __all__ = [
     "spec_for", "state_shardings", "state_specs", "without_axis",
 ]
 from ragen_jax.sharding.distributed import (agree_any, agree_max, allgather_objects, barrier, broadcast_from_main,
-                                            gather_to_host, is_main_process, maybe_initialize_distributed, on_main)
+                                            gather_to_host, is_main_process, maybe_initialize_distributed, on_main,
+                                            settle)
 from ragen_jax.sharding.memory import (MemoryPlan, MemoryPlanError, check_plan, device_memory_bytes, estimate_memory,
                                        plan_from_config)
 
 __all__ += [
     "agree_any", "agree_max", "allgather_objects", "barrier", "broadcast_from_main", "gather_to_host",
-    "is_main_process", "maybe_initialize_distributed", "on_main",
+    "is_main_process", "maybe_initialize_distributed", "on_main", "settle",
     "MemoryPlan", "MemoryPlanError", "check_plan", "device_memory_bytes", "estimate_memory", "plan_from_config",
 ]

@@ -80,6 +80,12 @@ def _masked_means(arrays: dict[str, jax.Array], mask: jax.Array) -> dict[str, ja
     return {k: masked_mean(v, mask) for k, v in arrays.items()}
 
 
+@jax.jit
+def _take_rows(arrays: dict[str, jax.Array], rows: jax.Array) -> dict[str, jax.Array]:
+    """One mini-batch: rows [m] of every [B, ...] array in one program, the result split over the batch axes."""
+    return {k: sharding.constrain_rows(jnp.take(v, rows, axis=0)) for k, v in arrays.items()}
+
+
 class Trainer:
     """Owns the models, optimizers, engines and env batches of one run."""
 
@@ -295,7 +301,7 @@ class Trainer:
         m = self.cfg.trainer.mini_batch_size
         outs = []
         for i in range(0, dev["tokens"].shape[0], m):
-            out = fn(a, b, dev["tokens"][i:i + m], dev["attention_mask"][i:i + m])
+            out = sharding.settle(fn(a, b, dev["tokens"][i:i + m], dev["attention_mask"][i:i + m]))
             outs.append(out[0] if isinstance(out, tuple) else out)
         return jnp.concatenate(outs, axis=0)
 
@@ -313,16 +319,16 @@ class Trainer:
         for _ in range(t.epochs):
             order = np.concatenate([rng.permutation(valid_rows), pad_rows])
             for i in range(0, len(order), m):
-                idx = jnp.asarray(order[i:i + m])
+                idx = order[i:i + m].astype(np.int32)  # the same on every host
                 if self.critic is not None:
-                    mb = {k: dev[k][idx] for k in critic_keys}
-                    self.critic.trainable, self.critic_opt, cm = self.fns["critic_update"](
-                        self.critic.trainable, self.critic_opt, self.critic.frozen, mb)
+                    mb = _take_rows({k: dev[k] for k in critic_keys}, idx)
+                    self.critic.trainable, self.critic_opt, cm = sharding.settle(self.fns["critic_update"](
+                        self.critic.trainable, self.critic_opt, self.critic.frozen, mb))
                     critic_metrics.append(cm)
                 if step >= t.critic_warmup:
-                    mb = {k: dev[k][idx] for k in keys}
-                    self.actor.trainable, self.actor_opt, am = self.fns["actor_update"](
-                        self.actor.trainable, self.actor_opt, self.actor.frozen, mb)
+                    mb = _take_rows({k: dev[k] for k in keys}, idx)
+                    self.actor.trainable, self.actor_opt, am = sharding.settle(self.fns["actor_update"](
+                        self.actor.trainable, self.actor_opt, self.actor.frozen, mb))
                     actor_metrics.append(am)
         out = {}
         for prefix, ms in (("actor", actor_metrics), ("critic", critic_metrics)):
