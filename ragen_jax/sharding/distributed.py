@@ -139,9 +139,9 @@ def agree_any(flag: bool) -> bool:
 def settle(tree: T) -> T:
     """`tree` once computed, when several processes share CPU devices; else `tree` at once.
 
-    With jax.distributed on CPU, XLA's gloo collectives can deadlock when many multi-device programs are
-    in flight (seen as a rare hang of the 2-process trainer test inside the update loop); waiting for each
-    update keeps one program with collectives in flight at a time. GPUs and one process are unaffected.
+    With jax.distributed on CPU (gloo collectives) the 2-process trainer test sometimes hung inside the
+    update loop with many multi-device programs in flight; waiting for each update keeps one program with
+    collectives in flight at a time. GPUs and one process are unaffected.
     """
     if jax.process_count() > 1 and jax.default_backend() == "cpu":
         jax.block_until_ready(tree)
