@@ -12,9 +12,8 @@ import sys
 import jax
 import numpy as np
 
-from ragen_jax.sharding import make_mesh, shard_batch, shard_local_batch
+from ragen_jax.sharding import make_mesh, process_rows, shard_batch, shard_local_batch
 from ragen_jax.sharding.distributed import barrier, gather_to_host, is_main_process, maybe_initialize_distributed
-from ragen_jax.sharding.placement import local_rows
 
 if __name__ == "__main__":
     assert maybe_initialize_distributed(None)
@@ -24,7 +23,7 @@ if __name__ == "__main__":
     result = L.train_step((1, 2, 2))
     mesh = make_mesh((2, 2, 1))
     full = L.synthetic_batch()
-    mine = {k: v[local_rows(L.ROWS)] for k, v in full.items()}
+    mine = {k: v[process_rows(mesh, L.ROWS)] for k, v in full.items()}
     from_local = gather_to_host(shard_local_batch(mine, mesh))
     from_global = gather_to_host(shard_batch(full, mesh))
     result["check/local_batch_equal"] = np.array(all(np.array_equal(from_local[k], full[k]) for k in full))

@@ -42,7 +42,7 @@ def test_process_local_helpers_with_one_process():
                                     process_rows, rows_to_global)
 
     assert allgather_objects({"a": [1, 2]}) == [{"a": [1, 2]}]
-    assert agree_max(7) == 7 and agree_any(True) and not agree_any(False)
+    assert agree_max(7) == (7,) and agree_max(3, 5) == (3, 5) and agree_any(True) and not agree_any(False)
     mesh = make_mesh()
     assert process_rows(None, 6) == process_rows(mesh, 6) == slice(0, 6)
     local = np.arange(12).reshape(6, 2)

@@ -263,10 +263,10 @@ class Sampler:
         self._check(tokens_np, lens_np, cache_lens_np, active_np, config)
 
         lens_np = np.where(active_np, lens_np, 0)
-        # every process compiles the same programs
-        bucket = bucket_length(agree_max(int(lens_np.max())))
-        kv_len = self.window_length(agree_max(int(np.max(np.where(active_np, cache_lens_np + lens_np, 0))))
-                                    + config.max_new_tokens)
+        # all processes agree (one collective) on the shapes, so they compile and run the same programs
+        longest_new, last_end = agree_max(lens_np.max(), np.max(np.where(active_np, cache_lens_np + lens_np, 0)))
+        bucket = bucket_length(longest_new)
+        kv_len = self.window_length(last_end + config.max_new_tokens)
         padded = np.full((self.local_batch_size, bucket), self.pad_id, np.int32)
         width = min(bucket, tokens_np.shape[1])
         padded[:, :width] = tokens_np[:, :width]

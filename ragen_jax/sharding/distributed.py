@@ -124,16 +124,18 @@ def allgather_objects(obj: Any) -> list[Any]:
     return [pickle.loads(blobs[i, : sizes[i]].tobytes()) for i in range(len(sizes))]
 
 
-def agree_max(value: int) -> int:
-    """The largest of every process's `value` (e.g. a padded width all hosts must compile alike)."""
+def agree_max(*values: int) -> tuple[int, ...]:
+    """The largest of every process's value, per argument, in one collective (e.g. padded widths all hosts
+    must compile alike)."""
+    local = np.asarray(values, np.int32)
     if jax.process_count() == 1:
-        return int(value)
-    return int(np.max(multihost_utils.process_allgather(np.int32(value))))
+        return tuple(int(v) for v in local)
+    return tuple(int(v) for v in np.max(multihost_utils.process_allgather(local), axis=0))
 
 
 def agree_any(flag: bool) -> bool:
     """Whether any process's `flag` is set (e.g. "an episode is still running somewhere")."""
-    return agree_max(int(bool(flag))) > 0
+    return agree_max(int(bool(flag)))[0] > 0
 
 
 def settle(tree: T) -> T:

@@ -56,25 +56,13 @@ def shard_batch(arrays: Mapping[str, Any], mesh: Mesh) -> dict[str, jax.Array]:
 
 
 def shard_local_batch(arrays: Mapping[str, Any], mesh: Mesh) -> dict[str, jax.Array]:
-    """This host's rows [B / num_processes, ...] -> one global batch [B, ...] (rows over data, fsdp).
-
-    Each process passes its own share (e.g. from its host envs), in process order.
-    """
+    """This host's rows (`process_rows(mesh, B)`, B / num_processes of them) -> one global batch [B, ...]
+    with rows over (data, fsdp)."""
     rows, shards = _rows(arrays), batch_shards(mesh)
     if (rows * jax.process_count()) % shards:
         raise ValueError(f"{jax.process_count()} hosts x {rows} local rows cannot split over data*fsdp = "
                          f"{shards} devices; make the per-host batch a multiple of {shards // jax.process_count() or 1}.")
-    return {k: jax.make_array_from_process_local_data(NamedSharding(mesh, batch_spec(np.ndim(v))), np.asarray(v))
-            for k, v in arrays.items()}
-
-
-def local_rows(global_rows: int) -> slice:
-    """The slice of a global batch this process's host envs own (contiguous, in process order)."""
-    n, i = jax.process_count(), jax.process_index()
-    if global_rows % n:
-        raise ValueError(f"A batch of {global_rows} episodes cannot split evenly over {n} hosts.")
-    per = global_rows // n
-    return slice(i * per, (i + 1) * per)
+    return {k: rows_to_global(v, mesh, rows * jax.process_count()) for k, v in arrays.items()}
 
 
 # ---------------------------------------------------------------------------- process-local rows
