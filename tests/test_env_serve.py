@@ -4,6 +4,7 @@ clients; bad requests, failing, slow, expired and crashed servers give errors, n
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import os
 import subprocess
 import sys
@@ -14,11 +15,16 @@ import pytest
 
 from envs.registry import make
 from envs.serve.client import RemoteEnv, RemoteEnvError
+from envs.serve.http import JsonServer
 from envs.serve.jsonclient import JsonClient, ServiceError
-from envs.serve.server import EnvServer, resolve_env_factory
+from envs.serve.server import EnvServer, EnvService, resolve_env_factory
 
 TOY = "envs.serve.toy:CounterEnv"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Generous bounds for a loaded machine: a client timeout far above any bound we assert, so a call
+# that waited for its timeout instead of failing at once is told apart from a slow machine.
+LONG_TIMEOUT_S = 30.0
+NO_HANG_S = 20.0
 
 
 @pytest.fixture
@@ -31,7 +37,7 @@ def toy_server(request):
 
 def _status(url: str, method: str, path: str, body=None) -> tuple[int, str]:
     try:
-        JsonClient(url, timeout_s=5, retries=0).call(method, path, body, idempotent=False)
+        JsonClient(url, timeout_s=LONG_TIMEOUT_S, retries=0).call(method, path, body, idempotent=False)
     except ServiceError as e:
         return e.status, str(e)
     return 200, ""
@@ -40,7 +46,7 @@ def _status(url: str, method: str, path: str, body=None) -> tuple[int, str]:
 def test_webshop_remote_matches_local():
     srv = EnvServer("WebShop", port=0).start_background()
     try:
-        remote, local = RemoteEnv(srv.url, timeout_s=10), make("WebShop")
+        remote, local = RemoteEnv(srv.url, timeout_s=LONG_TIMEOUT_S), make("WebShop")
         assert remote.instruction() == local.instruction()
         assert remote.reset(10000) == local.reset(10000)
         goal = local.session.goal
@@ -64,7 +70,7 @@ def test_spec_carries_action_lookup(toy_server):
 
 def test_many_concurrent_episodes(toy_server):
     def episode(seed: int) -> tuple[float, int]:
-        env = RemoteEnv(toy_server.url, timeout_s=10)
+        env = RemoteEnv(toy_server.url, timeout_s=LONG_TIMEOUT_S)
         obs, _ = env.reset(seed)
         total, steps, done = 0.0, 0, False
         while not done and steps < 20:
@@ -110,42 +116,141 @@ def test_env_exception_is_500_and_session_recovers(toy_server):
     assert env.reset(3)[0] == "Value: 3" and env.step("up")[0] == "Value: 4"
 
 
-@pytest.mark.parametrize("toy_server", [{"env_kwargs": {"delay_s": 1.0}, "step_timeout_s": 0.2}], indirect=True)
-def test_slow_env_is_a_504_and_the_session_is_dropped(toy_server):
-    env = RemoteEnv(toy_server.url, timeout_s=5)
+@pytest.fixture
+def gated_server(request):
+    """A toy server whose steps block until the test ends (or 60 s): a slow env without sleeps to race."""
+    release = threading.Event()
+    srv = EnvServer(TOY, port=0, env_kwargs={"delay_s": 60.0, "release": release}, **request.param).start_background()
+    yield srv
+    release.set()
+    srv.stop()
+
+
+@pytest.mark.parametrize("gated_server", [{"step_timeout_s": 0.2}], indirect=True)
+def test_slow_env_is_a_504_and_the_session_is_dropped(gated_server):
+    env = RemoteEnv(gated_server.url, timeout_s=LONG_TIMEOUT_S)
     env.reset(0)
     start = time.monotonic()
     with pytest.raises(RemoteEnvError, match="504.*did not answer within 0.2 s"):
         env.step("up")
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < NO_HANG_S  # the server's timeout, not the env's 60 s or the client's 30 s
     with pytest.raises(RemoteEnvError, match="404"):
         env.step("up")
     assert env.reset(1)[0] == "Value: 1"  # a new session replaces the dropped one
 
 
-@pytest.mark.parametrize("toy_server", [{"env_kwargs": {"delay_s": 0.6}, "step_timeout_s": 5}], indirect=True)
-def test_client_timeout_and_busy_session(toy_server):
-    env = RemoteEnv(toy_server.url, timeout_s=0.2)
+@pytest.mark.parametrize("gated_server", [{"step_timeout_s": 120}], indirect=True)
+def test_client_timeout_and_busy_session(gated_server):
+    env = RemoteEnv(gated_server.url, timeout_s=0.5)
     env.reset(0)
     start = time.monotonic()
-    with pytest.raises(RemoteEnvError, match="timed out after 0.2 s"):
+    with pytest.raises(RemoteEnvError, match="timed out after 0.5 s"):
         env.step("up")
-    assert time.monotonic() - start < 0.6
-    status, message = _status(toy_server.url, "POST", "/step", {"session_id": env.session_id, "action": "up"})
-    assert status == 409 and "busy" in message  # the first step is still running server-side
+    assert time.monotonic() - start < NO_HANG_S
+    status, message = _status(gated_server.url, "POST", "/step", {"session_id": env.session_id, "action": "up"})
+    assert status == 409 and "busy" in message  # the first step is still blocked server-side
 
 
-@pytest.mark.parametrize("toy_server", [{"session_ttl_s": 0.2, "max_sessions": 2}], indirect=True)
-def test_idle_sessions_expire_and_capacity_is_bounded(toy_server):
-    a, b, c = (RemoteEnv(toy_server.url) for _ in range(3))
-    a.reset(0), b.reset(0)
-    assert _status(toy_server.url, "POST", "/reset", {"seed": 0})[0] == 503
-    time.sleep(0.35)
-    c.reset(0)  # sweeps a and b
-    assert len(toy_server.service.sessions) == 1
-    with pytest.raises(RemoteEnvError, match="404.*expired"):
-        a.step("up")
-    assert a.reset(2)[0] == "Value: 2"  # reset renews an expired session
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_idle_sessions_expire_and_capacity_is_bounded():
+    clock = FakeClock()
+    srv = EnvServer(TOY, port=0, session_ttl_s=60.0, max_sessions=2, clock=clock).start_background()
+    try:
+        a, b, c = (RemoteEnv(srv.url) for _ in range(3))
+        a.reset(0), b.reset(0)
+        assert _status(srv.url, "POST", "/reset", {"seed": 0})[0] == 503
+        clock.now += 59.0
+        b.step("up")  # b was used within the TTL: it stays
+        clock.now += 2.0
+        c.reset(0)  # sweeps a only
+        assert len(srv.service.sessions) == 2
+        with pytest.raises(RemoteEnvError, match="404.*expired"):
+            a.step("up")
+        assert b.step("up")[0] == "Value: 2"
+        c.close()
+        assert a.reset(2)[0] == "Value: 2"  # reset renews an expired session
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def stalling_server():
+    """/spec answers at once (step_timeout_s 0, so RemoteEnv's default timeout is 5 s); /reset stalls
+    until the test ends (at most 60 s, so a forgotten stall ends by itself)."""
+    release = threading.Event()
+
+    def stall(_body):
+        release.wait(60)
+        return 200, {"session_id": "late", "observation": "", "info": {}}
+
+    routes = {("GET", "/spec"): lambda _body: (200, {"env": "stall", "step_timeout_s": 0.0}),
+              ("POST", "/reset"): stall}
+    srv = JsonServer("127.0.0.1", 0, routes).start_background()
+    yield srv
+    release.set()
+    srv.stop()
+
+
+def test_default_timeout_is_the_one_reported(stalling_server):
+    """The timeout set after /spec (step timeout + 5 s) governs the next calls on the same connection."""
+    env = RemoteEnv(stalling_server.url, retries=0)
+    assert env.step_timeout_s == 5.0
+    start = time.monotonic()
+    with pytest.raises(RemoteEnvError, match="timed out after 5 s"):
+        env.reset(0)
+    assert time.monotonic() - start < NO_HANG_S  # the first request's 30 s must not linger on the socket
+
+
+def test_every_call_honours_the_current_timeout(stalling_server):
+    client = JsonClient(stalling_server.url, timeout_s=LONG_TIMEOUT_S, retries=0)
+    assert client.call("GET", "/spec", idempotent=True)["env"] == "stall"
+    client.timeout_s = 0.3
+    start = time.monotonic()
+    with pytest.raises(ServiceError, match="timed out after 0.3 s"):
+        client.call("POST", "/reset", {"seed": 0}, idempotent=False)
+    assert time.monotonic() - start < NO_HANG_S
+    client.timeout_s = LONG_TIMEOUT_S  # a longer timeout applies again on the reopened connection
+    assert client.call("GET", "/spec", idempotent=True)["env"] == "stall"
+
+
+def _raw_post(url: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, str, str | None]:
+    """(status, body text, Connection header) of one hand-made request; bounded by a socket timeout."""
+    host, port = url.rsplit("/", 1)[-1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=NO_HANG_S)
+    try:
+        conn.putrequest("POST", path)
+        for k, v in headers.items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        conn.send(body)
+        response = conn.getresponse()
+        return response.status, response.read().decode(), response.getheader("Connection")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("length", ["-5", "-1", "1_0", "0x10", " "])
+def test_bad_content_length_is_a_400_not_a_hang(toy_server, length):
+    status, text, connection = _raw_post(toy_server.url, "/reset", {"Content-Length": length}, b'{"seed": 1}')
+    assert status == 400 and "Content-Length" in text
+    assert connection == "close"  # the unread body must not be parsed as the next request
+
+
+@pytest.mark.parametrize("depth", [5_000, 100_000])
+@pytest.mark.parametrize("opener,closer", [("[", "]"), ('{"a":', "}")])
+def test_deeply_nested_json_is_a_400(toy_server, depth, opener, closer):
+    body = (opener * depth + "1" + closer * depth).encode()  # under the 1 MiB body limit
+    status, text, _ = _raw_post(toy_server.url, "/reset", {"Content-Length": str(len(body)),
+                                                           "Content-Type": "application/json"}, body)
+    assert status == 400 and "nested too deeply" in text
+    assert _status(toy_server.url, "POST", "/reset", {"seed": 1})[0] == 200  # the server still serves
 
 
 def test_jax_envs_are_refused():
@@ -160,8 +265,8 @@ def test_unreachable_server_is_a_clear_error():
     srv.service.close()
     start = time.monotonic()
     with pytest.raises(RemoteEnvError, match="is the server running"):
-        RemoteEnv(url, timeout_s=1, retries=1)
-    assert time.monotonic() - start < 3
+        RemoteEnv(url, timeout_s=LONG_TIMEOUT_S, retries=1)
+    assert time.monotonic() - start < NO_HANG_S  # refused at once, not after the timeout
 
 
 def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
@@ -181,15 +286,15 @@ def test_cli_server_crash_mid_episode_is_reported():
     try:
         line = _read_line(proc, 60)
         assert "listening on http://127.0.0.1:" in line
-        env = RemoteEnv(line.rsplit(" ", 1)[-1].strip(), timeout_s=5, retries=0)
+        env = RemoteEnv(line.rsplit(" ", 1)[-1].strip(), timeout_s=LONG_TIMEOUT_S, retries=0)
         env.reset(0)
         assert env.step("up")[0] == "Value: 1"
         proc.kill()
         proc.wait(10)
         start = time.monotonic()
-        with pytest.raises(RemoteEnvError, match="failed|timed out"):
+        with pytest.raises(RemoteEnvError, match="failed"):
             env.step("up")
-        assert time.monotonic() - start < 6
+        assert time.monotonic() - start < NO_HANG_S
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -203,13 +308,14 @@ def test_host_batch_records_remote_failures_as_error_episodes():
     good = EnvServer(TOY, port=0).start_background()
     doomed = EnvServer(TOY, port=0).start_background()
     try:
-        envs = [RemoteEnv(good.url, timeout_s=5), RemoteEnv(good.url, timeout_s=5), RemoteEnv(doomed.url, timeout_s=5, retries=0)]
+        envs = [RemoteEnv(good.url, timeout_s=LONG_TIMEOUT_S), RemoteEnv(good.url, timeout_s=LONG_TIMEOUT_S),
+                RemoteEnv(doomed.url, timeout_s=LONG_TIMEOUT_S, retries=0)]
         batch = batch_module.HostEnvBatch(envs)
         assert batch.reset([0, 1, 2]) == ["Value: 0", "Value: 1", "Value: 2"]
         doomed.stop()  # the server of episode 2 goes away mid-episode
         start = time.monotonic()
         result = batch.step([["up"], ["fail"], ["up"]], np.ones(3, bool))
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < NO_HANG_S
         assert result.errors[0] == "" and result.observations[0] == "Value: 1"
         assert "RemoteEnvError" in result.errors[1] and "500" in result.errors[1]
         assert "RemoteEnvError" in result.errors[2] and "failed" in result.errors[2]

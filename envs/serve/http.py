@@ -8,21 +8,25 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 MAX_BODY_BYTES = 1 << 20
+_DECIMAL = re.compile(r"[0-9]+")
 
 
 class HttpError(Exception):
-    """An error to answer with `status` and a JSON `{"error": message}` body."""
+    """An error to answer with `status` and a JSON `{"error": message}` body; `close` ends the
+    connection after the answer (when the request's body was not read, its bytes are no request)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, close: bool = False):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.close = close
 
 
 def to_jsonable(value: Any) -> Any:
@@ -66,11 +70,14 @@ class JsonHandler(BaseHTTPRequestHandler):
         if getattr(self.server, "verbose", False):
             super().log_message(format, *args)
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
+    def _send(self, status: int, payload: dict[str, Any], close: bool = False) -> None:
         body = json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 
@@ -78,14 +85,14 @@ class JsonHandler(BaseHTTPRequestHandler):
         length_text = self.headers.get("Content-Length")
         if length_text is None:
             if self.command == "POST":
-                raise HttpError(411, "POST needs a Content-Length header and a JSON object body.")
+                raise HttpError(411, "POST needs a Content-Length header and a JSON object body.", close=True)
             return {}
-        try:
-            length = int(length_text)
-        except ValueError:
-            raise HttpError(400, f"Bad Content-Length {length_text!r}.") from None
+        if not _DECIMAL.fullmatch(length_text.strip()):
+            raise HttpError(400, f"Bad Content-Length {length_text!r}; send the body's size in bytes "
+                                 "(a non-negative decimal integer).", close=True)
+        length = int(length_text)
         if length > MAX_BODY_BYTES:
-            raise HttpError(413, f"Body of {length} bytes exceeds the {MAX_BODY_BYTES}-byte limit.")
+            raise HttpError(413, f"Body of {length} bytes exceeds the {MAX_BODY_BYTES}-byte limit.", close=True)
         raw = self.rfile.read(length) if length else b""
         if not raw:
             return {}
@@ -93,6 +100,8 @@ class JsonHandler(BaseHTTPRequestHandler):
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise HttpError(400, f"Body is not valid JSON ({e}); send a JSON object.") from None
+        except RecursionError:
+            raise HttpError(400, "Body is nested too deeply to decode; send a flat JSON object.") from None
         if not isinstance(data, dict):
             raise HttpError(400, f"Body must be a JSON object, got {type(data).__name__}.")
         return data
@@ -100,6 +109,7 @@ class JsonHandler(BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         routes: dict[tuple[str, str], Route] = self.server.routes  # type: ignore[attr-defined]
+        close = False
         try:
             body = self._read_json()
             route = routes.get((self.command, path))
@@ -111,10 +121,10 @@ class JsonHandler(BaseHTTPRequestHandler):
                 raise HttpError(404, f"No endpoint {self.command} {path}. Endpoints: {known}.")
             status, payload = route(body)
         except HttpError as e:
-            status, payload = e.status, {"error": e.message}
+            status, payload, close = e.status, {"error": e.message}, e.close
         except Exception as e:  # a bug in a route must not kill the connection silently
             status, payload = 500, {"error": f"{type(e).__name__}: {e}"}
-        self._send(status, payload)
+        self._send(status, payload, close)
 
     do_GET = _dispatch
     do_POST = _dispatch

@@ -23,7 +23,10 @@ class ServiceError(RuntimeError):
 
 
 class JsonClient:
-    """One persistent connection to `base_url`; not thread-safe (use one client per thread)."""
+    """One persistent connection to `base_url`; not thread-safe (use one client per thread).
+
+    `timeout_s` (changeable between calls) bounds each wait of a call: connect, send, each read.
+    """
 
     def __init__(self, base_url: str, timeout_s: float = 30.0, retries: int = 2, backoff_s: float = 0.2):
         parsed = urllib.parse.urlparse(base_url if "//" in base_url else f"http://{base_url}")
@@ -47,6 +50,7 @@ class JsonClient:
             self.close()  # the server may have dropped an idle keep-alive connection
         if self._conn is None:
             self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        self._apply_timeout(self._conn)
         data = json.dumps(body).encode("utf-8") if body is not None else None
         headers = {"Content-Type": "application/json"} if data is not None else {}
         try:
@@ -59,12 +63,18 @@ class JsonClient:
         self._last_used = time.monotonic()
         try:
             payload = json.loads(raw) if raw else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             payload = {"error": raw[:200].decode("utf-8", "replace")}
         if response.status >= 400:
             message = payload.get("error", "") if isinstance(payload, dict) else str(payload)
             raise ServiceError(f"{method} {self.base_url}{path} -> HTTP {response.status}: {message}", response.status)
         return payload
+
+    def _apply_timeout(self, conn: http.client.HTTPConnection) -> None:
+        """The current timeout on a kept-alive connection, which otherwise keeps its first one."""
+        conn.timeout = self.timeout_s
+        if conn.sock is not None:
+            conn.sock.settimeout(self.timeout_s)
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None, *, idempotent: bool) -> dict[str, Any]:
         """Send one request; retry transport failures only when `idempotent` (5xx is never retried

@@ -38,16 +38,17 @@ def resolve_env_factory(env: str, env_kwargs: dict[str, Any] | None = None) -> C
 @dataclasses.dataclass
 class _Session:
     env: HostEnv
+    last_used: float
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-    last_used: float = dataclasses.field(default_factory=time.monotonic)
     episode_over: bool = True
 
 
 class EnvService:
-    """Sessions of one env kind; `routes()` is the HTTP route table."""
+    """Sessions of one env kind; `routes()` is the HTTP route table. `clock` (seconds) times idle expiry."""
 
     def __init__(self, env: str, env_kwargs: dict[str, Any] | None = None, step_timeout_s: float = 60.0,
-                 session_ttl_s: float = 900.0, max_sessions: int = 4096, workers: int = 256):
+                 session_ttl_s: float = 900.0, max_sessions: int = 4096, workers: int = 256,
+                 clock: Callable[[], float] = time.monotonic):
         self.env_name = env
         self.make_env = resolve_env_factory(env, env_kwargs)
         probe = self.make_env()  # fail at start-up, not on the first request
@@ -58,6 +59,7 @@ class EnvService:
         }
         probe.close()
         self.step_timeout_s, self.session_ttl_s, self.max_sessions = step_timeout_s, session_ttl_s, max_sessions
+        self.clock = clock
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="env")
@@ -79,7 +81,7 @@ class EnvService:
 
     def _sweep(self) -> None:
         """Close sessions idle for longer than the TTL (checked at most once a second)."""
-        now = time.monotonic()
+        now = self.clock()
         if now - self._last_sweep < min(1.0, self.session_ttl_s / 2):
             return
         self._last_sweep = now
@@ -116,7 +118,7 @@ class EnvService:
                 session.episode_over = True
                 raise HttpError(500, f"The {self.env_name} env raised {type(e).__name__}: {e}") from None
         finally:
-            session.last_used = time.monotonic()
+            session.last_used = self.clock()
             session.lock.release()
 
     # ---- routes
@@ -141,11 +143,11 @@ class EnvService:
             session_id, session = uuid.uuid4().hex, None
 
         def do_reset(s: _Session | None) -> tuple[_Session, Any]:
-            s = s or _Session(env=self.make_env())
+            s = s or _Session(env=self.make_env(), last_used=self.clock())
             return s, s.env.reset(seed)
 
         if session is None:  # build the env inside the timeout too
-            placeholder = _Session(env=None)  # type: ignore[arg-type]
+            placeholder = _Session(env=None, last_used=self.clock())  # type: ignore[arg-type]
             session, out = self._run(session_id, placeholder, lambda: do_reset(None))
             with self._lock:
                 self.sessions[session_id] = session
