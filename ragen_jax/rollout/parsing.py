@@ -15,6 +15,8 @@ SPECIAL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>"
 # backtracking regex is quadratic on adversarial text such as "<think></think>" * 100_000).
 THINK_ANSWER_PATTERN = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
 ANSWER_ONLY_PATTERN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# Linear: each `</think>` starts one attempt whose `\s*` run ends at the next non-space.
+_CLOSE_THINK_THEN_ANSWER = re.compile(r"</think>\s*<answer>")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,24 +45,23 @@ class ParsedResponse:
 
 
 def _match_think_answer(text: str) -> tuple[str, str] | None:
-    """(think, answer) exactly as `THINK_ANSWER_PATTERN.search` would find them, in O(len)."""
+    """(think, answer) exactly as `THINK_ANSWER_PATTERN.search` would find them, in O(len).
+
+    The first `<think>` is the start (a match from a later one is also a match from it); the
+    lazy think group ends at the first `</think>` that `\s*<answer>` follows, and the lazy answer
+    group at the first `</answer>` after that (none there means none later either).
+    """
     start = text.find("<think>")
     if start < 0:
         return None
     think_start = start + len("<think>")
-    pos = text.find("</think>", think_start)
-    while pos >= 0:
-        k = pos + len("</think>")
-        while k < len(text) and _is_regex_space(text[k]):
-            k += 1
-        if text.startswith("<answer>", k):
-            answer_start = k + len("<answer>")
-            answer_end = text.find("</answer>", answer_start)
-            if answer_end < 0:
-                return None  # no later closing can succeed either
-            return text[think_start:pos], text[answer_start:answer_end]
-        pos = text.find("</think>", pos + 1)
-    return None
+    close = _CLOSE_THINK_THEN_ANSWER.search(text, think_start)
+    if close is None:
+        return None
+    answer_end = text.find("</answer>", close.end())
+    if answer_end < 0:
+        return None
+    return text[think_start:close.start()], text[close.end():answer_end]
 
 
 def _match_answer_only(text: str) -> str | None:
@@ -69,10 +70,6 @@ def _match_answer_only(text: str) -> str | None:
         return None
     end = text.find("</answer>", start + len("<answer>"))
     return None if end < 0 else text[start + len("<answer>"):end]
-
-
-def _is_regex_space(char: str) -> bool:
-    return re.match(r"\s", char) is not None
 
 
 def _strip_specials(text: str) -> str:
