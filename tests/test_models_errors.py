@@ -8,7 +8,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from ragen_jax.models import ModelConfig, load_model, load_tokenizer, make_tiny_model, save_pretrained
+from ragen_jax.models import hf as hf_module
 from ragen_jax.models.config import config_from_hf
+from ragen_jax.models.hf_files import CheckpointError
 
 
 @pytest.fixture(scope="module")
@@ -64,18 +66,103 @@ def test_unsupported_architecture_in_model_config():
         ModelConfig("mistral", 16, 8, 16, 1, 2, 1, 4)
 
 
-def test_missing_tensor_names_tensor_and_file(bad):
+@pytest.fixture
+def tensor_reads(monkeypatch):
+    """Names of the tensors whose data load_model reads (headers and shapes are not data)."""
+    reads: list[str] = []
+    real_open = hf_module.safe_open
+
+    class CountingHandle:
+        def __init__(self, *args, **kwargs):
+            self.inner = real_open(*args, **kwargs)
+
+        def __enter__(self):
+            self.inner.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.inner.__exit__(*exc)
+
+        def get_tensor(self, name):
+            reads.append(name)
+            return self.inner.get_tensor(name)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    monkeypatch.setattr(hf_module, "safe_open", CountingHandle)
+    return reads
+
+
+def test_good_folder_loads_every_tensor_once(good, tensor_reads):
+    model = load_model(good)
+    assert sorted(tensor_reads) == sorted(load_file(good / "model.safetensors"))
+    assert model.config.intermediate_size == 64
+
+
+def test_missing_tensor_names_tensor_and_file_before_reading_any(bad, tensor_reads):
     tensors = load_file(bad / "model.safetensors")
-    del tensors["model.layers.0.self_attn.k_proj.weight"]
+    del tensors["model.norm.weight"]  # the last tensor loaded: found from the header, not after the others
     save_file(tensors, bad / "model.safetensors")
-    with pytest.raises(KeyError, match=r"model\.layers\.0\.self_attn\.k_proj\.weight.*model\.safetensors"):
+    with pytest.raises(CheckpointError, match=r"'model\.norm\.weight' is missing from .*model\.safetensors"):
         load_model(bad)
+    assert tensor_reads == []
 
 
-def test_shape_mismatch_names_tensor_and_shapes(bad):
+def test_shape_mismatch_names_tensor_shapes_and_file_before_reading_any(bad, tensor_reads):
     _edit_config(bad, intermediate_size=48)
-    with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp\.down_proj\.weight.*\(32, 64\), expected \(32, 48\)"):
+    with pytest.raises(CheckpointError) as info:
         load_model(bad)
+    message = str(info.value)
+    for name, found, expected in (("down_proj", "(32, 64)", "(32, 48)"), ("up_proj", "(64, 32)", "(48, 32)"),
+                                  ("gate_proj", "(64, 32)", "(48, 32)")):
+        assert (f"'model.layers.0.mlp.{name}.weight' in {bad / 'model.safetensors'} has shape {found}, "
+                f"expected {expected}") in message
+    assert tensor_reads == []
+
+
+def test_wrong_tensor_in_the_last_shard_is_found_before_reading_any(tmp_path, tensor_reads):
+    model, tok = make_tiny_model(seed=0, hidden_size=32, intermediate_size=64, head_dim=8, num_layers=2,
+                                 tie_word_embeddings=False)
+    folder = tmp_path / "sharded"
+    save_pretrained(model, folder, tok, max_shard_bytes=40_000)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    last_shard = sorted(set(index.values()))[-1]
+    assert len(set(index.values())) > 2
+    tensors = load_file(folder / last_shard)
+    name = sorted(tensors)[-1]
+    tensors[name] = np.zeros((3,) + tensors[name].shape[1:], tensors[name].dtype)
+    save_file(tensors, folder / last_shard)
+    with pytest.raises(CheckpointError, match=rf"'{name}' in .*{last_shard} has shape \(3,"):
+        load_model(folder)
+    assert tensor_reads == []
+
+
+def test_truncated_shard_is_reported_before_reading_any(bad, tensor_reads):
+    path = bad / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-100])  # an interrupted download
+    with pytest.raises(CheckpointError, match=r"model\.safetensors is truncated"):
+        load_model(bad)
+    path.write_bytes(b"\x00" * 4)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors is not a safetensors file"):
+        load_model(bad)
+    assert tensor_reads == []
+
+
+def test_folder_without_tokenizer_files_is_an_error(bad):
+    for f in bad.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "chat_template")):
+            f.unlink()
+    with pytest.raises(FileNotFoundError, match=r"No tokenizer files in .*tokenizer\.json"):
+        load_tokenizer(bad)
+
+
+def test_tokenizer_with_an_empty_vocabulary_is_an_error(bad):
+    config = json.loads((bad / "tokenizer.json").read_text())
+    config["model"]["vocab"], config["model"]["merges"], config["added_tokens"] = {}, [], []
+    (bad / "tokenizer.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"encodes .* to no ids"):
+        load_tokenizer(bad)
 
 
 def test_missing_shard_listed_in_index(bad):
@@ -93,7 +180,7 @@ def test_dtype_that_cannot_be_honoured(bad):
     tensors = load_file(bad / "model.safetensors")
     tensors["model.norm.weight"] = np.ones(32, np.int8)
     save_file(tensors, bad / "model.safetensors")
-    with pytest.raises(ValueError, match=r"model\.norm\.weight.*I8"):
+    with pytest.raises(CheckpointError, match=r"model\.norm\.weight.*I8"):
         load_model(bad)
 
 

@@ -14,11 +14,10 @@ from flax import nnx
 from safetensors import safe_open
 
 from ragen_jax.models.config import DTYPES, ModelConfig, config_from_hf, config_to_hf
+from ragen_jax.models.hf_files import INDEX, SINGLE, ExpectedTensor, check_tensors, checkpoint_tensors
 from ragen_jax.models.tokenizer import Tokenizer
 from ragen_jax.models.transformer import CausalLM, ValueModel
 
-_LOADABLE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
-_INDEX = "model.safetensors.index.json"
 
 
 def hf_name(path: tuple[Any, ...]) -> tuple[str, bool]:
@@ -52,23 +51,6 @@ def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dt
         raise ValueError(f"{path}: {e}") from e
 
 
-def _weight_files(folder: str) -> dict[str, str]:
-    """Tensor name -> safetensors file path, for single-file or sharded checkpoints."""
-    index = os.path.join(folder, _INDEX)
-    if os.path.isfile(index):
-        with open(index) as f:
-            weight_map = json.load(f)["weight_map"]
-        return {name: os.path.join(folder, fname) for name, fname in weight_map.items()}
-    single = os.path.join(folder, "model.safetensors")
-    if not os.path.isfile(single):
-        raise FileNotFoundError(
-            f"No weights in {folder!r}: expected model.safetensors or {_INDEX} with its shards "
-            "(PyTorch .bin checkpoints must be converted to safetensors first)."
-        )
-    with safe_open(single, framework="numpy") as f:
-        return {name: single for name in f.keys()}
-
-
 def _fresh_param(path: tuple[Any, ...], abstract: jax.ShapeDtypeStruct, seed: int) -> jax.Array:
     """Initial value for a parameter the checkpoint may lack (the critic's value head)."""
     if path[-1] == "kernel":
@@ -88,8 +70,10 @@ def load_model(
 ) -> CausalLM | ValueModel:
     """Builds model_cls from config.json and fills it tensor by tensor from memory-mapped safetensors.
 
-    Dtypes default to the checkpoint's (float32 if it is not float32/bfloat16). A ValueModel loads
-    the backbone and, when present, `score.weight/bias`; otherwise its head is freshly initialised.
+    Every tensor's presence, shape and dtype is checked from the safetensors headers before any
+    weight is read. Dtypes default to the checkpoint's (float32 if it is not float32/bfloat16). A
+    ValueModel loads the backbone and, when present, `score.weight/bias`; otherwise its head is
+    freshly initialised.
     """
     folder = os.fspath(folder)
     config = read_config(folder, param_dtype=param_dtype, dtype=dtype)
@@ -97,45 +81,35 @@ def load_model(
         config = config.replace(remat=remat)
     abstract = nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(seed)))
     graphdef, abs_state = nnx.split(abstract)
-    files = _weight_files(folder)
+    needed = [(path, var, *hf_name(path)) for path, var in nnx.to_flat_state(abs_state)]
+    found, listing = checkpoint_tensors(folder)
+    expected = {name: ExpectedTensor(_hf_shape(var.get_value(), transposed),
+                                     optional=model_cls is ValueModel and path[0] == "score")
+                for path, var, name, transposed in needed}
+    check_tensors(expected, found, listing, f"the {config.architecture} model of {os.path.join(folder, 'config.json')}")
     flat = []
     with ExitStack() as stack:
         handles: dict[str, Any] = {}
-        for path, var in nnx.to_flat_state(abs_state):
-            name, transposed = hf_name(path)
+        for path, var, name, transposed in needed:
             spec = var.get_value()
-            if name not in files:
-                if model_cls is ValueModel and path[0] == "score":
-                    flat.append((path, var.replace(_fresh_param(path, spec, seed))))
-                    continue
-                where = _INDEX if os.path.isfile(os.path.join(folder, _INDEX)) else "model.safetensors"
-                raise KeyError(f"Tensor {name!r} is missing from {os.path.join(folder, where)} (needed for {config.architecture}).")
-            fname = files[name]
+            if name not in found:  # an optional tensor (the critic's value head)
+                flat.append((path, var.replace(_fresh_param(path, spec, seed))))
+                continue
+            fname = found[name].file
             if fname not in handles:
-                if not os.path.isfile(fname):
-                    raise FileNotFoundError(f"Shard {fname} listed in {_INDEX} is missing.")
                 handles[fname] = stack.enter_context(safe_open(fname, framework="numpy"))
-            flat.append((path, var.replace(_read_tensor(handles[fname], name, fname, spec, transposed))))
+            flat.append((path, var.replace(_read_tensor(handles[fname], name, spec, transposed))))
     state = nnx.from_flat_state(flat)
     return nnx.merge(graphdef, state)
 
 
-def _read_tensor(handle: Any, name: str, fname: str, spec: jax.ShapeDtypeStruct, transposed: bool) -> jax.Array:
-    """Reads one tensor (memory-mapped), checks its shape, transposes Linear weights, casts to spec.dtype."""
-    sl = handle.get_slice(name)
-    src_dtype = sl.get_dtype()
-    if src_dtype not in _LOADABLE:
-        raise ValueError(
-            f"Tensor {name!r} in {fname} has dtype {src_dtype}, which cannot be converted to {spec.dtype}; "
-            f"supported checkpoint dtypes: {', '.join(_LOADABLE)} (dequantise the checkpoint first)."
-        )
-    found = tuple(sl.get_shape())
-    expected = tuple(spec.shape[::-1]) if transposed else tuple(spec.shape)
-    if found != expected:
-        raise ValueError(
-            f"Tensor {name!r} in {fname} has shape {found}, expected {expected} from config.json; "
-            "the config and weights do not belong together."
-        )
+def _hf_shape(spec: jax.ShapeDtypeStruct, transposed: bool) -> tuple[int, ...]:
+    """The checkpoint (PyTorch-layout) shape of a parameter."""
+    return tuple(spec.shape[::-1]) if transposed else tuple(spec.shape)
+
+
+def _read_tensor(handle: Any, name: str, spec: jax.ShapeDtypeStruct, transposed: bool) -> jax.Array:
+    """Reads one tensor (memory-mapped; checked against the header already), transposes Linear weights, casts."""
     arr = handle.get_tensor(name)
     if transposed:
         arr = arr.T
@@ -224,7 +198,7 @@ def save_pretrained(
             json.dump(gen, f, indent=2, sort_keys=True)
     params = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
     plan = _shard_plan(model, config.param_dtype, max_shard_bytes)
-    names = ["model.safetensors"] if len(plan) == 1 else [
+    names = [SINGLE] if len(plan) == 1 else [
         f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))
     ]
     weight_map, total = {}, 0
@@ -235,7 +209,7 @@ def save_pretrained(
         total += sum(a.nbytes for a in shard.values())
         del shard
     if len(plan) > 1:
-        with open(os.path.join(folder, _INDEX), "w") as f:
+        with open(os.path.join(folder, INDEX), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
     if tokenizer is not None:
         tokenizer.save(folder)

@@ -6,6 +6,9 @@ import os
 from typing import Any, Iterable, Mapping, Sequence
 
 _EOS_CANDIDATES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
+# Files that hold a vocabulary (fast tokenizer, BPE vocab, sentencepiece, WordPiece); without one
+# of them AutoTokenizer builds an empty tokenizer instead of failing.
+VOCAB_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "spiece.model", "vocab.txt")
 
 
 class Tokenizer:
@@ -22,6 +25,13 @@ class Tokenizer:
         folder = os.fspath(folder)
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"Tokenizer folder {folder!r} does not exist; pass a local checkpoint folder.")
+        if not any(os.path.isfile(os.path.join(folder, name)) for name in VOCAB_FILES):
+            present = ", ".join(sorted(os.listdir(folder))) or "nothing"
+            raise FileNotFoundError(
+                f"No tokenizer files in {folder!r} (it holds {present}): a model folder needs tokenizer.json "
+                "(or vocab.json + merges.txt, or tokenizer.model) and tokenizer_config.json. Copy them from "
+                "the model the weights came from."
+            )
         try:
             hf = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         except Exception as e:  # transformers raises many kinds here; name the folder
@@ -29,6 +39,9 @@ class Tokenizer:
                 f"Could not load a tokenizer from {folder!r} ({type(e).__name__}: {e}). The folder needs "
                 "tokenizer.json (or vocab/merges files) and tokenizer_config.json."
             ) from e
+        if not hf.encode("a", add_special_tokens=False):
+            raise ValueError(f"The tokenizer in {folder!r} encodes 'a' to no ids (an empty vocabulary); its "
+                             "tokenizer files are incomplete. Copy them from the model the weights came from.")
         return cls(hf)
 
     def encode(self, text: str) -> list[int]:
