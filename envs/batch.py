@@ -34,18 +34,38 @@ def _pad_actions(actions: Sequence[Sequence[Action]], batch_size: int) -> np.nda
     return out
 
 
+# folded into an episode's key so its transition draws never reuse the key its reset drew from
+_TRANSITION_STREAM = 0x5EED
+
+
+@jax.jit
+def _keys_of_seeds(seeds: jax.Array) -> jax.Array:
+    return jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(s), _TRANSITION_STREAM))(seeds)
+
+
+def episode_keys(env: JaxEnv, episode_seeds: Sequence[int]) -> jax.Array:
+    """Per-episode transition keys [B, 2] from the episodes' seeds: step k of episode i draws from
+    `fold_in(keys[i], k)`, so a seed fixes every random draw whatever the batch row or rollout."""
+    seeds = np.asarray(episode_seeds, np.int64)
+    if type(env).seed_to_key is JaxEnv.seed_to_key and np.all((seeds >= 0) & (seeds < 2**31)):
+        return _keys_of_seeds(jnp.asarray(seeds, jnp.int32))
+    return jnp.stack([jax.random.fold_in(env.seed_to_key(int(s)), _TRANSITION_STREAM) for s in seeds])
+
+
 def make_turn_fn(env: JaxEnv) -> Callable:
-    """Jitted `turn(state [B], actions [B, A], active [B], done [B], key, params)` of a JAX env.
+    """Jitted `turn(state [B], actions [B, A], active [B], done [B], keys [B], steps [B], params)` of a JAX env.
 
     Actions run in order with a scan; a row stops at its first terminated/truncated step, at an
-    action id -1, or when inactive/already done. Returns (state, outputs dict of [B] arrays).
+    action id -1, or when inactive/already done. The n-th executed step of an episode (counting from
+    its reset, `steps` so far) draws its randomness from `fold_in(keys[b], n)`.
+    Returns (state, outputs dict of [B] arrays, steps [B] after the turn).
     """
-    def row(state, actions, active, done, key, params):
-        def body(carry, xs):
-            st, stop, out = carry
-            action, k = xs
+    def row(state, actions, active, done, key, steps, params):
+        def body(carry, action):
+            st, stop, n, out = carry
             run = active & ~stop & (action >= 0)
-            _, st2, reward, terminated, info = env.step_env(k, st, jnp.maximum(action, 0), params)
+            _, st2, reward, terminated, info = env.step_env(jax.random.fold_in(key, n), st,
+                                                            jnp.maximum(action, 0), params)
             truncated = env.is_truncated(st2, params) & ~terminated
             st = jax.tree.map(lambda new, old: jnp.where(run, new, old), st2, st)
             valid = info.get("action_is_valid", jnp.bool_(True))
@@ -58,19 +78,17 @@ def make_turn_fn(env: JaxEnv) -> Callable:
                 "action_is_effective": out["action_is_effective"] | (run & info["action_is_effective"]),
                 "action_is_valid": out["action_is_valid"] & (~run | valid),
             }
-            return (st, stop | (run & (terminated | truncated)), out), None
+            return (st, stop | (run & (terminated | truncated)), n + run.astype(jnp.int32), out), None
 
         zeros = {"rewards": jnp.float32(0), "terminated": jnp.bool_(False), "truncated": jnp.bool_(False),
                  "success": jnp.bool_(False), "actions_executed": jnp.int32(0),
                  "action_is_effective": jnp.bool_(False), "action_is_valid": jnp.bool_(True)}
-        keys = jax.random.split(key, actions.shape[0])
-        (state, _, out), _ = jax.lax.scan(body, (state, done, zeros), (actions, keys))
-        return state, out
+        (state, _, steps, out), _ = jax.lax.scan(body, (state, done, steps, zeros), actions)
+        return state, out, steps
 
     @jax.jit
-    def turn(state, actions, active, done, key, params):
-        keys = jax.random.split(key, actions.shape[0])
-        return jax.vmap(row, in_axes=(0, 0, 0, 0, 0, None))(state, actions, active, done, keys, params)
+    def turn(state, actions, active, done, keys, steps, params):
+        return jax.vmap(row, in_axes=(0, 0, 0, 0, 0, 0, None))(state, actions, active, done, keys, steps, params)
 
     return turn
 
@@ -78,11 +96,12 @@ def make_turn_fn(env: JaxEnv) -> Callable:
 class JaxEnvBatch(EnvBatch):
     """B episodes of one `JaxEnv`, stepped by one jitted, vmapped scan per turn.
 
-    Randomness of transitions comes from `key` (default: PRNGKey(0)) folded with the turn count,
-    so a batch replays identically given the same seeds and actions.
+    Every random draw comes from the episode: its seed (`env.episode_seed(seed, instance)`) fixes the
+    initial state and the transition randomness (step n of the episode draws from a key derived from the
+    seed and n), so the same seeds and actions replay identically and different seeds are independent.
     """
 
-    def __init__(self, env: JaxEnv, batch_size: int, params: Any = None, key: jax.Array | None = None):
+    def __init__(self, env: JaxEnv, batch_size: int, params: Any = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.env = env
@@ -92,13 +111,14 @@ class JaxEnvBatch(EnvBatch):
         self.action_names = list(env.action_names) if self.action_lookup else None
         # names listed in the system prompt (an env whose valid names change per episode hides them)
         self.prompt_action_names = getattr(env, "prompt_action_names", self.action_names)
-        self._key = jax.random.PRNGKey(0) if key is None else key
         self._turn_fn = make_turn_fn(env)
         self._reset_fn = jax.jit(jax.vmap(lambda k, p: env.reset_env(k, p)[1], in_axes=(0, None)))
         self.state: Any = None
+        self.episode_seeds: list[int] = []
+        self._keys: jax.Array | None = None
+        self._steps = np.zeros(self._batch_size, np.int32)
         self._done = np.zeros(self._batch_size, bool)
         self._success = np.zeros(self._batch_size, bool)
-        self._turn = 0
 
     @property
     def batch_size(self) -> int:
@@ -119,17 +139,22 @@ class JaxEnvBatch(EnvBatch):
         return [self.env.render_text(jax.tree.map(lambda x: x[i], host), self.params) if rows[i] else ""
                 for i in range(self._batch_size)]
 
-    def reset(self, seeds: Sequence[int]) -> list[str]:
+    def reset(self, seeds: Sequence[int], instances: Sequence[int] | None = None) -> list[str]:
         if len(seeds) != self._batch_size:
             raise ValueError(f"Expected {self._batch_size} seeds, got {len(seeds)}.")
+        instances = range(self._batch_size) if instances is None else instances
+        if len(instances) != self._batch_size:
+            raise ValueError(f"Expected {self._batch_size} instances, got {len(instances)}.")
+        self.episode_seeds = [self.env.episode_seed(int(s), int(i)) for s, i in zip(seeds, instances)]
         if hasattr(self.env, "reset_from_seeds"):
-            self.state = self.env.reset_from_seeds(seeds, self.params)
+            self.state = self.env.reset_from_seeds(self.episode_seeds, self.params)
         else:
-            keys = jnp.stack([self.env.seed_to_key(int(s)) for s in seeds])
+            keys = jnp.stack([self.env.seed_to_key(s) for s in self.episode_seeds])
             self.state = self._reset_fn(keys, self.params)
+        self._keys = episode_keys(self.env, self.episode_seeds)
+        self._steps[:] = 0
         self._done[:] = False
         self._success[:] = False
-        self._turn = 0
         return self._render_rows(np.ones(self._batch_size, bool))
 
     def step(self, actions: Sequence[Sequence[Action]], active: np.ndarray) -> TurnResult:
@@ -137,10 +162,10 @@ class JaxEnvBatch(EnvBatch):
             raise RuntimeError("Call reset(seeds) before step().")
         active = np.asarray(active, bool)
         padded = _pad_actions(actions, self._batch_size)
-        key = jax.random.fold_in(self._key, self._turn)
-        self._turn += 1
-        self.state, out = self._turn_fn(self.state, jnp.asarray(padded), jnp.asarray(active),
-                                        jnp.asarray(self._done), key, self.params)
+        self.state, out, steps = self._turn_fn(self.state, jnp.asarray(padded), jnp.asarray(active),
+                                               jnp.asarray(self._done), self._keys, jnp.asarray(self._steps),
+                                               self.params)
+        self._steps = np.array(steps, np.int32)
         out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
         self._done |= out["terminated"] | out["truncated"]
         self._success |= out["success"]
@@ -192,13 +217,27 @@ def run_with_timeouts(calls: Sequence[Callable[[], Any] | None], timeouts: Seque
     return results
 
 
-class HostEnvBatch(EnvBatch):
-    """B host envs run concurrently; an exception or timeout ends only that episode, with the error recorded."""
+def _close_quietly(env: HostEnv) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 - closing is best effort
+        pass
 
-    def __init__(self, envs: Sequence[HostEnv]):
+
+class HostEnvBatch(EnvBatch):
+    """B host envs run concurrently; an exception or timeout ends only that episode, with the error recorded.
+
+    An env that timed out may still be running in its thread, so it is never called again: given a
+    `factory` (a no-argument callable building one env), the next reset puts a fresh instance in its slot
+    (the stuck one is closed in the background); without one, the slot's later episodes fail.
+    """
+
+    def __init__(self, envs: Sequence[HostEnv], factory: Callable[[], HostEnv] | None = None):
         if not envs:
             raise ValueError("HostEnvBatch needs at least one env.")
         self.envs = list(envs)
+        self.factory = factory
+        self.replaced = 0  # envs rebuilt after a timeout
         first = self.envs[0]
         self.action_lookup = dict(first.action_lookup) if first.action_lookup else None
         self.action_names = list(first.action_names) if first.action_names else None
@@ -220,16 +259,29 @@ class HostEnvBatch(EnvBatch):
     def legend(self) -> str:
         return self.envs[0].legend()
 
-    def reset(self, seeds: Sequence[int]) -> list[str]:
+    def _replace_broken(self) -> None:
+        """A fresh env in every slot whose env timed out (the old one may still be running)."""
+        if self.factory is None:
+            return
+        for i in np.nonzero(self._broken)[0]:
+            stuck = self.envs[i]
+            threading.Thread(target=_close_quietly, args=(stuck,), daemon=True).start()
+            self.envs[i] = self.factory()
+            self._broken[i] = False
+            self.replaced += 1
+
+    def reset(self, seeds: Sequence[int], instances: Sequence[int] | None = None) -> list[str]:
         if len(seeds) != self.batch_size:
             raise ValueError(f"Expected {self.batch_size} seeds, got {len(seeds)}.")
+        self._replace_broken()
         calls = [None if broken else (lambda e=env, s=int(seed): e.reset(s))
                  for env, seed, broken in zip(self.envs, seeds, self._broken)]
         results = run_with_timeouts(calls, [env.step_timeout_s for env in self.envs])
         observations = []
         for i, (result, error) in enumerate(results):
             if self._broken[i]:
-                error = "env was abandoned after an earlier timeout"
+                error = ("env was abandoned after an earlier timeout (give HostEnvBatch a factory to replace "
+                         "timed-out envs)")
             self.reset_errors[i] = error
             self._done[i] = bool(error)
             if error and "Timeout" in error:
@@ -296,10 +348,7 @@ class HostEnvBatch(EnvBatch):
 
     def close(self) -> None:
         for env in self.envs:
-            try:
-                env.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
+            _close_quietly(env)
 
 
 def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, **overrides: Any) -> EnvBatch:
@@ -309,4 +358,4 @@ def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, **over
     kwargs = {**spec.kwargs, **overrides}
     if spec.kind == "jax":
         return JaxEnvBatch(factory(**kwargs), batch_size)
-    return HostEnvBatch([factory(**kwargs) for _ in range(batch_size)])
+    return HostEnvBatch([factory(**kwargs) for _ in range(batch_size)], factory=lambda: factory(**kwargs))

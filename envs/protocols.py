@@ -61,6 +61,16 @@ class JaxEnv(gymnax_env.Environment[TState, TParams], Generic[TState, TParams]):
 
         return jax.random.PRNGKey(seed)
 
+    def episode_seed(self, seed: int, instance: int) -> int:
+        """The seed that fixes the episode of the env at batch position `instance` given the rollout's `seed`.
+
+        Episodes of a group share a seed, so by default they share every random draw (RAGEN's envs reset
+        gymnasium's generator with that seed). An env whose copies in a group should draw independently
+        (RAGEN's Bandit adds its instance counter) overrides this.
+        """
+        del instance
+        return int(seed)
+
 
 class HostEnv(abc.ABC):
     """A Gym-style text environment run on the host.
@@ -146,8 +156,12 @@ class EnvBatch(abc.ABC):
         return ""
 
     @abc.abstractmethod
-    def reset(self, seeds: Sequence[int]) -> list[str]:
-        """Start B episodes, episode i from integer seed `seeds[i]`; returns B observations."""
+    def reset(self, seeds: Sequence[int], instances: Sequence[int] | None = None) -> list[str]:
+        """Start B episodes, episode i from integer seed `seeds[i]`; returns B observations.
+
+        instances [B]: each episode's position in the whole rollout batch (default 0..B-1); an env may
+        fold it into its randomness (see `JaxEnv.episode_seed`), never into anything else.
+        """
 
     @abc.abstractmethod
     def step(self, actions: Sequence[Sequence[Action]], active: np.ndarray) -> TurnResult:

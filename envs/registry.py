@@ -2,7 +2,8 @@
 
 An entry names a factory by import path (imported only when the env is made, so optional
 dependencies of one env never break another) and the keyword arguments of that variant.
-Users add their own with `register("MyEnv", MyEnvClass, kind="host", size=3)`.
+Users add their own with `register("MyEnv", MyEnvClass, kind="host", size=3)`, or name one by import
+path ("my_pkg.envs:MyEnv") wherever an env name is taken.
 """
 
 from __future__ import annotations
@@ -58,11 +59,37 @@ def register(
     return spec
 
 
+def spec_from_import_path(path: str) -> EnvSpec:
+    """An env given as "package.module:ClassName" (a JaxEnv or HostEnv subclass, or an EnvSpec object),
+    so `--config.env.name=my_pkg.envs:GuessNumber` works without registering it first."""
+    from envs.protocols import HostEnv, JaxEnv
+
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise KeyError(f"Environment {path!r}: an import path reads 'package.module:ClassName'.")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise KeyError(f"Environment {path!r}: module {module_name!r} failed to import ({e}). Put its folder "
+                       "on PYTHONPATH (run.py adds the current directory) or install it.") from None
+    target = getattr(module, attr, None)
+    if isinstance(target, EnvSpec):
+        return target
+    if isinstance(target, type) and issubclass(target, (JaxEnv, HostEnv)):
+        return EnvSpec(name=path, factory=target, kind="jax" if issubclass(target, JaxEnv) else "host")
+    found = "nothing" if target is None else f"a {type(target).__name__}"
+    raise KeyError(f"Environment {path!r}: {module_name}.{attr} is {found}; it must be a JaxEnv or HostEnv "
+                   "subclass (envs.protocols) or an envs.registry.EnvSpec.")
+
+
 def get_spec(name: str) -> EnvSpec:
-    """The spec of a registered env, or a clear error listing the known names."""
-    if name not in _REGISTRY:
-        raise KeyError(f"Unknown environment {name!r}. Registered: {', '.join(sorted(_REGISTRY))}.")
-    return _REGISTRY[name]
+    """The spec of a registered env or of an import path ("package.module:ClassName"), or a clear error."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if ":" in name:
+        return spec_from_import_path(name)
+    raise KeyError(f"Unknown environment {name!r}. Registered: {', '.join(sorted(_REGISTRY))}; or give an "
+                   "import path, e.g. my_pkg.envs:MyEnv.")
 
 
 def registered_names() -> list[str]:

@@ -1,5 +1,6 @@
 """EnvBatch implementations and the io_callback bridge: multi-action turns, errors, timeouts, jit."""
 
+import threading
 import time
 
 import jax
@@ -9,7 +10,7 @@ import pytest
 
 from envs.batch import HostEnvBatch, JaxEnvBatch, make_env_batch
 from envs.bridge import HostEnvBridge
-from envs.protocols import HostEnv
+from envs.protocols import HostEnv, JaxEnv
 from envs.sokoban import Sokoban
 
 
@@ -54,7 +55,12 @@ def test_jax_batch_turn_stops_at_first_done_and_sums_rewards():
     expected = -0.1 * len(plan) + 11.0
     assert result.rewards[0] == pytest.approx(expected, abs=1e-4)
     assert result.rewards[1] == 0.0 and result.observations[2] == ""
-    np.testing.assert_array_equal(batch.state.room[1], batch.state.room[1])
+    # an episode without actions is unchanged; an inactive one too
+    fresh = JaxEnvBatch(env, 3)
+    fresh.reset([0, 0, 1])
+    np.testing.assert_array_equal(batch.state.room[1], fresh.state.room[1])
+    np.testing.assert_array_equal(batch.state.room[2], fresh.state.room[2])
+    assert not np.array_equal(batch.state.room[0], fresh.state.room[0])
     # a finished episode is never stepped again
     again = batch.step([[0], [], []], np.array([True, False, False]))
     assert again.actions_executed[0] == 0 and again.rewards[0] == 0.0
@@ -134,3 +140,98 @@ def test_bridge_steps_host_envs_inside_jit():
     assert bridge.observations(out["obs_handle"])[0] == "count=2"
     with pytest.raises(KeyError):
         bridge.observations(out["obs_handle"])
+
+
+class CoinEnv(JaxEnv):
+    """Every step pays a fresh uniform draw from its key: shows where a batch's randomness comes from."""
+
+    action_lookup = {"flip": 0}
+
+    @property
+    def default_params(self):
+        return None
+
+    def reset_env(self, key, params):
+        return jnp.zeros(()), jnp.zeros((), jnp.int32)
+
+    def step_env(self, key, state, action, params):
+        info = {"action_is_effective": jnp.bool_(True), "success": jnp.bool_(False)}
+        return jnp.zeros(()), state + 1, jax.random.uniform(key), jnp.bool_(False), info
+
+    def is_truncated(self, state, params):
+        return jnp.bool_(False)
+
+    @property
+    def action_names(self):
+        return ["Flip"]
+
+    def instruction(self):
+        return "Flip."
+
+    def render_text(self, state, params=None):
+        return f"flips={int(state)}"
+
+
+def _coin_draws(seeds, turns=3, instances=None):
+    batch = JaxEnvBatch(CoinEnv(), len(seeds))
+    batch.reset(seeds, instances)
+    return np.stack([batch.step([[0, 0]] * len(seeds), np.ones(len(seeds), bool)).rewards for _ in range(turns)], 1)
+
+
+def test_transition_randomness_comes_from_the_episode_seed():
+    seeds = list(range(50))
+    draws = _coin_draws(seeds)
+    assert len({row.tobytes() for row in draws}) == 50  # a row's draws depend on its seed, not its position
+    np.testing.assert_array_equal(_coin_draws(seeds), draws)  # same seeds, same draws
+    np.testing.assert_array_equal(_coin_draws(seeds[::-1]), draws[::-1])  # whatever the row
+    other_step = _coin_draws(list(range(1000, 1050)))  # the next training step's seeds
+    assert np.abs(np.corrcoef(draws.ravel(), other_step.ravel())[0, 1]) < 0.3
+    assert np.mean(draws) == pytest.approx(1.0, abs=0.15)  # two uniform draws per turn
+    # a turn's second action draws anew (steps are counted across turns, not per turn)
+    one = JaxEnvBatch(CoinEnv(), 1)
+    one.reset([7])
+    split = [one.step([[0]], np.ones(1, bool)).rewards[0] for _ in range(2)]
+    assert sum(split) == pytest.approx(_coin_draws([7], turns=1)[0, 0], abs=1e-6)
+
+
+class SlowOnceEnv(CounterEnv):
+    """Hangs on its first reset only when it is the first instance built; later instances are healthy."""
+
+    built = 0
+
+    def __init__(self):
+        super().__init__(timeout=1.0)
+        self.instance = SlowOnceEnv.built
+        SlowOnceEnv.built += 1
+        self.closed = threading.Event()
+        self.resets = 0
+
+    def reset(self, seed):
+        self.resets += 1
+        if self.instance == 0:
+            time.sleep(30)
+        return super().reset(seed)
+
+    def close(self):
+        self.closed.set()
+
+
+def test_a_timed_out_env_is_replaced_at_the_next_reset():
+    SlowOnceEnv.built = 0
+    batch = HostEnvBatch([SlowOnceEnv(), SlowOnceEnv()], factory=SlowOnceEnv)
+    stuck = batch.envs[0]
+    batch.reset([1, 2])
+    assert batch.reset_errors[0].startswith("TimeoutError") and batch.reset_errors[1] == ""
+    start = time.monotonic()
+    assert batch.reset([3, 4]) == ["count=3", "count=4"]  # a fresh env in the slot: nothing waits on the stuck one
+    assert time.monotonic() - start < 0.9  # the stuck env would cost its whole 1 s timeout again
+    assert batch.reset_errors == ["", ""] and batch.replaced == 1 and batch.envs[0] is not stuck
+    assert stuck.resets == 1  # never called again
+    assert stuck.closed.wait(5.0)  # the stuck instance is closed in the background
+    result = batch.step([[0], [0]], np.ones(2, bool))
+    assert result.errors == ["", ""] and result.rewards.tolist() == [0.5, 0.5]
+
+
+def test_make_env_batch_gives_host_batches_a_factory():
+    batch = make_env_batch("Countdown", 2)
+    assert batch.factory is not None and type(batch.factory()) is type(batch.envs[0])

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from envs import registry
+from envs.batch import JaxEnvBatch
 from envs.frozenlake import FrozenLake, solve
+from envs.frozenlake.env import seeded_slips
 from envs.frozenlake.generator import GOAL, HOLE, generate_map_jax, generate_map_numpy
 
 LEFT, DOWN, RIGHT, UP = 0, 1, 2, 3
@@ -62,20 +64,76 @@ def test_reference_renders():
                                      "G: goal, X: player in hole, √: player on goal")
 
 
-def test_slip_statistics():
+def _on_seeds(env, state, seeds):
+    """One map played under many seeds: the state batched with each seed's slips."""
+    slips = np.stack([seeded_slips(s, env.max_steps, env.success_rate) for s in seeds])
+    batched = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(slips),) + x.shape), state)
+    return batched.replace(slips=jnp.asarray(slips))
+
+
+def test_slip_statistics_over_seeds():
     env = FrozenLake(success_rate=0.8)
-    state = env.state_from_rows(["FFFF", "FSFF", "FFFF", "FFFG"])  # player at (1, 1): all moves possible
-    keys = jax.random.split(KEY, 4000)
-    step = jax.jit(jax.vmap(env.step_env, in_axes=(0, None, None, None)))
-    _, new, _, _, _ = step(keys, state, DOWN, env.default_params)
+    rows = ["FFFF", "FSFF", "FFFF", "FFFG"]  # player at (1, 1): all moves possible
+    states = _on_seeds(env, env.state_from_rows(rows), range(4000))
+    step = jax.jit(jax.vmap(env.step_env, in_axes=(None, 0, None, None)))
+    _, new, _, _, _ = step(KEY, states, DOWN, env.default_params)
     pos = np.asarray(new.pos)
     down, left, right = (pos == 9).mean(), (pos == 4).mean(), (pos == 6).mean()
     assert down == pytest.approx(0.8, abs=0.03)
     assert left == pytest.approx(0.1, abs=0.02) and right == pytest.approx(0.1, abs=0.02)
     assert (pos == 1).sum() == 0  # never the opposite direction
     deterministic = FrozenLake(success_rate=1.0)
-    _, new, _, _, _ = step(keys[:200], state, DOWN, deterministic.default_params)
+    sure = _on_seeds(deterministic, deterministic.state_from_rows(rows), range(200))
+    _, new, _, _, _ = step(KEY, sure, DOWN, deterministic.default_params)
     assert (np.asarray(new.pos) == 9).all()
+
+
+def _gymnasium_desc(tiles: np.ndarray) -> list[str]:
+    letters = {0: "F", HOLE: "H", 2: "S", GOAL: "G"}
+    return ["".join(letters[int(t)] for t in row) for row in tiles]
+
+
+@pytest.mark.parametrize("success_rate", [0.8, 1 / 3, 1.0])
+def test_seeded_episodes_are_gymnasiums_frozenlake(success_rate):
+    """RAGEN resets gymnasium's FrozenLake with the episode's seed: the same map, start and slips, step by step
+    over several multi-action turns of a batch."""
+    from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
+
+    env = FrozenLake(success_rate=success_rate)
+    seeds = list(range(300, 340))
+    batch = JaxEnvBatch(env, len(seeds))
+    batch.reset(seeds)
+    references = []
+    for s in seeds:
+        ref = FrozenLakeEnv(desc=_gymnasium_desc(generate_map_numpy(s, 4, 0.9)), is_slippery=True,
+                            success_rate=success_rate)
+        ref.reset(seed=s)
+        references.append(ref)
+    rng = np.random.default_rng(0)
+    done = np.zeros(len(seeds), bool)
+    for _ in range(5):
+        actions = [list(map(int, rng.integers(0, 4, 2))) for _ in seeds]
+        result = batch.step(actions, np.ones(len(seeds), bool))
+        for i, ref in enumerate(references):
+            executed, reward = 0, 0.0
+            for a in actions[i] if not done[i] else []:
+                _, r, terminated, _, _ = ref.step(a)
+                executed, reward = executed + 1, reward + r
+                if terminated:
+                    done[i] = True
+                    break
+            assert int(batch.state.pos[i]) == ref.s
+            assert result.actions_executed[i] == executed and result.rewards[i] == reward
+
+
+def test_slips_come_from_the_seed_not_the_batch_row():
+    env = FrozenLake(success_rate=0.5)
+    seeds = list(range(50))
+    slips = np.asarray(env.reset_from_seeds(seeds).slips)
+    assert len({row.tobytes() for row in slips}) == 50  # 50 seeds, 50 slip sequences
+    np.testing.assert_array_equal(np.asarray(env.reset_from_seeds(seeds[::-1]).slips), slips[::-1])
+    frequencies = [np.mean(slips == k) for k in (-1, 0, 1)]
+    np.testing.assert_allclose(frequencies, [0.25, 0.5, 0.25], atol=0.02)
 
 
 def test_generated_maps_solvable_and_seeded():

@@ -32,7 +32,7 @@ class LineEnv(EnvBatch):
     def instruction(self):
         return "Reach the goal."
 
-    def reset(self, seeds):
+    def reset(self, seeds, instances=None):
         self.pos[:] = 0
         return [self._render(i) for i in range(self.n)]
 

@@ -115,7 +115,8 @@ def test_full_mode_messages_turns_rewards_and_warning():
          TurnRecord("S3", 9)]
     msgs = build_messages("SYS", h, 0, mode="full", max_tokens=100, enable_think=True, format_penalty=-0.1)
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
-    fmt = ("You have 10 actions left. Always output: <think>...</think><answer>...</answer> with no "
+    fmt = ("You have 10 actions left. Always output: <think> [Your thoughts] </think> <answer> [your answer] "
+           "</answer> with no "
            "extra text. Strictly follow this format. Max response length: 100 words (tokens).\n")
     assert msgs[1]["content"] == "\nTurn 1:\nState:\nS1\n" + fmt
     assert msgs[3]["content"].startswith("Reward:\n-0.1\n\nTurn 2:\nState:\nS2\nNo valid action provided")
@@ -131,7 +132,8 @@ def test_single_turn_mode_summarises_recent_turns():
     assert len(msgs) == 2
     c = msgs[1]["content"]
     assert c.startswith("Summary: 1 step(s) completed so far.") and "Turn 1 Action: R1\nTurn 1 Reward: 1.0\n" in c
-    assert "Current Turn (Turn 2):\nState:\nS2\n" in c and "<answer>...</answer>" in c
+    assert "Current Turn (Turn 2):\nState:\nS2\n" in c
+    assert "Always output: <answer> [your answer] </answer> with no extra text." in c  # RAGEN's text, no think
 
 
 def test_format_reward_prints_like_python():

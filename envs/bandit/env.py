@@ -4,6 +4,11 @@ Each episode picks one (low-risk, high-risk) name pair from the split's list and
 names in random order. The low arm pays 0.1; the high arm pays 1.0 w.p. 0.25, else 0. One pull
 ends the episode; success = pulled the high arm.
 
+A seed gives RAGEN's episode: `reset_from_seeds` draws the pair, the order and the high arm's payout
+from gymnasium's generator seeded with it (np.random.default_rng(seed), in RAGEN's order), and the
+draws are carried in the state. Like RAGEN, which adds each env's instance counter to the seed so the
+episodes of a group pay independently, `episode_seed(seed, instance)` is seed + instance.
+
 Actions are *name ids*: index of the arm name in `arm_names` (the split's names), so one static
 `action_lookup` maps any answer ("Teacher", "trader") to an id, and the env checks that the name
 is one of this episode's two arms. Naming an arm that is not in the episode is an invalid pull:
@@ -52,10 +57,12 @@ _PROMPT = (
 @struct.dataclass
 class BanditState:
     """pair [] int32: index in the split's pair list; hi_first [] bool: display order;
-    pulled [] int32: name id pulled (-1 before); reward [] float32: its payout."""
+    hi_pays [] bool: the high arm's payout draw (fixed at reset); pulled [] int32: name id pulled
+    (-1 before); reward [] float32: its payout."""
 
     pair: jax.Array
     hi_first: jax.Array
+    hi_pays: jax.Array
     pulled: jax.Array
     reward: jax.Array
     time: jax.Array
@@ -69,6 +76,15 @@ class BanditParams:
     hi_prob: float = 0.25
     num_pairs: int = struct.field(pytree_node=False, default=12)
     max_steps_in_episode: int = struct.field(pytree_node=False, default=1)
+
+
+def _state_from_draws(u, num_pairs: int, hi_prob, xp) -> BanditState:
+    """u [3, ...] uniforms in RAGEN's draw order: pair index, display order (< 0.5: low arm first), payout.
+    xp: numpy (host draws, float64 like RAGEN) or jax.numpy."""
+    shape = u[0].shape
+    return BanditState(pair=xp.minimum((u[0] * num_pairs).astype(xp.int32), num_pairs - 1),
+                       hi_first=u[1] >= 0.5, hi_pays=u[2] < hi_prob, pulled=xp.full(shape, -1, xp.int32),
+                       reward=xp.zeros(shape, xp.float32), time=xp.zeros(shape, xp.int32))
 
 
 class Bandit(JaxEnv[BanditState, BanditParams]):
@@ -92,18 +108,26 @@ class Bandit(JaxEnv[BanditState, BanditParams]):
                             num_pairs=len(self.pairs), max_steps_in_episode=self.max_steps)
 
     def reset_env(self, key: chex.PRNGKey, params: BanditParams) -> tuple[jax.Array, BanditState]:
-        k_pair, k_order = jax.random.split(key)
-        state = BanditState(pair=jax.random.randint(k_pair, (), 0, params.num_pairs),
-                            hi_first=jax.random.bernoulli(k_order), pulled=jnp.array(-1, jnp.int32),
-                            reward=jnp.zeros((), jnp.float32), time=jnp.zeros((), jnp.int32))
+        state = _state_from_draws(jax.random.uniform(key, (3,)), params.num_pairs, params.hi_prob, jnp)
         return self.get_obs(state), state
+
+    def reset_from_seeds(self, seeds, params: BanditParams | None = None) -> BanditState:
+        """Batched state [B] with RAGEN's episode of each integer seed (its generator's first three draws)."""
+        params = params or self.default_params
+        u = np.stack([np.random.default_rng(int(s)).random(3) for s in seeds])
+        state = _state_from_draws(u.T, params.num_pairs, params.hi_prob, np)  # decided in float64, as RAGEN
+        return jax.tree.map(jnp.asarray, state)
+
+    def episode_seed(self, seed: int, instance: int) -> int:
+        """RAGEN resets each Bandit with seed + its instance counter, so a group's episodes draw independently."""
+        return int(seed) + int(instance)
 
     def step_env(self, key: chex.PRNGKey, state: BanditState, action: jax.Array,
                  params: BanditParams) -> tuple[jax.Array, BanditState, jax.Array, jax.Array, dict[str, Any]]:
         action = jnp.asarray(action, jnp.int32)
         valid = (action // 2 == state.pair) & (state.pulled < 0)
         is_hi = action % 2 == 1
-        hi_pay = jnp.where(jax.random.bernoulli(key, params.hi_prob), params.hi_reward, params.hi_loss_reward)
+        hi_pay = jnp.where(state.hi_pays, params.hi_reward, params.hi_loss_reward)
         reward = jnp.where(valid, jnp.where(is_hi, hi_pay, params.lo_reward), 0.0).astype(jnp.float32)
         new_state = state.replace(pulled=jnp.where(valid, action, state.pulled),
                                   reward=jnp.where(valid, reward, state.reward), time=state.time + 1)

@@ -1,9 +1,11 @@
 """FrozenLake as a gymnax environment with RAGEN's maps, slippery dynamics and text observations.
 
-`reset(key)` draws a map with the jitted generator; `reset_from_seeds(seeds)` gives RAGEN's map
-of each integer seed (host numpy, same draws). Actions: 0 Left, 1 Down, 2 Right, 3 Up (RAGEN's
+`reset(key)` draws a map with the jitted generator; `reset_from_seeds(seeds)` gives RAGEN's episode
+of each integer seed: its map and its slips, from the same numpy draws (gymnasium's generator seeded at
+reset, one draw for the start cell, then one per step). Actions: 0 Left, 1 Down, 2 Right, 3 Up (RAGEN's
 ids 1..4 minus one; gymnasium's). With probability 1 - success_rate the move goes to one of the
 two perpendicular directions (half each). Reward 1 on reaching the goal; done on hole or goal.
+The slips are drawn at reset and carried in the state, so the step key is not used.
 """
 
 from __future__ import annotations
@@ -37,16 +39,25 @@ _COORD_INSTRUCTION = (
 _FORMATS = {"text": "grid", "grid": "grid", "coord": "coord", "grid_coord": "grid_coord"}
 
 
-def _state_from_tiles(tiles: jax.Array) -> FrozenLakeState:
+def _state_from_tiles(tiles: jax.Array, slips: jax.Array) -> FrozenLakeState:
     start = jnp.argmax(tiles.reshape(-1) == START).astype(jnp.int32)
-    return FrozenLakeState(tiles=tiles.astype(jnp.int8), pos=start, time=jnp.zeros((), jnp.int32))
+    return FrozenLakeState(tiles=tiles.astype(jnp.int8), pos=start, time=jnp.zeros((), jnp.int32),
+                           slips=slips.astype(jnp.int8))
 
 
-def slip_direction(key: jax.Array, action: jax.Array, success_rate: jax.Array) -> jax.Array:
-    """The direction actually taken: `action` w.p. success_rate, else action -/+ 1 (mod 4), half each."""
-    u = jax.random.uniform(key)
+def slip_offsets(u, success_rate, xp=np):
+    """Uniforms u [..., K] -> the turn each step takes [..., K] int8: gymnasium's categorical draw over the
+    directions (action - 1, action, action + 1) mod 4 with probabilities (fail, success_rate, fail), fail
+    half the rest. xp: numpy (float64, bit-exact with gymnasium) or jax.numpy."""
     fail = (1.0 - success_rate) / 2.0
-    return jnp.where(u < fail, (action - 1) % 4, jnp.where(u < fail + success_rate, action, (action + 1) % 4))
+    cumulative = xp.cumsum(xp.asarray([fail, success_rate, fail]))
+    return (xp.argmax(cumulative > u[..., None], axis=-1) - 1).astype(xp.int8)
+
+
+def seeded_slips(seed: int, num_steps: int, success_rate: float) -> np.ndarray:
+    """RAGEN's slips [num_steps] for integer `seed`: gymnasium's generator seeded at reset
+    (np.random.default_rng(seed)); its first draw picks the start cell, draw k + 1 decides step k."""
+    return slip_offsets(np.random.default_rng(seed).random(num_steps + 1)[1:], success_rate)
 
 
 class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
@@ -75,7 +86,9 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
                                 max_steps_in_episode=self.max_steps)
 
     def reset_env(self, key: chex.PRNGKey, params: FrozenLakeParams) -> tuple[jax.Array, FrozenLakeState]:
-        state = _state_from_tiles(generate_map_jax(key, params.size, params.p))
+        u = jax.random.uniform(jax.random.fold_in(key, 1), (params.max_steps_in_episode,))
+        state = _state_from_tiles(generate_map_jax(key, params.size, params.p),
+                                  slip_offsets(u, params.success_rate, jnp))
         return self.get_obs(state), state
 
     def step_env(self, key: chex.PRNGKey, state: FrozenLakeState, action: jax.Array,
@@ -83,7 +96,8 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
         n = state.tiles.shape[0]
         tile = state.tiles.reshape(-1)[state.pos]
         finished = (tile == HOLE) | (tile == GOAL)  # gymnasium: terminal cells loop with reward 0
-        direction = slip_direction(key, jnp.asarray(action, jnp.int32), params.success_rate)
+        slip = state.slips[jnp.minimum(state.time, state.slips.shape[0] - 1)].astype(jnp.int32)
+        direction = (jnp.asarray(action, jnp.int32) + slip) % 4
         delta = jnp.array(DELTAS, jnp.int32)[direction]
         r, c = jnp.divmod(state.pos, n)
         nr, nc = jnp.clip(r + delta[0], 0, n - 1), jnp.clip(c + delta[1], 0, n - 1)
@@ -132,18 +146,21 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
 
     # ---- seeds, hand-built maps, oracle -------------------------------------------------------
     def reset_from_seeds(self, seeds: Sequence[int], params: FrozenLakeParams | None = None) -> FrozenLakeState:
-        """Batched state [B] with RAGEN's map of each integer seed."""
+        """Batched state [B] with RAGEN's episode of each integer seed (map and slip draws)."""
+        params = params or self.default_params
         tiles = np.stack([generate_map_numpy(int(s), self.size, self.p) for s in seeds])
-        return self._reset_maps(jnp.asarray(tiles))
+        slips = np.stack([seeded_slips(int(s), params.max_steps_in_episode, params.success_rate) for s in seeds])
+        return self._reset_maps(jnp.asarray(tiles), jnp.asarray(slips))
 
-    def state_from_rows(self, rows: Sequence[str]) -> FrozenLakeState:
-        """An unbatched state from gymnasium-style rows ("SFFF", "FHFH", ...; S start, G goal)."""
+    def state_from_rows(self, rows: Sequence[str], seed: int = 0) -> FrozenLakeState:
+        """An unbatched state from gymnasium-style rows ("SFFF", "FHFH", ...; S start, G goal), with the
+        slip draws gymnasium's FrozenLake seeded with `seed` would make."""
         codes = {"F": 0, "H": HOLE, "S": START, "G": GOAL}
         try:
             tiles = np.array([[codes[ch] for ch in row] for row in rows], np.int8)
         except KeyError as e:
             raise ValueError(f"FrozenLake rows use only F, H, S, G; got {e.args[0]!r}.") from None
-        return _state_from_tiles(jnp.asarray(tiles))
+        return _state_from_tiles(jnp.asarray(tiles), jnp.asarray(seeded_slips(seed, self.max_steps, self.success_rate)))
 
     def oracle_actions(self, state: FrozenLakeState) -> list[int] | None:
         """Shortest intended-move path to the goal from one unbatched state; None if unreachable."""

@@ -8,11 +8,14 @@ from flax import struct
 
 @struct.dataclass
 class FrozenLakeState:
-    """tiles [N, N] int8 (0 frozen, 1 hole, 2 start, 3 goal); pos [] int32 flat player cell."""
+    """tiles [N, N] int8 (0 frozen, 1 hole, 2 start, 3 goal); pos [] int32 flat player cell.
+
+    The episode's random draws are part of its state (fixed at reset), so a seed fixes the whole episode."""
 
     tiles: jax.Array
     pos: jax.Array
-    time: jax.Array  # [] int32
+    time: jax.Array  # [] int32: steps taken
+    slips: jax.Array  # [max_steps] int8: the turn (-1, 0 or +1, mod 4) step `time` adds to its intended move
 
 
 @struct.dataclass

@@ -128,10 +128,16 @@ def filter_rollouts(
     *,
     entropy: np.ndarray | None = None,
     length: np.ndarray | None = None,
+    valid: np.ndarray | None = None,
 ) -> FilterResult:
-    """Score contiguous groups of per-trajectory values [N], select groups, report metrics."""
+    """Score contiguous groups of per-trajectory values [N], select groups, report metrics.
+
+    valid [N] bool: trajectories that may train (False for an episode whose env failed): the others are
+    left out of their group's score, and a group with no valid trajectory is never kept. `kept_traj` still
+    lists every trajectory of a kept group; the caller drops the invalid ones.
+    """
     scores, stats = group_scores(
-        rewards, group_size, config.metric, entropy=entropy, length=length
+        rewards, group_size, config.metric, entropy=entropy, length=length, valid=valid
     )
     kept = select_groups(
         scores,
@@ -142,6 +148,7 @@ def filter_rollouts(
         prob_mode=config.prob_mode,
         largest=config.largest,
     )
+    kept = kept[stats["count"][kept] > 0]
     row_group = np.arange(scores.size * group_size) // group_size
     return FilterResult(
         kept_groups=kept,

@@ -36,16 +36,24 @@ def _as_groups(values: np.ndarray, group_size: int, name: str) -> np.ndarray:
     return values.reshape(-1, group_size)
 
 
-def group_stats(values: np.ndarray, group_size: int, name: str = "values") -> dict[str, np.ndarray]:
-    """Per-group std (unbiased), mean, max and sum of per-trajectory values [N] -> each [G]."""
+def group_stats(values: np.ndarray, group_size: int, name: str = "values",
+                valid: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per-group std (unbiased), mean, max and sum of per-trajectory values [N] -> each [G].
+
+    valid [N] bool (default all): trajectories that count; the others (e.g. an episode whose env failed)
+    are left out of their group's statistics. A group with fewer than two valid members has std 0, one
+    with none has every statistic 0 (`count` [G] says how many members counted).
+    """
     grouped = _as_groups(values, group_size, name)
-    std = grouped.std(axis=1, ddof=1) if group_size > 1 else np.zeros(grouped.shape[0])
-    return {
-        "std": std,
-        "mean": grouped.mean(axis=1),
-        "max": grouped.max(axis=1),
-        "sum": grouped.sum(axis=1),
-    }
+    mask = np.ones_like(grouped, bool) if valid is None else _as_groups(valid, group_size, "valid") > 0
+    count = mask.sum(axis=1)
+    kept = np.where(mask, grouped, 0.0)
+    total = kept.sum(axis=1)
+    mean = total / np.maximum(count, 1)
+    sq = np.where(mask, (grouped - mean[:, None]) ** 2, 0.0).sum(axis=1)
+    std = np.where(count > 1, np.sqrt(sq / np.maximum(count - 1, 1)), 0.0)
+    top = np.where(count > 0, np.where(mask, grouped, -np.inf).max(axis=1), 0.0)
+    return {"std": std, "mean": mean, "max": top, "sum": total, "count": count}
 
 
 def metric_quantity(metric: str) -> str:
@@ -62,16 +70,17 @@ def group_scores(
     *,
     entropy: np.ndarray | None = None,
     length: np.ndarray | None = None,
+    valid: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Selection scores [G] for `metric` plus the group stats of the quantity it reads.
 
     rewards/entropy/length are per-trajectory [N] (total reward, mean token entropy, response
-    length); only the one the metric reads is required.
+    length); only the one the metric reads is required. valid [N]: see `group_stats`.
     """
     quantity = metric_quantity(metric)
     values = {"reward": rewards, "entropy": entropy, "length": length}[quantity]
     if values is None:
         arg = "rewards" if quantity == "reward" else quantity
         raise ValueError(f"Filter metric {metric!r} needs per-trajectory `{arg}` [N].")
-    stats = group_stats(values, group_size, name=quantity)
+    stats = group_stats(values, group_size, name=quantity, valid=valid)
     return stats[METRICS[metric][1]], stats

@@ -62,12 +62,14 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
     """Assemble samples from the episodes' exact sampled tokens.
 
     logprobs: {(episode, turn): (sample_logprobs [n], raw_logprobs [n])} per response.
-    Rows are padded (all-zero masks) up to a multiple of `row_multiple`.
+    Rows are padded (all-zero masks) up to a multiple of `row_multiple`. An episode whose env failed keeps
+    its rows (dumps, diagnostics) with an all-zero loss mask, reward and score: it never trains.
     """
     raw_scores = np.array([ep.total_reward for ep in episodes], np.float32)
     group_ids = np.array([ep.group_id for ep in episodes])
     tags = np.array([ep.env_tag for ep in episodes])
-    scores = normalize_scores(raw_scores, group_ids, tags, method=norm_method, grouping=norm_grouping)
+    ok = np.array([not ep.error for ep in episodes], bool)  # a failed episode never trains
+    scores = normalize_scores(raw_scores, group_ids, tags, method=norm_method, grouping=norm_grouping, valid=ok)
     samples: list[_Sample] = []
     for idx, ep in enumerate(episodes):
         starts = [r.history_start for r in ep.history]
@@ -106,7 +108,7 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
             sample_lp, raw_lp = logprobs[(s.episode, turn)]
             out["sample_logprobs"][row, pos] = sample_lp[: len(pos)]
             out["raw_logprobs"][row, pos] = raw_lp[: len(pos)]
-            if turn in s.trained:
+            if turn in s.trained and ok[s.episode]:
                 out["loss_mask"][row, pos] = 1.0
                 if s.reward_turn is None:
                     record = ep.history[turn]

@@ -97,7 +97,8 @@ class RolloutEngine:
         seeds, group_ids = list(seeds)[self.rows], list(group_ids)[self.rows]
         timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
         t0 = time.perf_counter()
-        observations = env.reset(list(map(int, seeds)))
+        # an episode's position in the whole batch; an env may fold it into its randomness (RAGEN's Bandit)
+        observations = env.reset(list(map(int, seeds)), instances=list(range(self.rows.start, self.rows.stop)))
         timing["env"] += time.perf_counter() - t0
         names = getattr(env, "prompt_action_names", env.action_names)
         system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj,

@@ -76,8 +76,11 @@ def format_reward(reward: float) -> str:
     return str(int(value)) + ".0" if value == int(value) else str(value)
 
 
-def _format_prompt(enable_think: bool) -> str:
-    return "<think>...</think><answer>...</answer>" if enable_think else "<answer>...</answer>"
+def format_prompt(enable_think: bool) -> str:
+    """RAGEN's FORMAT_PROMPT, verbatim."""
+    if enable_think:
+        return "<think> [Your thoughts] </think> <answer> [your answer] </answer>"
+    return "<answer> [your answer] </answer>"
 
 
 def turn_content(record: TurnRecord, turn_number: int, max_tokens: int, enable_think: bool,
@@ -89,7 +92,7 @@ def turn_content(record: TurnRecord, turn_number: int, max_tokens: int, enable_t
     label = f"Turn {turn_number}" if label is None else label
     return (
         f"\n{label}:\nState:\n{record.state}\n{warning}"
-        f"You have {record.actions_left} actions left. Always output: {_format_prompt(enable_think)} "
+        f"You have {record.actions_left} actions left. Always output: {format_prompt(enable_think)} "
         f"with no extra text. Strictly follow this format. "
         f"Max response length: {max_tokens} words (tokens).\n"
     )

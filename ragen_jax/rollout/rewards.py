@@ -23,12 +23,20 @@ def _normalize_one(x: np.ndarray, method: str) -> np.ndarray:
 
 
 def normalize_scores(scores: np.ndarray, group_ids: np.ndarray, tags: np.ndarray, *,
-                     method: str = "identity", grouping: str = "state") -> np.ndarray:
+                     method: str = "identity", grouping: str = "state",
+                     valid: np.ndarray | None = None) -> np.ndarray:
     """Normalise episode scores [N] within groups: by start state, env tag, or the whole batch.
 
-    As in RAGEN, nothing is normalised when every group has a single member.
+    As in RAGEN, nothing is normalised when every group has a single member. valid [N] bool: episodes
+    that count (False for one whose env failed): the others stay out of the statistics and score 0.
     """
     scores = np.asarray(scores, np.float64)
+    if valid is not None and not np.all(valid):
+        valid = np.asarray(valid, bool)
+        out = np.zeros(len(scores), np.float32)
+        out[valid] = normalize_scores(scores[valid], np.asarray(group_ids)[valid], np.asarray(tags)[valid],
+                                      method=method, grouping=grouping)
+        return out
     if grouping == "state":
         keys = np.asarray(group_ids)
     elif grouping == "inductive":
