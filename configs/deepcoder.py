@@ -14,7 +14,7 @@ from configs.base import apply_tiny, apply_variants, get_base_config
 def _tiny(c):
     apply_tiny(c)
     c.val.groups = c.val.batch_size = 16
-    c.env.kwargs.max_concurrency = 1  # test processes at once per env; a batch runs all its envs at once
+    c.env.kwargs.max_concurrency = 1  # test processes at once per env (all envs: at most max_concurrent_sandboxes)
 
 
 def get_config(arg: str | None = None):
@@ -25,6 +25,6 @@ def get_config(arg: str | None = None):
     c.env.max_actions_per_traj = 1
     c.env.kwargs = ml_collections.ConfigDict(dict(
         dataset_path=config_dict.placeholder(str), limit=config_dict.placeholder(int), max_steps=1,
-        test_timeout_s=3.0, max_concurrency=4))
+        test_timeout_s=3.0, max_concurrency=4, max_concurrent_sandboxes=config_dict.placeholder(int)))
     c.workdir = "runs/deepcoder"
     return apply_variants(c, arg, {"tiny": _tiny})

@@ -1,17 +1,21 @@
 """DeepCoder: grading (correct / wrong / partial, stdin and functional), loader, env, batch concurrency."""
 
+import gc
 import json
-import time
 
+import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
 from envs import registry
+from envs.batch import HostEnvBatch
 from envs.deepcoder.builtin import BUILTIN_PROBLEMS
 from envs.deepcoder.env import DeepCoderEnv
 from envs.deepcoder.grading import extract_code, grade, grade_batch, stdout_matches, values_equal
 from envs.deepcoder.problems import FUNCTIONAL, STDIN, load_problems, parse_tests
 from envs.deepcoder.sandbox import Sandbox, SandboxConfig
+from envs.deepcoder.slots import max_concurrent_sandboxes
+from tests.sandbox_testlib import RecordingSandbox, concurrent_sandboxes, peak_overlap, span_program
 
 pytestmark = pytest.mark.timeout(120)
 BY_ID = {p.problem_id: p for p in BUILTIN_PROBLEMS}
@@ -142,10 +146,61 @@ def test_env_multi_step_shows_feedback(sandbox):
 
 
 def test_batch_respects_concurrency():
-    sb = Sandbox(SandboxConfig(cpu_time_s=2, wall_time_s=5), max_concurrency=2)
-    sleeper = "import time\ntime.sleep(0.6)\na, b = map(int, input().split())\nprint(a + b)"
-    problem = BY_ID["sum_two"]  # 3 tests x 2 answers = 6 runs of >= 0.6 s, 2 at a time -> >= 1.8 s
-    t = time.monotonic()
-    results = grade_batch(sb, [(problem, fenced(sleeper))] * 2)
-    assert time.monotonic() - t >= 1.8
+    sb = RecordingSandbox(SandboxConfig(cpu_time_s=2, wall_time_s=5), max_concurrency=2)
+    sleeper = span_program("a, b = map(int, input().split())\nprint(a + b)", 0.6)
+    problem = BY_ID["sum_two"]  # 3 tests x 2 answers = 6 runs of 0.6 s, 2 at a time
+    with concurrent_sandboxes(8):  # the process-wide bound is above the one under test
+        results = grade_batch(sb, [(problem, fenced(sleeper))] * 2)
     assert all(r.success for r in results)
+    assert len(sb.spans) == 6
+    assert peak_overlap([(start, end) for _, start, end in sb.spans]) == 2  # never more, and reached
+
+
+def play_reference_solutions(num_episodes: int, tests_at_once: int):
+    """One turn of `num_episodes` DeepCoder episodes (own sandboxes, as in training) answering with the
+    reference solutions, all stepped at once by HostEnvBatch."""
+    envs = [DeepCoderEnv(max_concurrency=tests_at_once) for _ in range(num_episodes)]
+    batch = HostEnvBatch(envs)
+    batch.reset(list(range(num_episodes)))
+    return batch.step([[fenced(env.problem.solution)] for env in envs], np.ones(num_episodes, bool))
+
+
+def test_32_episodes_at_once_with_reference_solutions_all_pass():
+    result = play_reference_solutions(32, tests_at_once=2)
+    assert result.errors == [""] * 32
+    assert result.success.all() and (result.rewards == 1.0).all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("tests_at_once", [1, 4])
+def test_128_episodes_at_once_with_reference_solutions_all_pass(tests_at_once):
+    result = play_reference_solutions(128, tests_at_once)
+    assert result.errors == [""] * 128
+    assert result.success.all() and (result.rewards == 1.0).all()
+
+
+def test_env_sets_the_process_wide_bound():
+    with concurrent_sandboxes(max_concurrent_sandboxes()):  # restored afterwards
+        DeepCoderEnv(problems=[BY_ID["sum_two"]], max_concurrent_sandboxes=5)
+        assert max_concurrent_sandboxes() == 5
+        with pytest.raises(ValueError, match="concurrent sandboxes"):
+            DeepCoderEnv(problems=[BY_ID["sum_two"]], max_concurrent_sandboxes=0)
+
+
+def test_step_timeout_covers_the_runs_the_whole_batch_queues():
+    wall = 5.0
+    climb = BY_ID["climb_stairs"]  # 5 tests
+
+    def make():
+        return DeepCoderEnv(problems=[climb], test_timeout_s=(wall - 2) / 2, max_concurrency=1)
+
+    with concurrent_sandboxes(4):
+        gc.collect()
+        env = make()
+        alone = env.step_timeout_s
+        others = [make() for _ in range(63)]
+        assert env.step_timeout_s >= (64 * 5 / 4 + 5) * wall  # all 320 runs, 4 at a time, then its own 5
+        del others
+        gc.collect()
+        assert env.step_timeout_s == alone

@@ -3,16 +3,42 @@
 from __future__ import annotations
 
 import random
+import threading
+import weakref
 from typing import Any
 
 from envs.deepcoder.builtin import BUILTIN_PROBLEMS
 from envs.deepcoder.grading import grade
 from envs.deepcoder.problems import Problem, format_prompt, load_problems
 from envs.deepcoder.sandbox import Sandbox, SandboxConfig
+from envs.deepcoder.slots import max_concurrent_sandboxes, set_max_concurrent_sandboxes
 from envs.protocols import HostEnv
 
 INSTRUCTION = ("You are a competitive programmer. Solve the coding problem in Python 3. Give the complete "
                "program inside your answer as one fenced ```python code block.")
+
+
+class _LiveRuns:
+    """The test runs every live DeepCoder env may start in its next step (its problem's tests), summed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[int, int] = {}
+        self.total = 0
+
+    def set(self, env: object, runs: int) -> None:
+        with self._lock:
+            if id(env) not in self._runs:
+                weakref.finalize(env, self._forget, id(env))
+            self.total += runs - self._runs.get(id(env), 0)
+            self._runs[id(env)] = runs
+
+    def _forget(self, key: int) -> None:
+        with self._lock:
+            self.total -= self._runs.pop(key, 0)
+
+
+_LIVE_RUNS = _LiveRuns()
 
 
 class DeepCoderEnv(HostEnv):
@@ -20,11 +46,17 @@ class DeepCoderEnv(HostEnv):
 
     `dataset_path`: a DeepCoder JSON/JSONL/parquet file or folder; None -> the built-in problems.
     Seeds pick problems deterministically (`seed % num_problems` after a seeded shuffle).
+    `max_concurrency`: this episode's tests run at once. `max_concurrent_sandboxes`: if set, the
+    process-wide bound on sandboxed runs alive at once, shared by every env of the batch (the last
+    env created with it sets it; None keeps the current bound, see `slots.py`).
     """
 
     def __init__(self, dataset_path: str | None = None, max_steps: int = 1, test_timeout_s: float = 3.0,
                  max_concurrency: int = 4, memory_bytes: int = 1 << 30, limit: int | None = None,
-                 problems: list[Problem] | None = None, sandbox: Sandbox | None = None):
+                 problems: list[Problem] | None = None, sandbox: Sandbox | None = None,
+                 max_concurrent_sandboxes: int | None = None):
+        if max_concurrent_sandboxes is not None:
+            set_max_concurrent_sandboxes(max_concurrent_sandboxes)
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.problems = list(problems) if problems is not None else (
@@ -34,20 +66,30 @@ class DeepCoderEnv(HostEnv):
         self.max_steps = max_steps
         self.sandbox = sandbox or Sandbox(SandboxConfig(cpu_time_s=test_timeout_s, wall_time_s=2 * test_timeout_s + 2,
                                                         memory_bytes=memory_bytes), max_concurrency=max_concurrency)
-        most_tests = max(len(p.tests) for p in self.problems)
-        waves = -(-most_tests // self.sandbox.max_concurrency)
-        self.step_timeout_s = max(60.0, waves * (self.sandbox.config.wall_time_s + 1.0) + 10.0)
+        self.most_tests = max(len(p.tests) for p in self.problems)
+        _LIVE_RUNS.set(self, self.most_tests)  # until reset picks a problem
         self._order = list(range(len(self.problems)))
         random.Random(0).shuffle(self._order)
         self.problem: Problem | None = None
         self.prompt = ""
         self.num_steps = 0
 
+    @property
+    def step_timeout_s(self) -> float:
+        """HostEnvBatch's safety net for one step: every run all live envs can queue for the process-wide
+        slots, then this episode's own waves of runs; each run ends within its wall limit."""
+        per_run = self.sandbox.config.wall_time_s + 1.0
+        tests = len(self.problem.tests) if self.problem is not None else self.most_tests
+        queued = -(-_LIVE_RUNS.total // max_concurrent_sandboxes())
+        own = -(-tests // self.sandbox.max_concurrency)
+        return max(60.0, (queued + own) * per_run + 10.0)
+
     def instruction(self) -> str:
         return INSTRUCTION
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         self.problem = self.problems[self._order[seed % len(self.problems)]]
+        _LIVE_RUNS.set(self, len(self.problem.tests))
         self.prompt = format_prompt(self.problem)
         self.num_steps = 0
         return self.prompt, {"problem_id": self.problem.problem_id, "num_tests": len(self.problem.tests)}

@@ -1,24 +1,23 @@
 """Run untrusted Python in a contained subprocess.
 
-Each run gets: its own session/process group, new network + mount (+IPC, UTS) namespaces where the
-kernel allows (loopback down: no network at all), a private size-capped tmpfs `/tmp` whose
-`/tmp/sandbox` is the working dir (gone when the run ends), empty read-only mounts over the project
-and the caller's home, CPU-time / address-space / file-size / open-file / process-count limits, an
-unprivileged uid of its own when we are root (so RLIMIT_NPROC is enforced and files that are not
-world-writable are protected), a minimal environment (HOME = the working dir, no secrets), capped
-output, and a wall-clock limit after which the process group and every process of its uid are
-killed. Where namespaces or uid switching are unavailable it degrades to an audit hook that refuses
-sockets and new processes; `Sandbox.capabilities()` says which mechanisms are in force.
+Each run holds a process-wide slot (`slots.py`: a bound on runs alive at once across every env and
+thread, and a uid no other live run holds) and gets: its own session/process group; new PID, mount,
+network (loopback down: no network at all), IPC and UTS namespaces where the kernel allows; a root
+of its own that shows only the interpreter's paths read-only (`interpreter.py`), its own /proc (only
+its own processes) and a private size-capped tmpfs `/tmp` whose `/tmp/sandbox` is the working dir;
+CPU-time / address-space / file-size / open-file / process-count limits; the slot's unprivileged uid
+when we are root (so RLIMIT_NPROC is enforced); a minimal environment (HOME = the working dir, no
+secrets); capped output; and a wall-clock limit after which everything it started is killed (the
+PID namespace dies with its init; without one, every process of its uid is swept). Where namespaces
+or uid switching are unavailable it degrades to an audit hook that refuses sockets and new
+processes; `Sandbox.capabilities()` says which mechanisms are in force.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import itertools
 import json
 import os
-import queue
 import selectors
 import shutil
 import signal
@@ -30,12 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envs.deepcoder.interpreter import SandboxError, interpreter_for, interpreter_view
+from envs.deepcoder.slots import POOL, uid_of
+
+
 LAUNCHER = str(Path(__file__).with_name("launcher.py"))
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself could not run a program (not a verdict on the program)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,18 +42,17 @@ class SandboxConfig:
     """Limits for one sandboxed run. Times in seconds, sizes in bytes."""
 
     cpu_time_s: float = 3.0  # RLIMIT_CPU (RAGEN's per-test timeout is 3 s)
-    wall_time_s: float = 6.0  # killpg + uid sweep after this
+    wall_time_s: float = 6.0  # then the run and everything it started are killed
     memory_bytes: int = 1 << 30  # RLIMIT_AS
     max_output_bytes: int = 4 << 20  # stdout and stderr each; more -> killed, "output limit"
     file_size_bytes: int = 16 << 20  # RLIMIT_FSIZE
-    tmp_size: str = "64m"  # private /tmp tmpfs size
+    tmp_size: str = "64m"  # private /tmp and /dev/shm tmpfs size, each
     max_processes: int = 32  # RLIMIT_NPROC for the run's own uid (threads count too)
     max_open_files: int = 64
     use_namespaces: bool = True
-    drop_privileges: bool = True  # switch to uid_base + slot when root
-    uid_base: int | None = None  # first uid of this sandbox's slots; None -> a block unique to the process
-    hidden_paths: tuple[str, ...] = ()  # extra directories to hide (project root, home always)
-    strict: bool = False  # refuse to run when netns or an unprivileged uid are unavailable
+    drop_privileges: bool = True  # run as the slot's own uid when root
+    extra_paths: tuple[str, ...] = ()  # host paths shown read-only besides the interpreter's
+    strict: bool = False  # refuse to run without PID/mount/network namespaces and an unprivileged uid
 
 
 @dataclasses.dataclass
@@ -75,31 +73,6 @@ class RunResult:
 
 def _can_switch_uid() -> bool:
     return hasattr(os, "setresuid") and os.geteuid() == 0
-
-
-_PROBE_UID = 999_999_999  # an unprivileged uid with no files: what every slot uid can access
-
-
-def interpreter_for(uid: int | None) -> str:
-    """A Python interpreter that `uid` (None = ourselves) can execute."""
-    return os.path.realpath(sys.executable) if uid is None else _unprivileged_interpreter()
-
-
-@functools.lru_cache(maxsize=1)
-def _unprivileged_interpreter() -> str:
-    uid = _PROBE_UID
-    candidates = [os.path.realpath(sys.executable), os.path.realpath(getattr(sys, "_base_executable", ""))]
-    candidates += [os.path.realpath(p) for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.path.exists(p)]
-    for cand in dict.fromkeys(c for c in candidates if c and os.path.isfile(c)):
-        try:
-            proc = subprocess.run([cand, "-I", "-c", "import json, math, collections"], user=uid, group=uid,
-                                  extra_groups=[], cwd="/", env={}, capture_output=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if proc.returncode == 0:
-            return cand
-    raise SandboxError("no Python interpreter is executable by an unprivileged uid; install python3 in /usr/bin "
-                       "or set SandboxConfig(drop_privileges=False)")
 
 
 def _uid_has_processes(uid: int) -> bool:
@@ -182,41 +155,24 @@ def _pump(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, byt
     return bytes(out[:cap]), bytes(err[:cap]), reason
 
 
-_SLOTS_PER_BLOCK = 128
-_block_counter = itertools.count()
-
-
-def _next_uid_block() -> int:
-    """Unused uids, distinct per process and per Sandbox (concurrent test runs must not share them)."""
-    block = (os.getpid() % 1_000_000) * 16 + next(_block_counter) % 16
-    return 1_000_000_000 + block * _SLOTS_PER_BLOCK
-
-
 class Sandbox:
-    """Runs Python programs contained; up to `max_concurrency` at once (one uid slot each)."""
+    """Runs Python programs contained: up to `max_concurrency` of its own at once (the tests of one
+    episode), and together with every other Sandbox of the process at most `max_concurrent_sandboxes()`."""
 
     def __init__(self, config: SandboxConfig | None = None, max_concurrency: int = 4):
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency (runs at once for one Sandbox) must be an int >= 1, "
+                             f"got {max_concurrency!r}")
         self.config = config or SandboxConfig()
         self.max_concurrency = max_concurrency
-        self._slots: queue.Queue[int] = queue.Queue()
-        for slot in range(max_concurrency):
-            self._slots.put(slot)
-        if max_concurrency > _SLOTS_PER_BLOCK:
-            raise ValueError(f"max_concurrency must be <= {_SLOTS_PER_BLOCK}, got {max_concurrency}")
+        self._own_runs = threading.BoundedSemaphore(max_concurrency)
         self._switch_uid = self.config.drop_privileges and _can_switch_uid()
-        self.uid_base = self.config.uid_base if self.config.uid_base is not None else _next_uid_block()
         self._caps: dict[str, Any] | None = None
 
-    def _uid(self, slot: int) -> int | None:
-        return self.uid_base + slot if self._switch_uid else None
-
     def run(self, code: str, stdin: str = "") -> RunResult:
-        """Run `code` as a script with `stdin`; blocks until a slot is free."""
-        slot = self._slots.get()
-        try:
-            return self._run_in_slot(code, stdin, slot)
-        finally:
-            self._slots.put(slot)
+        """Run `code` as a script with `stdin`; waits for one of this Sandbox's runs and a process-wide slot."""
+        with self._own_runs, POOL.slot() as slot:
+            return self._run_in_slot(code, stdin, uid_of(slot) if self._switch_uid else None)
 
     def capabilities(self) -> dict[str, Any]:
         """Which isolation mechanisms are in force on this host (runs one trivial program once)."""
@@ -224,65 +180,97 @@ class Sandbox:
             self._caps = self.run("pass").isolation
         return self._caps
 
-    def _run_in_slot(self, code: str, stdin: str, slot: int) -> RunResult:
+    def _launch_config(self, staging: str, status_fd: int, uid: int | None, interpreter: str) -> dict[str, Any]:
         cfg = self.config
-        uid = self._uid(slot)
+        view = interpreter_view(interpreter, tuple(cfg.extra_paths)) if cfg.use_namespaces else ()
+        return {"status_fd": status_fd, "parent_pid": os.getpid(), "staging_dir": staging,
+                "interpreter": interpreter, "view": list(view), "uid": uid, "gid": uid,
+                "use_namespaces": cfg.use_namespaces, "tmp_size": cfg.tmp_size,
+                "cpu_time_s": max(1, round(cfg.cpu_time_s)), "memory_bytes": cfg.memory_bytes,
+                "file_size_bytes": cfg.file_size_bytes, "max_open_files": cfg.max_open_files,
+                "max_processes": cfg.max_processes, "strict": cfg.strict}
+
+    def _run_in_slot(self, code: str, stdin: str, uid: int | None) -> RunResult:
+        cfg = self.config
         interpreter = interpreter_for(uid)
-        hidden = [PROJECT_ROOT, os.path.expanduser("~"), *cfg.hidden_paths]
         staging = tempfile.mkdtemp(prefix="ragen-sbx-")
         status_r, status_w = os.pipe()
         start = time.monotonic()
+        proc, isolation, killed = None, None, True
         try:
             Path(staging, "solution.py").write_text(code, encoding="utf-8")
             if uid is not None:  # fallback mode works in the staging dir itself
                 os.chown(staging, uid, uid)
-            launch = {"status_fd": status_w, "staging_dir": staging, "interpreter": interpreter,
-                      "uid": uid, "gid": uid, "use_namespaces": cfg.use_namespaces,
-                      "hidden_paths": hidden, "tmp_size": cfg.tmp_size, "cpu_time_s": max(1, round(cfg.cpu_time_s)),
-                      "memory_bytes": cfg.memory_bytes, "file_size_bytes": cfg.file_size_bytes,
-                      "max_open_files": cfg.max_open_files, "max_processes": cfg.max_processes,
-                      "strict": cfg.strict}
+            launch = self._launch_config(staging, status_w, uid, interpreter)
             # stdin through a pipe (not a file: a file could be re-read with seek after the harness read it)
             proc = subprocess.Popen([sys.executable, "-I", "-S", LAUNCHER, json.dumps(launch)],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     pass_fds=(status_w,), cwd="/", env={}, start_new_session=True)
             os.close(status_w)
             status_w = -1
-            feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin.encode("utf-8")), daemon=True)
-            feeder.start()
-            out, err, reason = _pump(proc, start + cfg.wall_time_s, cfg.max_output_bytes)
-            if reason:
-                _killpg(proc.pid)
-            try:
-                proc.wait(timeout=max(0.0, start + cfg.wall_time_s - time.monotonic()) + 0.1)
-            except subprocess.TimeoutExpired:
-                reason = reason or "timeout"
-                _killpg(proc.pid)
-                proc.wait()
-            _killpg(proc.pid)  # orphans still in the group
-            if uid is not None:
-                kill_uid(uid, interpreter)
-            feeder.join(timeout=5)
-            proc.stdout.close()
-            proc.stderr.close()
+            out, err, reason, killed = _collect(proc, stdin.encode("utf-8"), start + cfg.wall_time_s,
+                                                cfg.max_output_bytes)
             isolation = _read_status(status_r)
         finally:
+            if proc is not None:
+                _leave_nothing_running(proc, uid, interpreter, killed or not (isolation or {}).get("pidns"))
             if status_w >= 0:
                 os.close(status_w)
             os.close(status_r)
             shutil.rmtree(staging, ignore_errors=True)
         wall = time.monotonic() - start
-        return _verdict(proc.returncode, out, err, reason, wall, isolation)
+        exit_record = isolation.pop("exit", None)  # the namespace's init saw the program end
+        rc = proc.returncode if exit_record is None else exit_record.get("code", -exit_record.get("signal", 0))
+        return _verdict(rc, out, err, reason, wall, isolation)
+
+
+def _collect(proc: subprocess.Popen, stdin: bytes, deadline: float, cap: int) -> tuple[bytes, bytes, str | None, bool]:
+    """Feed stdin, read the output until the launcher is gone: (stdout, stderr, reason, killed by us)."""
+    feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True)
+    feeder.start()
+    out, err, reason = _pump(proc, deadline, cap)
+    killed = reason is not None
+    if killed:
+        _killpg(proc.pid)
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()) + 0.1)
+    except subprocess.TimeoutExpired:
+        reason, killed = reason or "timeout", True
+        _killpg(proc.pid)
+        proc.wait()
+    feeder.join(timeout=5)
+    proc.stdout.close()
+    proc.stderr.close()
+    return out, err, reason, killed
+
+
+def _leave_nothing_running(proc: subprocess.Popen, uid: int | None, interpreter: str, sweep: bool) -> None:
+    """After a run: its launcher reaped and, where it may not have ended by itself, every process of it killed.
+
+    A launcher that exited by itself in a PID namespace took every process of the run with it; one we
+    killed (or one without a PID namespace) may leave processes dying or escaped from its group.
+    """
+    if proc.returncode is None:  # an exception on the way
+        _killpg(proc.pid)
+        proc.wait()
+    if sweep:
+        _killpg(proc.pid)
+        if uid is not None:
+            kill_uid(uid, interpreter)
 
 
 def _read_status(fd: int) -> dict[str, Any]:
+    """The launcher's records (one JSON object a line: what it applied, then how the program exited), merged."""
     data = b""
     while chunk := os.read(fd, 65536):
         data += chunk
+    status: dict[str, Any] = {}
     try:
-        return json.loads(data.decode()) if data else {"fatal": "launcher reported nothing"}
+        for line in data.decode().splitlines():
+            status.update(json.loads(line))
     except ValueError:
         return {"fatal": f"unreadable launcher status: {data[:200]!r}"}
+    return status or {"fatal": "launcher reported nothing"}
 
 
 def _verdict(rc: int | None, out: bytes, err: bytes, reason: str | None, wall: float,
