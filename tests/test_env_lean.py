@@ -68,15 +68,35 @@ def test_unknown_tactic_message(server):
     assert not info["accepted"] and any("failed" in m or "unknown" in m for m in info["messages"])
 
 
-def test_no_server_is_a_clear_error_not_a_hang():
+def _free_url() -> str:
     with socket.socket() as s:  # a port with nothing listening
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = LeanEnv(server_url=f"http://127.0.0.1:{port}")
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_no_server_fails_when_the_env_is_built():
+    """Before any rollout: a clear error with the address and how to start a server, not a hang."""
+    url = _free_url()
     t = time.monotonic()
+    with pytest.raises(LeanServerUnavailable, match=rf"{url}.*docs/lean.md") as info:
+        LeanEnv(server_url=url)
+    assert time.monotonic() - t < 30  # refused at once; a hang would wait out 60 s HTTP timeouts
+    assert isinstance(info.value, ConnectionError)  # run.py reports it as one FATAL line
+    assert "--config.env.kwargs.server_url" in str(info.value)
+
+
+def test_unchecked_env_fails_at_reset_instead(server):
+    env = LeanEnv(server_url=_free_url(), check_server=False)
     with pytest.raises(LeanServerUnavailable, match="docs/lean.md"):
         env.reset(0)
-    assert time.monotonic() - t < 5
+    assert LeanEnv(server_url=server.url).reset(0)[1]["theorem"]  # with a server, build and reset work
+
+
+def test_a_batch_probes_the_server_once(server):
+    envs = [LeanEnv(server_url=server.url) for _ in range(8)]
+    assert server.health_checks == 1
+    envs[0].reset(0)
+    assert server.health_checks == 1
 
 
 def test_client_retries_transient_errors_and_sends_key():

@@ -19,15 +19,16 @@ import uuid
 from typing import Any, Sequence
 
 START_HINT = ("Start a Kimina Lean server (see docs/lean.md: `docker run -p 8000:8000 "
-              "projectnumina/kimina-lean-server:2.0.0`) and point the env at it with server_url.")
+              "projectnumina/kimina-lean-server:2.0.0`) and point the env at it with server_url "
+              "(--config.env.kwargs.server_url in run.py).")
 
 
 class LeanServerError(RuntimeError):
     """The Lean server answered with an error or could not be reached."""
 
 
-class LeanServerUnavailable(LeanServerError):
-    """No Lean server answers at the configured URL."""
+class LeanServerUnavailable(LeanServerError, ConnectionError):
+    """No usable Lean server answers at the configured URL (a ConnectionError: a setup problem)."""
 
 
 @dataclasses.dataclass

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from typing import Any
 
 from envs.lean.client import KiminaLeanClient, LeanServerError, LeanServerUnavailable, ReplResult
 from envs.lean.problems import BUILTIN_THEOREMS, DEFAULT_IMPORTS, LeanTheorem, build_proof, load_theorems
 from envs.protocols import HostEnv
+
+# A batch builds many envs on one server: a URL that answered /health this recently is not probed again.
+HEALTH_MEMO_S = 10.0
+_last_healthy: dict[str, float] = {}
 
 INSTRUCTION = ("You are proving a theorem in Lean 4 (with Mathlib), one tactic per turn. You see the "
                "theorem, the tactics accepted so far, the open goals and Lean's last messages. Answer "
@@ -71,7 +76,11 @@ def format_messages(messages: list[dict[str, Any]], limit: int = 0) -> list[str]
 
 
 class LeanEnv(HostEnv):
-    """`dataset_path`: miniF2F-style .jsonl/.json/.lean file; None -> two built-in theorems."""
+    """`dataset_path`: miniF2F-style .jsonl/.json/.lean file; None -> two built-in theorems.
+
+    The server is probed when the env is built (`check_server=False` defers that to the first reset),
+    so a run without a Lean server stops before its first rollout with the address and how to start one.
+    """
 
     def __init__(self, dataset_path: str | None = None, server_url: str = "http://127.0.0.1:8000",
                  api_key: str | None = None, request_timeout: float = 30.0, http_timeout: float = 60.0,
@@ -80,7 +89,7 @@ class LeanEnv(HostEnv):
                  success_reward: float = 10.0, timeout_penalty: float = -1.0, max_steps_penalty: float = -2.0,
                  default_imports: str = DEFAULT_IMPORTS, message_truncate_limit: int = 0,
                  show_initial_goals: bool = True, theorems: list[LeanTheorem] | None = None,
-                 client: KiminaLeanClient | None = None):
+                 client: KiminaLeanClient | None = None, check_server: bool = True):
         self.theorems = list(theorems) if theorems is not None else (
             load_theorems(dataset_path) if dataset_path else list(BUILTIN_THEOREMS))
         self.client = client or KiminaLeanClient(server_url, api_key, http_timeout, max_retries)
@@ -99,6 +108,21 @@ class LeanEnv(HostEnv):
         self.last: CheckOutcome | None = None
         self.goals = ""
         self.num_steps = 0
+        if check_server:
+            self.check_available()
+
+    def check_available(self) -> None:
+        """Probe the server's /health; raises LeanServerUnavailable with its URL and how to start one."""
+        url = self.client.api_url
+        if time.monotonic() - _last_healthy.get(url, -HEALTH_MEMO_S) < HEALTH_MEMO_S:
+            self._server_checked = True
+            return
+        try:
+            self.client.health()
+        except LeanServerError as e:
+            raise LeanServerUnavailable(f"LeanEnv needs a running Lean server: {e}") from e
+        _last_healthy[url] = time.monotonic()
+        self._server_checked = True
 
     def instruction(self) -> str:
         return INSTRUCTION
@@ -114,11 +138,7 @@ class LeanEnv(HostEnv):
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         if not self._server_checked:  # fail fast and clearly when no server runs
-            try:
-                self.client.health()
-            except LeanServerError as e:
-                raise LeanServerUnavailable(f"LeanEnv needs a running Lean server: {e}") from e
-            self._server_checked = True
+            self.check_available()
         self.theorem = random.Random(seed).choice(self.theorems)
         self.tactics, self.log, self.last, self.num_steps = [], [], None, 0
         self.goals = ""

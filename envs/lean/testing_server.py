@@ -82,13 +82,15 @@ def answer(code: str, scripts: tuple[ScriptedProof, ...], timeout_tactics: tuple
 
 
 class StandInLeanServer:
-    """Context manager: `with StandInLeanServer() as srv: srv.url`. Records request bodies in `requests`."""
+    """Context manager: `with StandInLeanServer() as srv: srv.url`. Records POST bodies in `requests`
+    and counts GET /health calls in `health_checks`."""
 
     def __init__(self, scripts: tuple[ScriptedProof, ...] = DEFAULT_SCRIPTS, api_key: str | None = None,
                  timeout_tactics: tuple[str, ...] = ("sleep_forever",), fail_first: int = 0):
         self.scripts, self.api_key, self.timeout_tactics = scripts, api_key, timeout_tactics
         self.fail_first = fail_first  # answer this many requests with HTTP 503 first (tests retries)
         self.requests: list[dict[str, Any]] = []
+        self.health_checks = 0
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -115,6 +117,8 @@ class StandInLeanServer:
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/") in ("/health", ""):
+                    with server._lock:
+                        server.health_checks += 1
                     self._send(200, {"status": "ok"})
                 else:
                     self._send(404, {"detail": "Not Found"})
