@@ -41,9 +41,13 @@ def main(argv):
     from ragen_jax.sharding import maybe_initialize_distributed
 
     maybe_initialize_distributed(cfg)  # multi-host: join the other processes before any device is touched
+    from ragen_jax.models import CheckpointError
     from ragen_jax.trainer.loop import Trainer
 
-    trainer = Trainer(cfg, workdir)
+    try:
+        trainer = Trainer(cfg, workdir)
+    except (OSError, CheckpointError) as e:  # a missing model, file or service: the message says what to do
+        sys.exit(f"FATAL {_one_line(str(e))}")
     with trainer.activate_mesh():
         _run_mode(trainer)
 
@@ -73,9 +77,11 @@ def _run_mode(trainer) -> None:
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing, with one readable error (no traceback) for unknown keys and bad config files."""
     try:
-        return flags.FLAGS(argv)
+        rest = flags.FLAGS(argv)
     except flags.Error as e:
         _fatal(_drop_traceback(str(e)))
+    except OSError as e:  # an override applied to a config file that failed to load
+        _config_not_loaded(_config_arg(argv), e)
     except (KeyError, AttributeError) as e:  # an override of a key the config does not have
         while e.args and isinstance(e.args[0], BaseException):  # ml_collections wraps its KeyError
             e = e.args[0]
@@ -88,6 +94,38 @@ def parse_flags(argv: list[str]) -> list[str]:
         where = f" in {culprit}" if culprit else ""
         _fatal(f"unknown config key {key!r}{where}.{hint} Config keys cannot be added from the command line; "
                "see the config file (and configs/base.py) for the known keys.")
+    try:
+        getattr(_CONFIG.value, "env", None)  # a config file that failed to load raises on first use
+    except OSError as e:
+        _config_not_loaded(_config_arg(argv), e)
+    return rest
+
+
+def _config_arg(argv: list[str]) -> str:
+    """The config file named by --config on the command line (its variants cut off)."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(("--config=", "-config=")):
+            return arg.split("=", 1)[1].split(":", 1)[0]
+        if arg in ("--config", "-config") and i + 1 < len(argv):
+            return argv[i + 1].split(":", 1)[0]
+    return "?"
+
+
+def _config_not_loaded(path: str, error: OSError) -> None:
+    """One FATAL line for the --config file `path` that is missing or failed to load (`error`: the failure)."""
+    if os.path.isfile(path):
+        cause = error.__cause__ or error  # ml_collections re-raises the load error on first use
+        lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+        sys.exit(f"FATAL config file {path!r} could not be loaded: {lines[-1] if lines else type(cause).__name__}")
+    configs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+    known = sorted(f for f in os.listdir(configs) if f.endswith(".py") and not f.startswith("_"))
+    sys.exit(f"FATAL config file {path!r} does not exist (looked from {os.getcwd()}); pass "
+             "--config=path/to/config.py[:variants], e.g. --config=configs/sokoban.py:tiny. "
+             f"Config files in {configs}: {', '.join(known)}.")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _drop_traceback(message: str) -> str:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -11,9 +12,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 180
 
 
-def run_cli(*args: str, workdir) -> subprocess.CompletedProcess:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([sys.executable, "run.py", "--mode=eval", f"--workdir={workdir}", *args], cwd=ROOT,
+def run_cli(*args: str, workdir, mode: str = "eval") -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "run.py", f"--mode={mode}", f"--workdir={workdir}", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
@@ -26,6 +27,41 @@ def assert_fails_cleanly(proc: subprocess.CompletedProcess, workdir, *needles: s
         assert needle in out, f"{needle!r} not in:\n{out}"
     assert "compiling" not in out and not os.path.exists(workdir), out
     return out
+
+
+def assert_one_fatal_line(proc: subprocess.CompletedProcess, workdir, *needles: str) -> str:
+    """As assert_fails_cleanly, and stderr has exactly one line starting with FATAL, which holds the needles."""
+    assert_fails_cleanly(proc, workdir)
+    fatal = [line for line in proc.stderr.splitlines() if line.startswith("FATAL")]
+    assert len(fatal) == 1, proc.stderr
+    for needle in needles:
+        assert needle in fatal[0], f"{needle!r} not in {fatal[0]!r}"
+    return fatal[0]
+
+
+def test_missing_config_file_is_one_fatal_line(tmp_path):
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/no_such_config.py:tiny", workdir=wd)
+    assert_one_fatal_line(proc, wd, "configs/no_such_config.py", "does not exist", "configs/sokoban.py")
+    proc = run_cli("--config=configs/no_such_config.py", "--config.trainer.total_steps=3", workdir=wd)
+    assert_one_fatal_line(proc, wd, "configs/no_such_config.py", "does not exist")
+
+
+def test_full_size_config_without_the_model_is_one_fatal_line(tmp_path):
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/sokoban.py", workdir=wd, mode="train")
+    line = assert_one_fatal_line(proc, wd, "Qwen/Qwen2.5-3B-Instruct", "hf download Qwen/Qwen2.5-3B-Instruct",
+                                 "--config.model.path", ":tiny")
+    assert "huggingface-cli" not in line  # the hub's current command is `hf`
+
+
+def test_lean_without_a_server_stops_before_any_rollout(tmp_path):
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/lean.py:tiny", f"--config.env.kwargs.server_url={url}", workdir=wd, mode="train")
+    assert_one_fatal_line(proc, wd, url, "docs/lean.md", "--config.env.kwargs.server_url")
 
 
 def test_unknown_key_names_the_flag(tmp_path):

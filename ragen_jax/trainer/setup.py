@@ -44,11 +44,11 @@ def resolve_model_path(path: str) -> str:
         from huggingface_hub import snapshot_download
 
         return snapshot_download(path, local_files_only=True)
-    except Exception as e:  # noqa: BLE001 - any failure means "not available offline"
+    except Exception:  # noqa: BLE001 - any failure means "not available offline"
         raise FileNotFoundError(
-            f"Model {path!r} is neither a local folder nor in the local Hugging Face cache ({e}). "
-            f"Download it first, e.g. `huggingface-cli download {path}` (or point "
-            f"--config.model.path at a local folder), or run the `:tiny` variant, which needs no files."
+            f"Model {path!r} is neither a local folder nor in the local Hugging Face cache. Download it "
+            f"first, e.g. `hf download {path}` (or point --config.model.path at a local folder), or run "
+            "the `:tiny` variant, which needs no files."
         ) from None
 
 
