@@ -98,14 +98,16 @@ def check_tensors(expected: Mapping[str, ExpectedTensor], found: Mapping[str, Te
 
     listing: the file that lists the tensors (for missing ones); what: the model, e.g. "qwen2 from config.json".
     """
-    problems = []
+    problems, mismatched = [], False
     for name, want in expected.items():
         have = found.get(name)
         if have is None:
             if not want.optional:
                 problems.append(f"tensor {name!r} is missing from {listing}")
+                mismatched = True
         elif have.shape != want.shape:
             problems.append(f"tensor {name!r} in {have.file} has shape {have.shape}, expected {want.shape}")
+            mismatched = True
         elif have.dtype not in LOADABLE_DTYPES:
             problems.append(f"tensor {name!r} in {have.file} has dtype {have.dtype}; loadable dtypes: "
                             f"{', '.join(LOADABLE_DTYPES)} (dequantise the checkpoint first)")
@@ -113,7 +115,6 @@ def check_tensors(expected: Mapping[str, ExpectedTensor], found: Mapping[str, Te
         return
     shown = problems[:_MAX_LISTED] + ([f"... and {len(problems) - _MAX_LISTED} more"]
                                       if len(problems) > _MAX_LISTED else [])
-    raise CheckpointError(
-        f"The checkpoint does not fit {what} ({len(problems)} problem(s)); use the config.json that came "
-        "with these weights:\n" + "\n".join(f"  {p}" for p in shown)
-    )
+    hint = " (missing or mis-shaped tensors: config.json and the weights do not belong together)" if mismatched else ""
+    raise CheckpointError(f"The checkpoint does not fit {what}{hint}; {len(problems)} problem(s):\n"
+                          + "\n".join(f"  {p}" for p in shown))
