@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from ragen_jax.algos.presets import get_preset
+from ragen_jax.algos.presets import get_preset, preset_names
 
 MODEL_PATHS = {
     "3b": "Qwen/Qwen2.5-3B-Instruct",
@@ -146,7 +146,8 @@ def get_base_config() -> ml_collections.ConfigDict:
 def _algo_defaults(preset: str) -> dict:
     p = get_preset(preset)
     p.pop("name")
-    p["tis_cap"] = 0.0 if p["tis_cap"] is None else p["tis_cap"]
+    for key in ("tis_cap", "rollout_correction_bound"):  # 0 = off / the correction's default
+        p[key] = 0.0 if p[key] is None else p[key]
     p["custom_policy_loss"] = ""  # "package.module:function" overrides policy_loss
     p["custom_adv_estimator"] = ""  # "package.module:function" overrides adv_estimator
     p["temperature_in_logprobs"] = True  # divide logits by the rollout temperature (veRL)
@@ -161,14 +162,14 @@ def apply_variants(c: ml_collections.ConfigDict, arg: str | None, variants: dict
     """Apply comma-separated variants: algorithm presets, model sizes, and env-specific ones."""
     for name in filter(None, (arg or "").split(",")):
         name = name.strip().lower()
-        if name in ("ppo", "grpo", "dapo", "drgrpo"):
+        if name in preset_names():
             apply_algo_preset(c, name)
         elif name in MODEL_PATHS:
             c.model.path = MODEL_PATHS[name]
         elif name in variants:
             variants[name](c)
         else:
-            known = sorted(set(variants) | set(MODEL_PATHS) | {"ppo", "grpo", "dapo", "drgrpo"})
+            known = sorted(set(variants) | set(MODEL_PATHS) | set(preset_names()))
             raise ValueError(f"Unknown config variant {name!r}. Known variants: {known}.")
     return c
 

@@ -12,6 +12,7 @@ CHOICES = {
     ("model", "dtype"): ("", "float32", "bfloat16"),
     ("model", "preset"): ("", "tiny"),
     ("algo", "loss_agg_mode"): ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+    ("algo", "rollout_correction"): ("none", "tis", "icepop", "seq_geo_mask"),
 }
 
 

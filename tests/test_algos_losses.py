@@ -1,24 +1,12 @@
 """Policy, value, entropy and KL losses against hand-computed per-token cases."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from algos_testlib import run  # noqa: F401 (a fixture)
 from ragen_jax import algos
-
-
-@pytest.fixture(params=["eager", "jit"])
-def run(request):
-    def call(fn, *args, **static):
-        if request.param == "jit":
-            return jax.jit(functools.partial(fn, **static))(*args)
-        return fn(*args, **static)
-
-    return call
-
 
 # Tokens: (A, ratio) = (+1, 1.5) clip-high; (+1, 0.5) unclipped; (-1, 0.5) clip-low;
 # (-1, 5) dual clip; (+1, 1.25) inside clip-higher (0.28) though outside 0.2; last is masked.

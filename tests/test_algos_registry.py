@@ -48,7 +48,8 @@ def test_import_path_with_dotted_attribute():
 
 def test_builtin_registries_are_populated():
     assert {"gae", "bilevel_gae", "grpo", "rloo", "reinforce_plus_plus"} <= set(algos.ADVANTAGE_ESTIMATORS)
-    assert {"vanilla", "ppo", "reinforce"} <= set(algos.POLICY_LOSSES)
+    assert {"vanilla", "ppo", "reinforce", "gspo", "gspo_token", "cispo"} <= set(algos.POLICY_LOSSES)
+    assert {"none", "tis", "icepop", "seq_geo_mask"} <= set(algos.ROLLOUT_CORRECTIONS)
     assert {"clipped", "mse"} <= set(algos.VALUE_LOSSES)
     assert {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k3+"} <= set(algos.KL_ESTIMATORS)
     assert {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum"} <= set(algos.AGG_MODES)
@@ -98,3 +99,27 @@ def test_preset_aliases_fresh_copies_and_errors():
     with pytest.raises(KeyError, match="Known"):
         algos.get_preset("trpo")
     assert algos.resolve_adv_estimator({**algos.get_preset("ppo"), "bi_level_gae": True}) == "bilevel_gae"
+
+
+@pytest.mark.parametrize("name,loss,agg,clip", [
+    ("gspo", "gspo", "seq-mean-token-mean", (3e-4, 4e-4)),  # GSPO paper sec. 5.1
+    ("cispo", "cispo", "token-mean", (1.0, 5.0)),  # MiniMax-M1 (no lower bound); SkyRL's eps_high
+])
+def test_gspo_and_cispo_presets(name, loss, agg, clip):
+    cfg = algos.get_preset(name)
+    assert (cfg["policy_loss"], cfg["loss_agg_mode"], cfg["adv_estimator"]) == (loss, agg, "grpo")
+    assert cfg["norm_adv_by_std_in_grpo"] is True and cfg["use_critic"] is False
+    assert (cfg["clip_ratio_low"], cfg["clip_ratio_high"]) == clip
+    assert cfg["rollout_correction"] == "none" and cfg["rollout_correction_bound"] is None
+    algos.POLICY_LOSSES.get(cfg["policy_loss"])
+    algos.ROLLOUT_CORRECTIONS.get(cfg["rollout_correction"])
+
+
+def test_every_preset_is_a_config_variant():
+    from configs.base import apply_variants, get_base_config
+
+    for name in algos.preset_names():
+        c = apply_variants(get_base_config(), name, {})
+        assert c.algo.preset == name and c.algo.policy_loss == algos.get_preset(name)["policy_loss"]
+    with pytest.raises(ValueError, match="'cispo'.*'gspo'"):
+        apply_variants(get_base_config(), "trpo", {})

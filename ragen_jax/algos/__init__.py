@@ -1,11 +1,13 @@
 """Functional RL algorithms: advantage estimators, policy/value/KL/entropy losses, loss
-aggregation, chunked log-probs and presets. Everything is selected by name from registries;
-register your own with ``@ADVANTAGE_ESTIMATORS.register("name")`` (and likewise), or point a
-config at ``"package.module:function"``. See docs/custom_losses.md.
+aggregation, rollout corrections (sampler/trainer mismatch), chunked log-probs and presets.
+Everything is selected by name from registries; register your own with
+``@ADVANTAGE_ESTIMATORS.register("name")`` (and likewise), or point a config at
+``"package.module:function"``. See docs/custom_losses.md.
 """
 
 from ragen_jax.algos.advantages import (
     AdvantageInputs,
+    accepts_keyword,
     bilevel_gae,
     call_with_supported,
     compute_advantages,
@@ -31,27 +33,46 @@ from ragen_jax.algos.kl import (
 )
 from ragen_jax.algos.logprobs import logprobs_from_logits, token_logprobs_and_entropy
 from ragen_jax.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
-from ragen_jax.algos.policy_loss import entropy_bonus_loss, ppo_clip_loss, reinforce_loss, truncated_is_weights
+from ragen_jax.algos.policy_loss import (
+    cispo_loss,
+    entropy_bonus_loss,
+    gspo_loss,
+    gspo_token_loss,
+    ppo_clip_loss,
+    reinforce_loss,
+    sequence_log_ratio,
+    truncated_is_weights,
+)
 from ragen_jax.algos.presets import get_preset, preset_names, resolve_adv_estimator
 from ragen_jax.algos.registry import (
     ADVANTAGE_ESTIMATORS,
     AGG_MODES,
     KL_ESTIMATORS,
     POLICY_LOSSES,
+    ROLLOUT_CORRECTIONS,
     VALUE_LOSSES,
     Registry,
+)
+from ragen_jax.algos.rollout_correction import (
+    icepop_correction,
+    log_mismatch,
+    no_correction,
+    resolve_rollout_correction,
+    sequence_geometric_mask,
+    truncated_is_correction,
 )
 from ragen_jax.algos.value_loss import clipped_value_loss, mse_value_loss
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "AGG_MODES", "KL_ESTIMATORS", "POLICY_LOSSES", "VALUE_LOSSES",
+    "ADVANTAGE_ESTIMATORS", "AGG_MODES", "KL_ESTIMATORS", "POLICY_LOSSES", "ROLLOUT_CORRECTIONS", "VALUE_LOSSES",
     "AdvantageInputs", "AggMode", "KLController", "Registry",
-    "agg_denominator", "agg_loss", "agg_numerator", "agg_parts", "apply_kl_penalty",
-    "bilevel_gae", "call_with_supported", "clipped_value_loss", "compute_advantages",
-    "entropy_bonus_loss", "gae", "get_preset", "group_mean_std", "grpo", "init_kl_controller",
-    "kl_abs", "kl_k1", "kl_k2", "kl_k3", "kl_penalty", "logprobs_from_logits", "masked_mean",
-    "masked_sum", "masked_var", "masked_whiten", "mse_value_loss", "ppo_clip_loss",
-    "preset_names", "reinforce_loss", "resolve_adv_estimator", "reinforce_plus_plus", "rloo", "token_logprobs_and_entropy",
-    "truncated_is_weights", "turn_ends_from_mask", "turn_ends_from_rewards",
-    "update_kl_controller",
+    "accepts_keyword", "agg_denominator", "agg_loss", "agg_numerator", "agg_parts", "apply_kl_penalty",
+    "bilevel_gae", "call_with_supported", "cispo_loss", "clipped_value_loss", "compute_advantages",
+    "entropy_bonus_loss", "gae", "get_preset", "group_mean_std", "grpo", "gspo_loss", "gspo_token_loss",
+    "icepop_correction", "init_kl_controller", "kl_abs", "kl_k1", "kl_k2", "kl_k3", "kl_penalty", "log_mismatch",
+    "logprobs_from_logits", "masked_mean", "masked_sum", "masked_var", "masked_whiten", "mse_value_loss",
+    "no_correction", "ppo_clip_loss", "preset_names", "reinforce_loss", "resolve_adv_estimator",
+    "resolve_rollout_correction", "reinforce_plus_plus", "rloo", "sequence_geometric_mask", "sequence_log_ratio",
+    "token_logprobs_and_entropy", "truncated_is_correction", "truncated_is_weights", "turn_ends_from_mask",
+    "turn_ends_from_rewards", "update_kl_controller",
 ]

@@ -229,16 +229,19 @@ def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple
     return _finish(adv, returns, inputs.response_mask)
 
 
+def accepts_keyword(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` takes the keyword argument ``name`` (by name or through **kwargs)."""
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 def call_with_supported(fn: Callable, *args, **hparams):
     """Call ``fn`` with only the keyword hparams its signature accepts (all if it has **kw).
 
     Lets a trainer pass one flat algorithm config (gamma, lam, norm_adv_by_std, ...) to
     whichever estimator or loss the config names.
     """
-    params = inspect.signature(fn).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        hparams = {k: v for k, v in hparams.items() if k in params}
-    return fn(*args, **hparams)
+    return fn(*args, **{k: v for k, v in hparams.items() if accepts_keyword(fn, k)})
 
 
 def compute_advantages(name: str | Callable, inputs: AdvantageInputs,

@@ -1,15 +1,20 @@
-"""Algorithm presets by name (RAGEN's PPO / GRPO / DAPO / Dr.GRPO), as flat config dicts.
+"""Algorithm presets by name (RAGEN's PPO / GRPO / DAPO / Dr.GRPO, plus GSPO and CISPO), as flat
+config dicts.
 
 Keys mirror veRL/RAGEN config names: ``adv_estimator`` (algorithm.adv_estimator),
 ``norm_adv_by_std_in_grpo``, ``loss_agg_mode``, ``clip_ratio_low/high``, ``clip_ratio_c``,
 ``cliprange_value``, ``entropy_coeff``, ``use_kl_loss``/``kl_loss_coef``/``kl_loss_type``,
-``use_kl_in_reward``/``kl_penalty``/``kl_ctrl_*``, ``gamma``, ``lam``, ``use_critic``.
+``use_kl_in_reward``/``kl_penalty``/``kl_ctrl_*``, ``gamma``, ``lam``, ``use_critic``;
+``rollout_correction``/``rollout_correction_bound`` name a sampler-mismatch correction
+(algos.rollout_correction; veRL's algorithm.rollout_correction).
 """
 
 from __future__ import annotations
 
 import copy
 from typing import Any
+
+from ragen_jax.algos.policy_loss import CISPO_CLIP_HIGH, CISPO_CLIP_LOW, GSPO_CLIP_HIGH, GSPO_CLIP_LOW
 
 # RAGEN's defaults (config/base.yaml + veRL ppo_trainer) that every preset starts from.
 _BASE: dict[str, Any] = {
@@ -37,8 +42,13 @@ _BASE: dict[str, Any] = {
     "kl_ctrl_target": 0.1,
     "kl_ctrl_horizon": 10000.0,
     "tis_cap": None,
+    "rollout_correction": "none",
+    "rollout_correction_bound": None,  # None = the correction's default (DEFAULT_BOUNDS)
     "use_critic": True,
 }
+
+# GRPO's group-normalised outcome advantage (with std), no critic: GRPO, GSPO and CISPO share it.
+_GROUP_ADVANTAGE: dict[str, Any] = {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "use_critic": False}
 
 _OVERRIDES: dict[str, dict[str, Any]] = {
     # PPO = GAE + token-mean (RAGEN's default Sokoban run).
@@ -47,11 +57,17 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
     "dapo": {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "use_kl_loss": False,
              "use_kl_in_reward": False},
     # GRPO = group-normalised outcome advantage (with std) + seq-mean-token-mean, no critic.
-    "grpo": {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True,
-             "loss_agg_mode": "seq-mean-token-mean", "use_critic": False},
+    "grpo": {**_GROUP_ADVANTAGE, "loss_agg_mode": "seq-mean-token-mean"},
     # Dr.GRPO = GRPO without std normalisation + seq-mean-token-sum, no critic.
-    "drgrpo": {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False,
-               "loss_agg_mode": "seq-mean-token-sum", "use_critic": False},
+    "drgrpo": {**_GROUP_ADVANTAGE, "norm_adv_by_std_in_grpo": False, "loss_agg_mode": "seq-mean-token-sum"},
+    # GSPO (arXiv:2507.18071) = GRPO's advantage + the sequence-level ratio and clip with the paper's ranges
+    # 3e-4 / 4e-4; seq-mean-token-mean makes its objective's 1/G sum over sequences.
+    "gspo": {**_GROUP_ADVANTAGE, "policy_loss": "gspo", "loss_agg_mode": "seq-mean-token-mean",
+             "clip_ratio_low": GSPO_CLIP_LOW, "clip_ratio_high": GSPO_CLIP_HIGH},
+    # CISPO (MiniMax-M1, arXiv:2506.13585) = GRPO's advantage + the clipped stop-gradient IS weight: no lower
+    # bound, cap 1 + 5 (see policy_loss.CISPO_CLIP_*); token-mean, as its objective divides by all tokens.
+    "cispo": {**_GROUP_ADVANTAGE, "policy_loss": "cispo", "loss_agg_mode": "token-mean",
+              "clip_ratio_low": CISPO_CLIP_LOW, "clip_ratio_high": CISPO_CLIP_HIGH},
 }
 
 
@@ -60,7 +76,7 @@ def preset_names() -> list[str]:
 
 
 def get_preset(name: str) -> dict[str, Any]:
-    """A fresh config dict for a preset name ("ppo", "grpo", "dapo", "drgrpo")."""
+    """A fresh config dict for a preset name (``preset_names()``: "ppo", "grpo", "gspo", ...)."""
     key = name.lower().replace(".", "").replace("-", "").replace("_", "")
     if key not in _OVERRIDES:
         raise KeyError(f"Unknown algorithm preset {name!r}. Known: {preset_names()}.")

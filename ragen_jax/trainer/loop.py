@@ -60,7 +60,8 @@ def algo_settings(cfg) -> AlgoSettings:
         cliprange_value=a.cliprange_value, entropy_coeff=a.entropy_coeff, use_kl_loss=a.use_kl_loss,
         kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type, tis_cap=a.tis_cap or None,
         temperature=cfg.rollout.temperature if a.temperature_in_logprobs else 1.0,
-        logprob_chunk=cfg.trainer.logprob_chunk)
+        logprob_chunk=cfg.trainer.logprob_chunk, rollout_correction=a.rollout_correction,
+        rollout_correction_bound=a.rollout_correction_bound or None)
 
 
 def _join_processes(cfg) -> None:

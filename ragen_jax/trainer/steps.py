@@ -22,6 +22,7 @@ from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_numerator, ca
                              compute_advantages, kl_penalty, token_logprobs_and_entropy,
                              turn_ends_from_mask)
 from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
+from ragen_jax.algos.rollout_correction import resolve_rollout_correction
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
@@ -52,7 +53,11 @@ def critic_values(critic, tokens: jax.Array, attention_mask: jax.Array) -> jax.A
 
 @dataclasses.dataclass(frozen=True)
 class AlgoSettings:
-    """The algorithm knobs the jitted functions close over (hashable, static)."""
+    """The algorithm knobs the jitted functions close over (hashable, static).
+
+    rollout_correction names an entry of ROLLOUT_CORRECTIONS (sampler/trainer mismatch);
+    rollout_correction_bound None takes that correction's default bound.
+    """
 
     adv_estimator: str | Callable
     policy_loss: str | Callable
@@ -73,6 +78,8 @@ class AlgoSettings:
     tis_cap: float | None
     temperature: float
     logprob_chunk: int
+    rollout_correction: str | Callable = "none"
+    rollout_correction_bound: float | None = None
 
 
 def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Array]:
@@ -134,6 +141,8 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
                                   norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
 
     policy_fn = POLICY_LOSSES.get(algo.policy_loss)
+    correct = resolve_rollout_correction(algo.rollout_correction, algo.rollout_correction_bound,
+                                         policy_loss=policy_fn, tis_cap=algo.tis_cap)
 
     def actor_loss(trainable, mb, frozen, denom):
         logprobs, entropy = policy_logprobs(actor_model(trainable, frozen), mb["tokens"], mb["attention_mask"],
@@ -143,7 +152,7 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
             policy_fn, logprobs, mb["old_logprobs"], mb["advantages"], mask,
             clip_ratio_low=algo.clip_ratio_low, clip_ratio_high=algo.clip_ratio_high,
             clip_ratio_c=algo.clip_ratio_c, sampler_logprobs=mb["sample_logprobs"], tis_cap=algo.tis_cap)
-        num = agg_numerator(pg, mask, algo.loss_agg_mode)
+        num = agg_numerator(pg * mb["rollout_weights"], mask, algo.loss_agg_mode)
         ent_num = agg_numerator(entropy, mask, algo.loss_agg_mode)
         total = num - algo.entropy_coeff * ent_num
         metrics = dict(metrics, pg_loss=num / denom, entropy=ent_num / denom)
@@ -154,14 +163,23 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
             metrics["kl_loss"] = kl_num / denom
         return total / denom, metrics
 
+    def _corrected(minibatch):
+        """Rollout correction once per mini-batch, before the micro-batch split: dropped tokens leave the
+        loss mask (so the denominator too), weights scale the policy loss; exact under accumulation."""
+        mask = minibatch["loss_mask"]
+        weights, keep, metrics = correct(minibatch["old_logprobs"], minibatch["sample_logprobs"], mask)
+        return dict(minibatch, loss_mask=mask * keep.astype(mask.dtype), rollout_weights=weights), metrics
+
     def _actor_update(trainable, opt_state, frozen, minibatch):
+        minibatch, correction_metrics = _corrected(minibatch)
         denom = jnp.maximum(agg_denominator(minibatch["loss_mask"], algo.loss_agg_mode), 1e-8)
         loss, grads, metrics = _accumulate(actor_loss, trainable, _micro_batches(minibatch, micro_batch_size),
                                            frozen, denom)
         trainable, opt_state, grad_norm, finite = _guarded_apply(actor_tx, trainable, opt_state, grads, loss)
         n_micro = minibatch["loss_mask"].shape[0] // micro_batch_size  # per-micro parts of one loss
         metrics = {k: v * n_micro if k in ("pg_loss", "entropy", "kl_loss") else v for k, v in metrics.items()}
-        metrics.update(loss=loss, grad_norm=grad_norm, update_skipped=1.0 - finite.astype(jnp.float32))
+        metrics.update(correction_metrics, loss=loss, grad_norm=grad_norm,
+                       update_skipped=1.0 - finite.astype(jnp.float32))
         return trainable, opt_state, metrics
 
     def critic_loss(params, mb, frozen, denom):

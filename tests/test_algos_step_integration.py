@@ -1,0 +1,180 @@
+"""The new policy losses and rollout corrections inside the trainer's actor update (make_step_fns): exact
+under the micro-batch split, corrections composing with every policy loss, and the :gspo / :cispo configs."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from configs import bandit, sokoban
+from ragen_jax import algos
+from ragen_jax.config_check import validate_config
+from ragen_jax.trainer.loop import algo_settings
+from ragen_jax.trainer.steps import AlgoSettings, make_step_fns
+
+VOCAB, DIM, ROWS, T = 32, 8, 8, 10
+
+
+class BigramLM(nnx.Module):
+    """The smallest module with CausalLM's hidden / lm_head_matrix interface (fast to compile)."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.embed = nnx.Embed(VOCAB, DIM, rngs=rngs)
+        self.head = nnx.Param(jax.random.normal(rngs.params(), (DIM, VOCAB)))
+
+    def hidden(self, tokens, positions, *, attention_mask=None):
+        return jnp.tanh(self.embed(tokens)), None
+
+    def lm_head_matrix(self):
+        return self.head[...]
+
+
+BASE = AlgoSettings(
+    adv_estimator="grpo", policy_loss="vanilla", value_loss="clipped", loss_agg_mode="token-mean", gamma=1.0,
+    lam=1.0, high_level_gamma=0.95, norm_adv_by_std_in_grpo=True, clip_ratio_low=0.02, clip_ratio_high=0.02,
+    clip_ratio_c=3.0, cliprange_value=0.5, entropy_coeff=0.01, use_kl_loss=False, kl_loss_coef=0.0,
+    kl_loss_type="kl", tis_cap=None, temperature=1.0, logprob_chunk=4)
+TX = optax.sgd(1.0)
+# rows 0 and 3 hold one far-off token each (|log rho| = 1 > log 2); rows 2 and 5 are shifted by 0.02 (their
+# geometric mean leaves [1/1.01, 1.01]); the other tokens differ by about 0.003.
+OUTLIERS = {(0, 4): 1.0, (3, 6): -1.0}
+SHIFTED_ROWS = (2, 5)
+
+
+def split_actor():
+    graphdef, trainable, frozen = nnx.split(BigramLM(nnx.Rngs(0)), nnx.Param, ...)
+    return graphdef, trainable, frozen
+
+
+@functools.cache
+def _batch() -> dict[str, np.ndarray]:
+    graphdef, trainable, frozen = split_actor()
+    rng = np.random.default_rng(0)
+    lengths = np.array([10, 9, 8, 10, 7, 10, 6, 9])
+    attention = (np.arange(T)[None, :] < lengths[:, None]).astype(np.int32)
+    loss_mask = (attention * (np.arange(T)[None, :] >= 3)).astype(np.float32)
+    tokens = (rng.integers(0, VOCAB, (ROWS, T)) * attention).astype(np.int32)
+    score = make_step_fns(graphdef, None, BASE, TX, None, ROWS)["score_policy"]
+    model_lp = np.asarray(score(trainable, frozen, tokens, attention)[0])
+    old = (model_lp + rng.normal(0.0, 0.03, (ROWS, T))) * loss_mask
+    log_rho = rng.normal(0.0, 0.003, (ROWS, T))
+    log_rho[list(SHIFTED_ROWS)] += 0.02
+    for pos, value in OUTLIERS.items():
+        log_rho[pos] = value
+    return dict(tokens=tokens, attention_mask=attention, loss_mask=loss_mask,
+                old_logprobs=old.astype(np.float32), sample_logprobs=((old - log_rho) * loss_mask).astype(np.float32),
+                advantages=(rng.normal(size=(ROWS, 1)) * loss_mask).astype(np.float32))
+
+
+def make_batch() -> dict[str, np.ndarray]:
+    """Right-padded rows, a prompt of 3 tokens, old log-probs near the model's own, a sampler near those."""
+    return {k: v.copy() for k, v in _batch().items()}
+
+
+def update(algo: AlgoSettings, batch: dict, micro: int = ROWS):
+    """One SGD(1) actor update -> (flat parameter change, metrics)."""
+    graphdef, trainable, frozen = split_actor()
+    before = [np.asarray(x) for x in jax.tree.leaves(trainable)]
+    fns = make_step_fns(graphdef, None, algo, TX, None, micro)
+    new, _, metrics = fns["actor_update"](trainable, TX.init(trainable), frozen,
+                                          {k: jnp.asarray(v) for k, v in batch.items()})
+    delta = np.concatenate([(np.asarray(a) - b).ravel() for a, b in zip(jax.tree.leaves(new), before)])
+    return delta, {k: float(v) for k, v in metrics.items()}
+
+
+def assert_same_update(a, b):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+    assert np.abs(a).max() > 1e-4  # a real update, not two zeros
+
+
+@pytest.mark.parametrize("loss,mode,correction", [
+    ("gspo", "seq-mean-token-mean", "seq_geo_mask"),
+    ("gspo_token", "token-mean", "icepop"),
+    ("cispo", "seq-mean-token-sum", "tis"),
+    ("gspo", "seq-mean-token-sum-norm", "none"),
+])
+def test_micro_batches_give_the_full_batch_update(loss, mode, correction):
+    algo = dataclasses.replace(BASE, policy_loss=loss, loss_agg_mode=mode, rollout_correction=correction,
+                               rollout_correction_bound=1.01 if correction == "seq_geo_mask" else None)
+    batch = make_batch()
+    full, full_metrics = update(algo, batch, micro=ROWS)
+    split, split_metrics = update(algo, batch, micro=ROWS // 4)
+    assert_same_update(split, full)
+    np.testing.assert_allclose(split_metrics["loss"], full_metrics["loss"], rtol=1e-5, atol=1e-7)
+
+
+def drop(batch: dict, keep: np.ndarray) -> dict:
+    return dict(batch, loss_mask=batch["loss_mask"] * keep)
+
+
+@pytest.mark.parametrize("loss", ["vanilla", "reinforce", "gspo", "gspo_token", "cispo"])
+def test_sequence_mask_is_dropping_those_rows_by_hand(loss):
+    batch = make_batch()
+    algo = dataclasses.replace(BASE, policy_loss=loss)
+    masked, metrics = update(dataclasses.replace(algo, rollout_correction="seq_geo_mask",
+                                                 rollout_correction_bound=1.01), batch)
+    dropped_rows = [0, 2, 3, 5]  # the shifted rows, and the rows whose outlier moves their mean by 1/7 or 1/5
+    keep = np.ones((ROWS, 1), np.float32)
+    keep[dropped_rows] = 0.0
+    by_hand, _ = update(algo, drop(batch, keep))
+    assert_same_update(masked, by_hand)  # dropped tokens leave the loss and its denominator
+    if loss == "vanilla":
+        assert not np.allclose(masked, update(algo, batch)[0], rtol=1e-3)
+    np.testing.assert_allclose(metrics["rollout_corr_seq_masked_frac"], len(dropped_rows) / ROWS, rtol=1e-6)
+
+
+def test_icepop_is_truncated_is_on_the_tokens_it_keeps():
+    batch = make_batch()
+    algo = dataclasses.replace(BASE, policy_loss="gspo", loss_agg_mode="seq-mean-token-mean")
+    icepop, metrics = update(dataclasses.replace(algo, rollout_correction="icepop", rollout_correction_bound=2.0),
+                             batch)
+    keep = np.ones((ROWS, T), np.float32)
+    for pos in OUTLIERS:
+        keep[pos] = 0.0
+    # inside the band rho <= 2, so min(rho, 2) = rho: the same weights on the same tokens
+    by_hand, _ = update(dataclasses.replace(algo, rollout_correction="tis", rollout_correction_bound=2.0),
+                        drop(batch, keep))
+    assert_same_update(icepop, by_hand)
+    np.testing.assert_allclose(metrics["rollout_corr_token_masked_frac"],
+                               len(OUTLIERS) / batch["loss_mask"].sum(), rtol=1e-6)
+
+
+def test_tis_correction_equals_tis_cap_in_the_ppo_loss():
+    batch = make_batch()
+    corrected, metrics = update(dataclasses.replace(BASE, rollout_correction="tis", rollout_correction_bound=1.002),
+                                batch)
+    capped, cap_metrics = update(dataclasses.replace(BASE, tis_cap=1.002), batch)
+    assert_same_update(corrected, capped)
+    assert not np.allclose(corrected, update(BASE, batch)[0], rtol=1e-3)
+    np.testing.assert_allclose(metrics["rollout_corr_clipfrac"], cap_metrics["tis_clipfrac"], rtol=1e-5)
+    with pytest.raises(ValueError, match="both correct"):
+        make_step_fns(*split_actor()[:1], None, dataclasses.replace(BASE, tis_cap=2.0, rollout_correction="tis"),
+                      TX, None, ROWS)
+
+
+@pytest.mark.parametrize("preset,loss,agg,clip", [
+    ("gspo", "gspo", "seq-mean-token-mean", (3e-4, 4e-4)),
+    ("cispo", "cispo", "token-mean", (1.0, 5.0)),
+])
+def test_preset_configs_validate_and_build(preset, loss, agg, clip):
+    for cfg in (bandit.get_config(f"tiny,{preset}"), sokoban.get_config(preset)):
+        validate_config(cfg)
+        assert cfg.algo.preset == preset
+        settings = algo_settings(cfg)
+        assert (settings.policy_loss, settings.loss_agg_mode, settings.adv_estimator) == (loss, agg, "grpo")
+        assert (settings.clip_ratio_low, settings.clip_ratio_high) == clip
+        assert settings.rollout_correction == "none" and settings.rollout_correction_bound is None
+    cfg.algo.rollout_correction, cfg.algo.rollout_correction_bound = "icepop", 1.5
+    validate_config(cfg)
+    algo = dataclasses.replace(algo_settings(cfg), logprob_chunk=4)
+    assert algo.rollout_correction_bound == 1.5
+    delta, metrics = update(algo, make_batch())
+    assert np.isfinite(delta).all() and metrics["update_skipped"] == 0.0 and "rollout_corr_weight_mean" in metrics
+    cfg.algo.rollout_correction = "icepop_typo"
+    with pytest.raises(ValueError, match="rollout_correction"):
+        validate_config(cfg)
