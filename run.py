@@ -27,6 +27,8 @@ flags.mark_flag_as_required("config")
 
 def main(argv):
     del argv
+    if os.getcwd() not in sys.path:  # import paths in the config (my_pkg.envs:MyEnv) resolve from here
+        sys.path.insert(1, os.getcwd())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "jax._src", "orbax", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -34,7 +36,7 @@ def main(argv):
     from ragen_jax.config_check import validate_config
 
     try:
-        validate_config(cfg)
+        validate_config(cfg, mode=_MODE.value)
     except ValueError as e:
         sys.exit(f"FATAL {e}")
     workdir = _WORKDIR.value or cfg.workdir

@@ -104,6 +104,8 @@ def get_base_config() -> ml_collections.ConfigDict:
             reward_std_patience=0,  # stop after N steps of zero in-group reward std (0 = off)
             val_success_below=0.01,
             val_patience=5,
+            skipped_updates=5,  # stop after N updates in a row skipped for non-finite values (0 = off)
+            max_policy_kl=10.0,  # stop when actor/ppo_kl or actor/kl_loss exceeds this (nats/token; 0 = off)
         ),
     )
     c.diagnostics = dict(

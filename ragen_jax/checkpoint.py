@@ -47,5 +47,9 @@ class Checkpointer:
             state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
         return restored["state"], restored["meta"]
 
+    def restore_meta(self, step: int) -> dict:
+        """Only the JSON metadata of `step` (to learn what its state holds before restoring it)."""
+        return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
     def close(self) -> None:
         self.manager.close()

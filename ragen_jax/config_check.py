@@ -16,8 +16,10 @@ CHOICES = {
 }
 
 
-def validate_config(cfg) -> None:
-    """Raise ValueError naming the key, the bad value and the allowed ones."""
+def validate_config(cfg, mode: str = "train") -> None:
+    """Raise ValueError naming the key, the bad value and the allowed ones.
+
+    mode "eval" skips the checks that only training needs (mini-batches)."""
     from envs.registry import get_spec
     from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
     from ragen_jax.filtering import FilterConfig
@@ -44,14 +46,23 @@ def validate_config(cfg) -> None:
         FilterConfig.from_mapping(dict(cfg.filter))
     except ValueError as e:
         errors.append(f"config.filter: {e}")
-    positive = [("env", "groups"), ("env", "group_size"), ("env", "max_turn"), ("rollout", "response_length"),
-                ("trainer", "mini_batch_size"), ("trainer", "micro_batch_size"), ("trainer", "epochs")]
+    positive = [("env", "groups"), ("env", "group_size"), ("env", "max_turn"), ("env", "max_actions_per_turn"),
+                ("env", "max_actions_per_traj"), ("rollout", "response_length"), ("trainer", "mini_batch_size"),
+                ("trainer", "micro_batch_size"), ("trainer", "epochs"), ("val", "group_size"), ("val", "batch_size")]
     for section, key in positive:
         if cfg[section][key] <= 0:
             errors.append(f"config.{section}.{key} must be > 0 (got {cfg[section][key]})")
+    for section, key in (("trainer", "total_steps"), ("val", "groups"), ("val", "every"), ("trainer", "save_every")):
+        if cfg[section][key] < 0:
+            errors.append(f"config.{section}.{key} must be >= 0 (got {cfg[section][key]})")
     if cfg.trainer.mini_batch_size % cfg.trainer.micro_batch_size:
         errors.append("config.trainer.mini_batch_size must be a multiple of config.trainer.micro_batch_size")
-    if cfg.val.group_size and cfg.val.batch_size % cfg.val.group_size:
+    episodes = cfg.env.groups * cfg.env.group_size
+    mini = cfg.trainer.mini_batch_size
+    if mode != "eval" and episodes > 0 and mini > 0 and (mini > episodes or episodes % mini):
+        errors.append(f"config.trainer.mini_batch_size={mini} must divide the {episodes} episodes of a step "
+                      f"(env.groups x env.group_size = {cfg.env.groups} x {cfg.env.group_size})")
+    if cfg.val.group_size > 0 and cfg.val.batch_size % cfg.val.group_size:
         errors.append("config.val.batch_size must be a multiple of config.val.group_size")
     if cfg.rollout.response_length >= cfg.rollout.max_model_len:
         errors.append("config.rollout.response_length must be < config.rollout.max_model_len")

@@ -114,6 +114,7 @@ class Trainer:
         self.critic = (sharding.place_for_training(setup_lib.split_model(critic, False), self.mesh)
                        if critic is not None else None)
         self.ref_params = jax.tree.map(jnp.copy, self.actor.full()) if self.need_ref else None
+        self.ref_is_initial = True  # the reference is the policy as built (rebuilt alike on resume)
 
         self.rollout_cfg = rollout_config(cfg)
         # each process plays the episodes of the rows its devices hold, with its own envs
@@ -141,8 +142,10 @@ class Trainer:
         self.monitor = Monitor(os.path.join(self.workdir, "tb"), enabled=self.is_main)
         self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), max_to_keep=t.keep_checkpoints)
         self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
-        self.counters = {"empty_streak": 0, "val_low_streak": 0, "std_zero_streak": 0}
+        self.counters = {"empty_streak": 0, "val_low_streak": 0, "std_zero_streak": 0, "skipped_in_a_row": 0,
+                         "updates_applied": 0, "updates_skipped": 0}
         self.history: list[dict] = []
+        self.warmstart_metrics: dict[str, float] = {}
         self.start_step = 0
         if t.resume:
             self._maybe_restore()
@@ -160,36 +163,53 @@ class Trainer:
         self.critic_opt = sharding.shard_state(self.critic_tx.init(self.critic.trainable), self.mesh)
 
     def reset_reference(self) -> None:
-        """Make the current policy the KL reference (e.g. after the warm start)."""
+        """Make the current policy the KL reference (e.g. after the warm start); checkpoints then carry it."""
         if self.need_ref:
             self.ref_params = jax.tree.map(jnp.copy, self.actor.full())
+            self.ref_is_initial = False
             self.__dict__.pop("_ref_parts", None)
 
     # ------------------------------------------------------------------ checkpoints
-    def _state(self) -> dict:
+    def _state(self, with_reference: bool) -> dict:
         state = {"actor": self.actor.trainable, "actor_opt": self.actor_opt}
         if self.critic is not None:
             state.update(critic=self.critic.trainable, critic_opt=self.critic_opt)
+        if with_reference:  # the reference's trainable part; its frozen part is the actor's
+            state["reference"] = self._ref_split()[0]
         return state
 
     def save(self, step: int) -> None:
+        """Checkpoint `step`: models, optimizers, the KL reference when it is not the initial policy, counters."""
+        with_reference = self.need_ref and not self.ref_is_initial
         meta = {"step": step, "counters": self.counters, "history": self.history[-1000:],
-                "collapse": self.collapse.state()}
-        self.checkpointer.save(step, self._state(), meta)
+                "collapse": self.collapse.state(), "reference": "saved" if with_reference else "initial",
+                "warmstart": self.warmstart_metrics}
+        self.monitor.flush()  # the step's scalars reach disk before the checkpoint that makes it final
+        self.checkpointer.save(step, self._state(with_reference), meta)
 
     def _maybe_restore(self) -> None:
         step = self.checkpointer.latest_step()
         if step is None:
             logger.info("No checkpoint in %s; starting fresh.", self.checkpointer.directory)
             return
+        meta = self.checkpointer.restore_meta(step)
+        with_reference = meta.get("reference") == "saved"
+        if with_reference and not self.need_ref:
+            logger.warning("Checkpoint %d holds a KL reference this config does not use; ignoring it.", step)
+        with_reference = with_reference and self.need_ref
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                                self._state())
+                                self._state(with_reference))
         state, meta = self.checkpointer.restore(step, abstract)
         self.actor.trainable, self.actor_opt = state["actor"], state["actor_opt"]
         if self.critic is not None:
             self.critic.trainable, self.critic_opt = state["critic"], state["critic_opt"]
-        self.counters = dict(meta["counters"])
+        if with_reference:
+            self.ref_params = nnx.merge_state(state["reference"], self.actor.frozen)
+            self.ref_is_initial = False
+            self.__dict__.pop("_ref_parts", None)
+        self.counters.update(meta["counters"])
         self.history = list(meta.get("history", []))
+        self.warmstart_metrics = dict(meta.get("warmstart") or {})
         self.collapse.load_state(meta.get("collapse", {}))
         self.start_step = int(meta["step"]) + 1
         logger.info("Resumed from step %d (%s).", step, self.checkpointer.directory)
@@ -241,7 +261,11 @@ class Trainer:
         metrics.update(self.collapse.mi_metrics(step + 1, res.episodes, self.actor.graphdef, self.actor.full()))
 
         rewards = np.array([ep.total_reward for ep in res.episodes], np.float32)
-        fres = filter_rollouts(rewards, cfg.env.group_size, self.filter_cfg)
+        ok = np.array([not ep.error for ep in res.episodes], bool)  # an episode whose env failed never trains
+        metrics["rollout/env_error_ratio"] = float(1.0 - ok.mean())
+        if not ok.all():
+            self._report_env_errors(step, res.episodes)
+        fres = filter_rollouts(rewards, cfg.env.group_size, self.filter_cfg, valid=ok)
         metrics.update(fres.metrics)
         self.counters["empty_streak"], stop_empty, m = update_empty_streak(
             self.counters["empty_streak"], fres, self.filter_cfg.empty_stop_steps)
@@ -258,7 +282,8 @@ class Trainer:
 
         t0 = time.perf_counter()
         batch = res.batch
-        rows = np.nonzero(np.isin(batch.episode_ids, fres.kept_traj))[0]
+        trainable = np.isin(batch.episode_ids, fres.kept_traj[ok[fres.kept_traj]])
+        rows = np.nonzero(trainable)[0]
         all_arrays = batch.arrays()
         arrays = {k: all_arrays[k] for k in BATCH_KEYS}
         arrays, row_valid = compact(arrays, rows, multiple=t.mini_batch_size)
@@ -289,6 +314,15 @@ class Trainer:
         timing["timing_s/update"] = time.perf_counter() - t0
         timing["perf/trained_tokens"] = trained_tokens
         return {**metrics, **timing}
+
+    def _report_env_errors(self, step: int, episodes) -> None:
+        failed = [ep for ep in episodes if ep.error]
+        kinds: dict[str, int] = {}
+        for ep in failed:
+            kinds[ep.error] = kinds.get(ep.error, 0) + 1
+        shown = "; ".join(f"{n} x {text[:200]}" for text, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
+        logger.warning("Step %d: %d of %d episodes failed in the env and are left out of the update: %s",
+                       step + 1, len(failed), len(episodes), shown)
 
     def _ref_split(self):
         if not hasattr(self, "_ref_parts"):
@@ -326,19 +360,36 @@ class Trainer:
                     self.critic.trainable, self.critic_opt, cm = sharding.settle(self.fns["critic_update"](
                         self.critic.trainable, self.critic_opt, self.critic.frozen, mb))
                     critic_metrics.append(cm)
+                    self._count_update("critic", step, cm)
                 if step >= t.critic_warmup:
                     mb = _take_rows({k: dev[k] for k in keys}, idx)
                     self.actor.trainable, self.actor_opt, am = sharding.settle(self.fns["actor_update"](
                         self.actor.trainable, self.actor_opt, self.actor.frozen, mb))
                     actor_metrics.append(am)
+                    self._count_update("actor", step, am)
         out = {}
         for prefix, ms in (("actor", actor_metrics), ("critic", critic_metrics)):
             for k in (ms[0] if ms else {}):
                 out[f"{prefix}/{k}"] = float(np.mean([np.asarray(x[k]) for x in ms]))
+            if ms:
+                out[f"{prefix}/updates_skipped"] = float(sum(float(x["update_skipped"]) for x in ms))
         out["actor/lr"] = float(self.actor_lr(step))
         if self.critic is not None:
             out["critic/lr"] = float(self.critic_lr(step))
         return out
+
+    def _count_update(self, model: str, step: int, metrics: dict) -> None:
+        """Counts applied and skipped updates; a skipped one (non-finite loss, gradient or new weights) is
+        reported on the console as it happens."""
+        if float(metrics["update_skipped"]) > 0:
+            self.counters["updates_skipped"] += 1
+            self.counters["skipped_in_a_row"] += 1
+            logger.warning("Step %d: %s update skipped (non-finite loss %.4g, gradient norm %.4g, or new weights); "
+                           "parameters and optimizer state kept.", step + 1, model, float(metrics.get(
+                               "loss", metrics.get("vf_loss", np.nan))), float(metrics["grad_norm"]))
+        else:
+            self.counters["updates_applied"] += 1
+            self.counters["skipped_in_a_row"] = 0
 
     def _log_sample(self, res, step: int) -> None:
         from ragen_jax.rollout.dump import episode_messages
@@ -357,6 +408,15 @@ class Trainer:
             return f"in-group reward std was zero for {es.reward_std_patience} steps in a row"
         if es.val_patience and self.counters["val_low_streak"] >= es.val_patience:
             return f"validation success stayed below {es.val_success_below} {es.val_patience} times"
+        if es.skipped_updates and self.counters["skipped_in_a_row"] >= es.skipped_updates:
+            return (f"{self.counters['skipped_in_a_row']} updates in a row were skipped for non-finite values "
+                    "(lower optim.*.lr or check the rewards)")
+        if es.max_policy_kl:
+            for name in ("actor/ppo_kl", "actor/kl_loss"):
+                value = metrics.get(name)
+                if value is not None and not np.abs(value) <= es.max_policy_kl:
+                    return (f"the policy diverged: {name} = {value:.4g} > trainer.early_stop.max_policy_kl "
+                            f"{es.max_policy_kl:g}")
         return None
 
     def _record_val(self, step: int, metrics: dict) -> None:
@@ -382,7 +442,6 @@ class Trainer:
             os.makedirs(self.workdir, exist_ok=True)
             with open(os.path.join(self.workdir, "config.json"), "w") as f:
                 f.write(cfg.to_json_best_effort(indent=2))
-        self.warmstart_metrics = {}
         if cfg.warmstart.enabled and self.start_step == 0:
             from ragen_jax.trainer.warmstart import run_warmstart
 
@@ -443,7 +502,7 @@ class Trainer:
 
     def _summary(self, wall: float, trained_tokens: float, stop_reason: str | None) -> dict[str, Any]:
         vals = [h["val_success"] for h in self.history]
-        ws = getattr(self, "warmstart_metrics", {})
+        ws = self.warmstart_metrics
         return {
             "val_success_start": vals[0] if vals else None,
             "val_success_after_warmstart": ws.get("val_success_after_warmstart"),
@@ -454,6 +513,8 @@ class Trainer:
             "wall_time_s": wall,
             "trained_tokens_per_s": trained_tokens / max(wall, 1e-9),
             "stop_reason": stop_reason,
+            "updates_applied": self.counters["updates_applied"],
+            "updates_skipped": self.counters["updates_skipped"],
             "workdir": self.workdir,
         }
 

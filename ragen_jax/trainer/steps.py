@@ -104,13 +104,21 @@ def _accumulate(loss_fn, params, micro_batches, *args):
     return loss, grads, jax.tree.map(jnp.mean, metrics)
 
 
+def _all_finite(tree: Any) -> jax.Array:
+    """[] bool: every floating leaf of `tree` is finite (integer leaves, e.g. step counts, always are)."""
+    leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
 def _guarded_apply(tx, params, opt_state, grads, loss):
-    """Apply the optimizer unless the loss or gradient is non-finite (then keep everything)."""
+    """Apply the optimizer unless the loss, the gradient, the new weights or the new optimizer state is
+    non-finite (then keep params and optimizer state exactly as they were)."""
     grad_norm = optax.global_norm(grads)
-    finite = jnp.isfinite(grad_norm) & jnp.isfinite(loss)
-    safe_grads = jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads)
+    finite_in = jnp.isfinite(grad_norm) & jnp.isfinite(loss)
+    safe_grads = jax.tree.map(lambda g: jnp.where(finite_in, g, 0.0), grads)
     updates, new_opt = tx.update(safe_grads, opt_state, params)
     new_params = optax.apply_updates(params, updates)
+    finite = finite_in & _all_finite(new_params) & _all_finite(new_opt)
     keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
     return jax.tree.map(keep, new_params, params), jax.tree.map(keep, new_opt, opt_state), grad_norm, finite
 

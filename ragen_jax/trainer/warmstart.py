@@ -329,9 +329,7 @@ def run_warmstart(trainer, num_demos: int | None = None, steps: int | None = Non
     after, _ = trainer.run_validation(0)
     trainer.monitor.scalars({f"sft/{k}": v for k, v in after.items()}, int(metrics["sft/steps"]))
     trainer.monitor.flush()
-    if getattr(trainer, "ref_params", None) is not None:
-        trainer.ref_params = jax.tree.map(jnp.copy, trainer.actor.full())
-        trainer.__dict__.pop("_ref_parts", None)
+    trainer.reset_reference()
     metrics.update({"sft/num_rows": float(data.num_rows), "sft/demo_seconds": demo_s,
                     "val_success_before_warmstart": float(before.get(success_key, 0.0)),
                     "val_success_after_warmstart": float(after.get(success_key, 0.0))})

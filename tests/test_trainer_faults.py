@@ -1,0 +1,109 @@
+"""Faults never train: failed episodes leave the update (loss, advantages, group statistics), are counted and
+reported; a run whose updates keep overflowing stops with a reason instead of dying at save."""
+
+import logging
+
+import jax
+
+import numpy as np
+import pytest
+
+from envs.protocols import HostEnv
+from ragen_jax.trainer.loop import Trainer
+from test_trainer_e2e import bandit_config
+
+
+class FlakyPick(HostEnv):
+    """One pick per episode ("A" pays 1, "B" 0); instances whose number is in FAILING raise when stepped."""
+
+    action_lookup = {"a": 0, "b": 1}
+    action_names = ["A", "B"]
+    FAILING: set[int] = set()
+    built = 0
+
+    def __init__(self):
+        self.instance = FlakyPick.built % 8  # the train batch (8 episodes) is built first, then validation's
+        FlakyPick.built += 1
+
+    def instruction(self) -> str:
+        return "Pick A or B."
+
+    def reset(self, seed):
+        return "Pick one.", {}
+
+    def step(self, action):
+        if self.instance in FlakyPick.FAILING:
+            raise RuntimeError(f"flaky env {self.instance}")
+        reward = 1.0 if action == "A" else 0.0
+        return "picked", reward, True, False, {"success": action == "A"}
+
+
+ANSWERS = ["A", "B", "B", "A", "A", "B", "A", "B"]  # what the "model says" in each row, so groups carry signal
+
+
+def _flaky_trainer(tmp_path, failing, monkeypatch):
+    """A GRPO trainer on FlakyPick whose untrained model's responses read as the picks in ANSWERS."""
+    FlakyPick.FAILING, FlakyPick.built = set(failing), 0
+    cfg = bandit_config(tmp_path, preset="grpo", adv_estimator="grpo", use_critic=False,
+                        loss_agg_mode="seq-mean-token-mean", norm_adv_by_std_in_grpo=False)
+    cfg.env.name = "test_trainer_faults:FlakyPick"
+    cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 0, 0, 0
+    trainer = Trainer(cfg)
+    said = iter(ANSWERS * 4)
+    monkeypatch.setattr(trainer.engine.tokenizer, "decode", lambda ids: f"</think><answer>{next(said)}</answer>")
+    return trainer
+
+
+def test_failed_episodes_leave_the_update_and_are_reported(tmp_path, caplog, monkeypatch):
+    trainer = _flaky_trainer(tmp_path, failing={1, 6}, monkeypatch=monkeypatch)  # one failure per group of 4
+    seen = {}
+    run, update = trainer.engine.run, trainer._update
+    monkeypatch.setattr(trainer.engine, "run", lambda *a, **k: seen.setdefault("res", run(*a, **k)))
+    monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev, valid=valid) or {})
+    with caplog.at_level(logging.WARNING):
+        metrics = trainer.train_step(0)
+    res, dev, valid = seen["res"], seen["dev"], seen["valid"]
+    failed = [i for i, ep in enumerate(res.episodes) if ep.error]
+    assert failed == [1, 6] and "flaky env 1" in res.episodes[1].error
+    assert metrics["rollout/env_error_ratio"] == pytest.approx(0.25)
+    assert metrics["train/num_samples"] == 6
+    assert any("2 of 8 episodes failed" in r.getMessage() and "flaky env" in r.getMessage() for r in caplog.records)
+    # the batch marks a failed episode's tokens untrained; the update sees only the 6 healthy rows
+    assert (res.batch.loss_mask[np.isin(res.batch.episode_ids, failed)] == 0).all()
+    rows = np.nonzero(valid)[0]
+    assert len(rows) == 6
+    # group-mean advantages (no std) over the healthy members of each group only
+    adv = np.asarray(dev["advantages"])[rows]
+    mask = np.asarray(dev["loss_mask"])[rows] > 0
+    healthy = [i for i in range(8) if i not in failed]
+    rewards = np.array([res.episodes[i].total_reward for i in healthy])
+    groups = np.array([res.episodes[i].group_id for i in healthy])
+    expected = rewards - np.array([rewards[groups == g].mean() for g in groups])
+    assert len(set(rewards[groups == 0])) > 1 and len(set(rewards[groups == 1])) > 1  # groups with signal
+    for r in range(6):
+        np.testing.assert_allclose(adv[r][mask[r]], expected[r], atol=1e-5)
+
+
+def test_a_batch_where_every_episode_failed_skips_the_update(tmp_path, monkeypatch):
+    trainer = _flaky_trainer(tmp_path, failing=set(range(8)), monkeypatch=monkeypatch)
+    metrics = trainer.train_step(0)
+    assert metrics["rollout/env_error_ratio"] == 1.0 and metrics["train/update_skipped_empty"] == 1.0
+    assert "actor/loss" not in metrics
+
+
+def test_overflowing_updates_stop_the_run_with_a_reason(tmp_path, caplog):
+    cfg = bandit_config(tmp_path)
+    cfg.optim.actor.lr = cfg.optim.critic.lr = 1e39  # past float32: every update would make the weights inf/NaN
+    cfg.optim.actor.grad_clip = cfg.optim.critic.grad_clip = 0.0
+    cfg.trainer.total_steps, cfg.trainer.save_every = 6, 2
+    cfg.trainer.early_stop.skipped_updates = 3
+    trainer = Trainer(cfg)
+    before = [np.asarray(x).copy() for x in jax.tree.leaves(trainer.actor.trainable)]
+    with caplog.at_level(logging.WARNING):
+        summary = trainer.train()
+    assert "updates in a row were skipped" in summary["stop_reason"]
+    assert summary["updates_applied"] == 0 and summary["updates_skipped"] >= 3
+    assert any("update skipped" in r.getMessage() for r in caplog.records)
+    after = [np.asarray(x) for x in jax.tree.leaves(trainer.actor.trainable)]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))  # never applied
+    assert trainer.checkpointer.latest_step() is not None  # saving still works: the weights stayed finite

@@ -1,0 +1,79 @@
+"""The SNR filter's effect on the update: dropped groups cost nothing and change nothing."""
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from ragen_jax.rollout import group_seeds
+from ragen_jax.rollout.types import RolloutResult
+from ragen_jax.trainer.loop import Trainer
+from test_trainer_e2e import bandit_config
+from test_trainer_faults import FlakyPick
+
+
+# the picks the "model" makes per episode: group stds 0, 0.58, 0.5, 0, so top_k 0.5 keeps groups 1 and 2
+PICKS = list("AAAA" "AABB" "ABBB" "BBBB")
+
+
+def grpo_config(workdir, filter_value):
+    FlakyPick.FAILING = set()
+    c = bandit_config(workdir, preset="grpo", adv_estimator="grpo", use_critic=False,
+                      loss_agg_mode="seq-mean-token-mean")
+    c.env.name = "test_trainer_faults:FlakyPick"
+    c.env.groups, c.env.group_size = 4, 4
+    c.trainer.mini_batch_size, c.trainer.micro_batch_size = 4, 2
+    c.trainer.save_every, c.val.every, c.diagnostics.every = 0, 0, 0
+    c.rollout.temperature = 3.0
+    c.filter.strategy, c.filter.value, c.filter.include_zero = "top_k", filter_value, True
+    return c
+
+
+def update_with(cfg, result):
+    """Parameters after one train_step that plays `result` instead of a rollout."""
+    trainer = Trainer(cfg)
+    trainer.engine.run = lambda *a, **k: result
+    metrics = trainer.train_step(0)
+    return [np.asarray(x) for x in jax.tree.leaves(trainer.actor.trainable)], metrics
+
+
+def only_groups(result: RolloutResult, groups: np.ndarray, group_size: int) -> RolloutResult:
+    """The rollout restricted to whole groups `groups` (episodes renumbered, rows kept in order)."""
+    keep = [i for i, ep in enumerate(result.episodes) if i // group_size in set(groups.tolist())]
+    renumber = {old: new for new, old in enumerate(keep)}
+    rows = np.nonzero(np.isin(result.batch.episode_ids, keep))[0]
+    batch = result.batch.select(rows)
+    batch.episode_ids = np.array([renumber[e] for e in batch.episode_ids], np.int32)
+    return dataclasses.replace(result, episodes=[result.episodes[i] for i in keep], batch=batch)
+
+
+def test_dropped_groups_change_nothing_and_kept_rows_are_the_whole_update(tmp_path, monkeypatch):
+    probe = Trainer(grpo_config(tmp_path / "probe", 0.5))
+    picks = iter(PICKS)
+    monkeypatch.setattr(probe.engine.tokenizer, "decode", lambda ids: f"</think><answer>{next(picks)}</answer>")
+    result = probe.engine.run(probe.sampling_params(), probe.train_env, *group_seeds(10000, 4, 4),
+                              jax.random.PRNGKey(3), tag="pick", row_multiple=4)
+    monkeypatch.undo()
+    assert [ep.total_reward for ep in result.episodes] == [1.0 if p == "A" else 0.0 for p in PICKS]
+    kept, dropped = np.array([1, 2]), np.array([0, 3])
+
+    filtered, metrics = update_with(grpo_config(tmp_path / "a", 0.5), result)
+    assert metrics["rollout/filter_kept_count"] == 2 and metrics["train/num_samples"] == 8
+
+    scrambled = dataclasses.replace(result, batch=dataclasses.replace(result.batch))
+    rows = np.isin(result.batch.episode_ids // 4, dropped)
+    rng = np.random.default_rng(0)
+    for name in ("tokens", "sample_logprobs", "raw_logprobs"):
+        arr = getattr(result.batch, name).copy()
+        arr[rows] = rng.permutation(arr[rows].ravel()).reshape(arr[rows].shape)
+        setattr(scrambled.batch, name, arr)
+    changed, _ = update_with(grpo_config(tmp_path / "b", 0.5), scrambled)
+    assert all(np.array_equal(a, b) for a, b in zip(filtered, changed))  # a dropped group changes nothing
+
+    kept_only, metrics = update_with(grpo_config(tmp_path / "c", 1.0), only_groups(result, kept, 4))
+    assert metrics["rollout/filter_kept_count"] == 2  # no filtering: both groups of the restricted rollout
+    for a, b in zip(filtered, kept_only):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)  # the update is the kept rows' update
+    before = [np.asarray(x) for x in jax.tree.leaves(probe.actor.trainable)]
+    assert not all(np.array_equal(a, b) for a, b in zip(before, filtered))  # and a real one
+

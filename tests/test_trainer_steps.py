@@ -1,0 +1,122 @@
+"""The jitted update steps of make_step_fns: the NaN/inf guard, exact micro-batch accumulation for every
+aggregation mode (actor and critic), and a custom loss chosen by import path really being the loss."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from configs.base import apply_tiny, get_base_config
+from ragen_jax.algos import ppo_clip_loss
+from ragen_jax.trainer.loop import algo_settings
+from ragen_jax.trainer.steps import make_step_fns
+from test_algos_step_integration import BASE, ROWS, TX, BigramLM, make_batch, split_actor
+
+AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+
+
+def host(tree):
+    return [np.array(x) for x in jax.tree.leaves(tree)]
+
+
+def actor_update(algo, batch, tx=TX, micro=ROWS):
+    """One actor update from the fixed initial model -> (params before, opt before, params after, opt after,
+    metrics), all on the host (the update donates its inputs)."""
+    graphdef, trainable, frozen = split_actor()
+    opt = tx.init(trainable)
+    before, opt_before = host(trainable), host(opt)
+    fns = make_step_fns(graphdef, None, algo, tx, None, micro)
+    new, new_opt, metrics = fns["actor_update"](trainable, opt, frozen, {k: jnp.asarray(v) for k, v in batch.items()})
+    return before, opt_before, host(new), host(new_opt), {k: float(v) for k, v in metrics.items()}
+
+
+def _nan_advantages(batch):
+    return dict(batch, advantages=np.where(batch["loss_mask"] > 0, np.nan, 0.0).astype(np.float32))
+
+
+def _inf_loss(batch):  # one token with an infinite advantage: the loss is -inf, every other value fine
+    adv = batch["advantages"].copy()
+    adv[0, 5] = np.inf
+    return dict(batch, advantages=adv)
+
+
+@pytest.mark.parametrize("poison,tx", [
+    (_nan_advantages, TX),
+    (_inf_loss, TX),
+    (lambda b: b, optax.sgd(1e39)),  # finite loss and gradient, but the new weights overflow to inf
+    (lambda b: b, optax.adam(1e39)),  # the same through an optimizer with state
+])
+def test_a_poisoned_update_changes_nothing_and_is_counted(poison, tx):
+    algo = dataclasses.replace(BASE, policy_loss="vanilla", use_kl_loss=False)
+    before, opt_before, after, opt_after, metrics = actor_update(algo, poison(make_batch()), tx)
+    assert metrics["update_skipped"] == 1.0
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))  # bit for bit
+    assert all(np.array_equal(a, b) for a, b in zip(opt_before, opt_after))
+    healthy = actor_update(algo, make_batch(), optax.sgd(1.0))
+    assert healthy[-1]["update_skipped"] == 0.0 and not np.array_equal(healthy[0][0], healthy[2][0])
+
+
+def test_a_poisoned_critic_update_changes_nothing():
+    from ragen_jax.models import ValueModel
+    from ragen_jax.models.tiny import make_tiny_model
+
+    policy, _ = make_tiny_model(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                intermediate_size=64)
+    critic = ValueModel.from_causal_lm(policy, rngs=nnx.Rngs(1))
+    graphdef, params, frozen = nnx.split(critic, nnx.Param, ...)
+    tx = optax.adam(1e-3)
+    opt = tx.init(params)
+    batch = make_batch()
+    batch = {"tokens": batch["tokens"], "attention_mask": batch["attention_mask"], "loss_mask": batch["loss_mask"],
+             "values": np.zeros_like(batch["loss_mask"]),
+             "returns": np.where(batch["loss_mask"] > 0, np.inf, 0.0).astype(np.float32)}
+    before, opt_before = host(params), host(opt)
+    fns = make_step_fns(graphdef, graphdef, BASE, tx, tx, ROWS)
+    new, new_opt, metrics = fns["critic_update"](params, opt, frozen, {k: jnp.asarray(v) for k, v in batch.items()})
+    assert float(metrics["update_skipped"]) == 1.0
+    assert all(np.array_equal(a, b) for a, b in zip(before, host(new)))
+    assert all(np.array_equal(a, b) for a, b in zip(opt_before, host(new_opt)))
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+def test_micro_batches_give_the_mini_batch_update_for_every_aggregation(mode):
+    """PPO with entropy bonus and a KL term: micro-batches of 2 rows give the update of one 8-row pass."""
+    batch = make_batch()
+    batch["ref_logprobs"] = batch["old_logprobs"] - 0.05 * batch["loss_mask"]
+    algo = dataclasses.replace(BASE, policy_loss="vanilla", loss_agg_mode=mode, use_kl_loss=True, kl_loss_coef=0.3,
+                               kl_loss_type="low_var_kl", entropy_coeff=0.02)
+    *_, full, _, full_metrics = actor_update(algo, batch, micro=ROWS)
+    before, _, split, _, split_metrics = actor_update(algo, batch, micro=2)
+    delta_full = np.concatenate([(a - b).ravel() for a, b in zip(full, before)])
+    delta_split = np.concatenate([(a - b).ravel() for a, b in zip(split, before)])
+    np.testing.assert_allclose(delta_split, delta_full, rtol=1e-4, atol=1e-7)
+    assert np.abs(delta_full).max() > 1e-3
+    for key in ("loss", "pg_loss", "kl_loss", "entropy"):
+        np.testing.assert_allclose(split_metrics[key], full_metrics[key], rtol=1e-5, atol=1e-7)
+
+
+def doubled_vanilla(logprobs, old_logprobs, advantages, response_mask, **kwargs):
+    """A custom policy loss reached by import path: twice the built-in vanilla PPO loss."""
+    loss, metrics = ppo_clip_loss(logprobs, old_logprobs, advantages, response_mask, **kwargs)
+    return 2.0 * loss, metrics
+
+
+def test_a_custom_loss_by_import_path_is_the_loss_the_update_uses():
+    cfg = get_base_config()
+    apply_tiny(cfg)
+    cfg.algo.update(policy_loss="vanilla", entropy_coeff=0.0, use_kl_loss=False, clip_ratio_c=0.0)
+    builtin = dataclasses.replace(algo_settings(cfg), logprob_chunk=4)
+    cfg.algo.custom_policy_loss = "test_trainer_steps:doubled_vanilla"
+    custom = dataclasses.replace(algo_settings(cfg), logprob_chunk=4)
+    assert custom.policy_loss == "test_trainer_steps:doubled_vanilla"
+    batch = make_batch()
+    before, _, plain, _, plain_metrics = actor_update(builtin, batch, tx=optax.sgd(1.0))
+    _, _, doubled, _, doubled_metrics = actor_update(custom, batch, tx=optax.sgd(1.0))
+    for b, p, d in zip(before, plain, doubled):  # SGD: twice the loss, twice the step
+        np.testing.assert_allclose(d - b, 2.0 * (p - b), rtol=1e-5, atol=1e-6)  # atol: float32 ulps of the weights
+    assert abs(plain_metrics["pg_loss"]) > 1e-4
+    np.testing.assert_allclose(doubled_metrics["pg_loss"], 2.0 * plain_metrics["pg_loss"], rtol=1e-5)
