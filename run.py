@@ -2,7 +2,8 @@
 
   python run.py --config configs/sokoban.py:tiny
   python run.py --config configs/sokoban.py --config.trainer.total_steps=50 --workdir runs/s50
-  python run.py --config configs/sokoban.py:tiny --mode=eval
+  python run.py --config configs/sokoban.py:tiny --mode=eval --workdir runs/quickstart   # its latest checkpoint
+  python run.py --config configs/sokoban.py:tiny --print_config
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "sft"], "train (Sta
                           "rollouts + metrics + JSONL), or sft (warm-start on demonstrations only).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (TensorBoard, checkpoints, rollouts). "
                                "Default: config.workdir.")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "--mode=eval: what to evaluate, an Orbax step folder "
+                                  "(RUN/checkpoints/N), a Hugging Face folder or a run folder. Default: the "
+                                  "workdir's latest checkpoint.")
+_PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved config, the custom functions it "
+                                  "names and the per-device memory plan, then exit.")
 flags.mark_flag_as_required("config")
 
 
@@ -29,7 +35,10 @@ def main(argv):
     del argv
     if os.getcwd() not in sys.path:  # import paths in the config (my_pkg.envs:MyEnv) resolve from here
         sys.path.insert(1, os.getcwd())
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console = logging.StreamHandler(sys.stderr)  # one handler (absl's own would print every line twice)
+    console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    logging.root.handlers = [console]
+    logging.root.setLevel(logging.INFO)
     for noisy in ("absl", "jax._src", "orbax", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     cfg = _CONFIG.value
@@ -43,22 +52,44 @@ def main(argv):
     from ragen_jax.sharding import maybe_initialize_distributed
 
     maybe_initialize_distributed(cfg)  # multi-host: join the other processes before any device is touched
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
     from ragen_jax.models import CheckpointError
+    from ragen_jax.trainer import report
     from ragen_jax.trainer.loop import Trainer
 
-    try:
-        trainer = Trainer(cfg, workdir)
-    except (OSError, CheckpointError) as e:  # a missing model, file or service: the message says what to do
-        sys.exit(f"FATAL {_one_line(str(e))}")
-    with trainer.activate_mesh():
-        _run_mode(trainer)
+    if _PRINT_CONFIG.value:
+        print(report.config_report(cfg))
+        return
+    target, log_dir = None, None
+    if _MODE.value == "eval":
+        from ragen_jax.trainer.evaluate import eval_target, prepare_config
+
+        try:
+            target = eval_target(workdir, _CHECKPOINT.value)
+        except FileNotFoundError as e:
+            sys.exit(f"FATAL {e}")
+        prepare_config(cfg, target)
+        log_dir = os.path.join(target.out_dir, "tb")
+    elif _CHECKPOINT.value:
+        sys.exit("FATAL --checkpoint is for --mode=eval; to continue a run use --config.trainer.resume=True "
+                 "with its --workdir.")
+    with logging_redirect_tqdm():  # log lines print above the progress bars instead of through them
+        try:
+            trainer = Trainer(cfg, workdir, log_dir=log_dir)
+        except (OSError, CheckpointError) as e:  # a missing model, file or service: the message says what to do
+            sys.exit(f"FATAL {_one_line(str(e))}")
+        if trainer.is_main:
+            print(report.banner(trainer, _config_arg(sys.argv, variants=True)), file=sys.stderr, flush=True)
+        with trainer.activate_mesh():
+            _run_mode(trainer, target)
 
 
-def _run_mode(trainer) -> None:
+def _run_mode(trainer, target) -> None:
     if _MODE.value == "eval":
         from ragen_jax.trainer.evaluate import run_eval
 
-        metrics = run_eval(trainer)
+        metrics = run_eval(trainer, target)
         print(json.dumps(metrics, indent=2))
         return
     if _MODE.value == "sft":
@@ -68,12 +99,14 @@ def _run_mode(trainer) -> None:
         trainer.save(0)
         folder = trainer.export(os.path.join(trainer.workdir, "hf_export"))
         print(json.dumps({k: v for k, v in metrics.items() if not k.startswith("val_after")}, indent=2))
-        print(f"Warm-started policy: checkpoint in {trainer.checkpointer.directory}, Hugging Face folder {folder}")
+        print(f"Warm-started policy: checkpoint {trainer.checkpointer.directory}/0, Hugging Face folder {folder}")
+        if getattr(trainer, "warmstart_jsonl", None):
+            print(f"Validation rollouts after the warm start: {trainer.warmstart_jsonl}")
         return
     summary = trainer.train()
     from ragen_jax.trainer.report import print_summary
 
-    print_summary(summary, os.path.join(trainer.workdir, "tb"))
+    print_summary(summary, trainer.log_dir)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -103,13 +136,16 @@ def parse_flags(argv: list[str]) -> list[str]:
     return rest
 
 
-def _config_arg(argv: list[str]) -> str:
-    """The config file named by --config on the command line (its variants cut off)."""
+def _config_arg(argv: list[str], variants: bool = False) -> str:
+    """The config file named by --config on the command line (its variants cut off unless `variants`)."""
     for i, arg in enumerate(argv):
+        value = None
         if arg.startswith(("--config=", "-config=")):
-            return arg.split("=", 1)[1].split(":", 1)[0]
-        if arg in ("--config", "-config") and i + 1 < len(argv):
-            return argv[i + 1].split(":", 1)[0]
+            value = arg.split("=", 1)[1]
+        elif arg in ("--config", "-config") and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value is not None:
+            return value if variants else value.split(":", 1)[0]
     return "?"
 
 

@@ -25,7 +25,7 @@ def _all_finite(state: Any) -> jax.Array:
 class Checkpointer:
     """Save/restore numbered checkpoints under `directory` (only process 0 writes metadata)."""
 
-    def __init__(self, directory: str, *, max_to_keep: int = 2):
+    def __init__(self, directory: str, *, max_to_keep: int | None = 2):
         self.directory = os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
         self.manager = ocp.CheckpointManager(self.directory, options=options)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
+from tqdm import tqdm
 
 from envs.protocols import EnvBatch
 from ragen_jax.rollout.batching import build_batch
@@ -226,12 +227,17 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
     only_success = only_success and not random_actions
     episodes: list[Episode] = []
     next_seed = seed
+    bar = tqdm(total=num_demos, desc=f"demos ({env_name})", leave=False, dynamic_ncols=True,
+               disable=jax.process_index() != 0)
     while len(episodes) < num_demos and next_seed - seed < max_tries * num_demos:
         seeds = list(range(next_seed, next_seed + batch_size))
         next_seed += batch_size
         played = play_oracle_episodes(env_batch, seeds, tokenizer, cfg, policy=policy,
                                       reasoning_text=reasoning_text, tag=env_name)
-        episodes.extend(ep for ep in played if ep.success or not only_success)
+        kept = [ep for ep in played if ep.success or not only_success]
+        episodes.extend(kept)
+        bar.update(min(len(kept), num_demos - bar.n))
+    bar.close()
     if not episodes:
         raise ValueError(f"The oracle solved none of {next_seed - seed} {env_name} episodes within "
                          f"{cfg.max_actions_per_traj} actions / {cfg.max_turn} turns: raise the budget.")

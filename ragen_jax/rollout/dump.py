@@ -56,9 +56,9 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 def write_pkl(path: str, result: RolloutResult) -> str:
-    """The full rollout: episodes, the training batch arrays and the metrics."""
+    """The full rollout: episodes (exact tokens), the training batch arrays (None for an evaluation), metrics."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "wb") as f:
-        pickle.dump({"episodes": result.episodes, "batch": result.batch.arrays(),
+        pickle.dump({"episodes": result.episodes, "batch": result.batch.arrays() if result.batch is not None else None,
                      "metrics": result.metrics}, f)
     return path

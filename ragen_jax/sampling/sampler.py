@@ -193,7 +193,7 @@ class Sampler:
     def _program(self, key: tuple, build):
         fn = self._programs.get(key)
         if fn is None:
-            log.info("sampler: compiling %s (batch %d, cache %d); %d programs so far",
+            log.debug("sampler: compiling %s (batch %d, cache %d); %d programs so far",
                      key, self.batch_size, self.cache_size, len(self._programs) + 1)
             fn = self._programs[key] = build()
         return fn

@@ -1,25 +1,111 @@
-"""`run.py --mode=eval`: validation rollouts of the current policy, metrics, JSONL/PKL dumps."""
+"""`run.py --mode=eval`: validation rollouts of a trained policy, metrics, JSONL/PKL dumps.
+
+What is evaluated: `--checkpoint=PATH` (an Orbax step folder `.../checkpoints/<N>`, a Hugging Face folder, or
+a run folder, whose latest checkpoint is taken), else the workdir's latest checkpoint, else its `hf_export/`,
+else the freshly initialised model (with a warning). Outputs go to `<workdir>/eval/<what>/`, never over a
+training run's files.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 import os
-import pickle
 
-from ragen_jax.rollout.dump import write_jsonl
+from ragen_jax.rollout.dump import write_jsonl, write_pkl
+from ragen_jax.rollout.types import RolloutResult
+
+logger = logging.getLogger(__name__)
 
 
-def run_eval(trainer, *, output: str = "both") -> dict[str, float]:
-    """Play the validation episodes, write rollouts under workdir/eval, return the metrics."""
+@dataclasses.dataclass(frozen=True)
+class EvalTarget:
+    """The weights to evaluate: kind "orbax" (checkpoints folder + step), "hf" (a folder) or "init"."""
+
+    kind: str
+    path: str
+    step: int | None
+    out_dir: str
+
+    def describe(self) -> str:
+        if self.kind == "orbax":
+            return f"checkpoint step {self.step} ({self.path}/{self.step})"
+        if self.kind == "hf":
+            return f"Hugging Face folder {self.path}"
+        return "the freshly initialised model (no checkpoint found)"
+
+
+def latest_step(checkpoints: str) -> int | None:
+    """The newest finished Orbax step under a checkpoints folder (None when there is none)."""
+    if not os.path.isdir(checkpoints):
+        return None
+    steps = [int(name) for name in os.listdir(checkpoints)
+             if name.isdigit() and os.path.isdir(os.path.join(checkpoints, name))]
+    return max(steps) if steps else None
+
+
+def is_hf_folder(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "config.json")) and any(
+        os.path.isfile(os.path.join(path, f)) for f in ("model.safetensors", "model.safetensors.index.json"))
+
+
+def eval_target(workdir: str, checkpoint: str | None = None) -> EvalTarget:
+    """Which weights `--mode=eval` scores, and where its outputs go (see the module docstring)."""
+    out = os.path.join(os.path.abspath(workdir), "eval")
+    if checkpoint:
+        path = os.path.abspath(checkpoint)
+        if is_hf_folder(path):
+            return EvalTarget("hf", path, None, os.path.join(out, os.path.basename(path)))
+        if os.path.basename(path).isdigit() and os.path.isdir(path):
+            step = int(os.path.basename(path))
+            return EvalTarget("orbax", os.path.dirname(path), step, os.path.join(out, f"step_{step}"))
+        step = latest_step(os.path.join(path, "checkpoints"))
+        if step is not None:
+            return EvalTarget("orbax", os.path.join(path, "checkpoints"), step, os.path.join(out, f"step_{step}"))
+        if is_hf_folder(os.path.join(path, "hf_export")):
+            return EvalTarget("hf", os.path.join(path, "hf_export"), None, os.path.join(out, "hf_export"))
+        raise FileNotFoundError(
+            f"--checkpoint={checkpoint}: not an Orbax step folder (.../checkpoints/<step>), a Hugging Face folder "
+            "(config.json + model.safetensors) or a run folder with checkpoints/ or hf_export/.")
+    workdir = os.path.abspath(workdir)
+    step = latest_step(os.path.join(workdir, "checkpoints"))
+    if step is not None:
+        return EvalTarget("orbax", os.path.join(workdir, "checkpoints"), step, os.path.join(out, f"step_{step}"))
+    if is_hf_folder(os.path.join(workdir, "hf_export")):
+        return EvalTarget("hf", os.path.join(workdir, "hf_export"), None, os.path.join(out, "hf_export"))
+    return EvalTarget("init", "", None, os.path.join(out, "init"))
+
+
+def prepare_config(cfg, target: EvalTarget) -> None:
+    """Point the model config at an HF folder to evaluate (the policy then loads from it)."""
+    if target.kind == "hf":
+        with cfg.unlocked():
+            cfg.model.path, cfg.model.preset = target.path, ""
+
+
+def run_eval(trainer, target: EvalTarget | None = None) -> dict[str, float]:
+    """Play the validation episodes of `target`'s weights; write config, metrics and rollouts to its folder."""
+    from ragen_jax.trainer.loop import write_config_json
+
+    target = target or EvalTarget("init", "", None, os.path.join(trainer.workdir, "eval", "init"))
+    if target.kind == "orbax":
+        trainer.restore(target.path, target.step)
+    elif target.kind == "init":
+        logger.warning("Evaluating the freshly initialised model: no checkpoint in %s (train first, or pass "
+                       "--checkpoint=PATH).", trainer.workdir)
     metrics, episodes = trainer.run_validation(step=0)
-    out_dir = os.path.join(trainer.workdir, "eval")
-    if trainer.is_main:
-        os.makedirs(out_dir, exist_ok=True)
-        if output in ("jsonl", "both"):
-            write_jsonl(os.path.join(out_dir, "rollouts.jsonl"), episodes, **trainer._dump_kwargs())
-        if output in ("pkl", "both"):
-            with open(os.path.join(out_dir, "rollouts.pkl"), "wb") as f:
-                pickle.dump({"episodes": episodes, "metrics": metrics}, f)
-        trainer.monitor.scalars(metrics, 0)
-        trainer.monitor.flush()
     metrics["eval/num_episodes"] = float(len(episodes))
+    if trainer.is_main:
+        os.makedirs(target.out_dir, exist_ok=True)
+        write_config_json(target.out_dir, trainer.cfg)
+        jsonl = write_jsonl(os.path.join(target.out_dir, "rollouts.jsonl"), episodes, **trainer._dump_kwargs())
+        write_pkl(os.path.join(target.out_dir, "rollouts.pkl"),
+                  RolloutResult(episodes=episodes, batch=None, metrics=metrics, timing={}))
+        with open(os.path.join(target.out_dir, "metrics.json"), "w") as f:
+            json.dump({"evaluated": target.describe(), **metrics}, f, indent=2)
+        trainer.monitor.scalars(metrics, target.step or 0)
+        trainer.monitor.flush()
+        print(f"Evaluated {target.describe()} on {len(episodes)} episodes.\nRollouts: {jsonl} (and rollouts.pkl); "
+              f"metrics: {os.path.join(target.out_dir, 'metrics.json')}")
     return metrics

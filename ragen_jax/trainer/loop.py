@@ -27,6 +27,7 @@ from ragen_jax.filtering import FilterConfig, advantage_scale, compact, filter_r
 from ragen_jax.monitoring import Monitor
 from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds
 from ragen_jax.rollout.dump import write_jsonl
+from ragen_jax.trainer import report
 from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer.diagnose import CollapseMonitor
 from ragen_jax.trainer.optim import make_optimizer
@@ -75,6 +76,23 @@ def _join_processes(cfg) -> None:
             "(gymnax starts JAX on import); run.py does this for you.") from e
 
 
+def write_config_json(folder: str, cfg) -> str:
+    """folder/config.json: the resolved config, plus the custom functions it names (module:name and file)."""
+    os.makedirs(folder, exist_ok=True)
+    data = json.loads(report.resolved_config(cfg))
+    data["custom_functions"] = report.custom_functions(cfg)
+    path = os.path.join(folder, "config.json")
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
+    return path
+
+
+def _local_rows(mesh, batch_size: int) -> int:
+    """How many of a batch's episodes this process plays (the rows its devices hold)."""
+    rows = sharding.process_rows(mesh, batch_size)
+    return rows.stop - rows.start
+
+
 @jax.jit
 def _masked_means(arrays: dict[str, jax.Array], mask: jax.Array) -> dict[str, jax.Array]:
     """{name: mean over mask} of token grids [B, T], reduced where the shards live (any number of hosts)."""
@@ -90,7 +108,8 @@ def _take_rows(arrays: dict[str, jax.Array], rows: jax.Array) -> dict[str, jax.A
 class Trainer:
     """Owns the models, optimizers, engines and env batches of one run."""
 
-    def __init__(self, cfg, workdir: str | None = None):
+    def __init__(self, cfg, workdir: str | None = None, *, log_dir: str | None = None):
+        """log_dir: where TensorBoard events go (default workdir/tb; an evaluation writes beside its outputs)."""
         _join_processes(cfg)
         self.cfg = cfg
         self.workdir = os.path.abspath(workdir or cfg.workdir)
@@ -101,12 +120,17 @@ class Trainer:
         if t.mini_batch_size % t.micro_batch_size:
             raise ValueError(f"trainer.mini_batch_size ({t.mini_batch_size}) must be a multiple of "
                              f"trainer.micro_batch_size ({t.micro_batch_size}).")
+        self.mesh = sharding.make_mesh({axis: cfg.mesh[axis] for axis in sharding.AXES})
+        # envs first: a missing service (e.g. a Lean server) fails before minutes of model loading
+        self.val_name = cfg.val.name or cfg.env.name
+        self.val_batch = min(cfg.val.batch_size, cfg.val.groups * cfg.val.group_size)
+        self.train_env = setup_lib.env_batch(cfg.env, cfg.env.name, _local_rows(self.mesh, self.batch_size))
+        self.val_env = setup_lib.env_batch(cfg.env, self.val_name, _local_rows(self.mesh, self.val_batch))
         policy, self.tokenizer = setup_lib.load_policy_and_tokenizer(cfg.model)
         self.lora = cfg.model.lora.rank > 0
         self.use_critic = bool(cfg.algo.use_critic)
         self.need_ref = bool(cfg.algo.use_kl_loss or cfg.algo.use_kl_in_reward)
         critic = setup_lib.make_critic(cfg.model, policy) if self.use_critic else None
-        self.mesh = sharding.make_mesh({axis: cfg.mesh[axis] for axis in sharding.AXES})
         device_bytes = sharding.device_memory_bytes()
         if device_bytes:
             sharding.check_plan(sharding.plan_from_config(cfg, policy.config, self.mesh.shape), device_bytes)
@@ -120,12 +144,8 @@ class Trainer:
         # each process plays the episodes of the rows its devices hold, with its own envs
         self.engine = RolloutEngine(self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.batch_size,
                                     mesh=self.mesh)
-        self.train_env = setup_lib.env_batch(cfg.env, cfg.env.name, self.engine.local_batch_size)
-        self.val_name = cfg.val.name or cfg.env.name
-        self.val_batch = min(cfg.val.batch_size, cfg.val.groups * cfg.val.group_size)
         self.val_engine = RolloutEngine(self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.val_batch,
                                         mesh=self.mesh)
-        self.val_env = setup_lib.env_batch(cfg.env, self.val_name, self.val_engine.local_batch_size)
 
         updates = t.total_steps * t.epochs * max(self.batch_size // t.mini_batch_size, 1)
         self.actor_tx, self.actor_lr = make_optimizer(cfg.optim.actor, updates)
@@ -139,11 +159,12 @@ class Trainer:
                                  algo_settings(cfg), self.actor_tx, self.critic_tx, t.micro_batch_size)
         self.filter_cfg = FilterConfig.from_mapping(dict(cfg.filter))
         self.base_key = jax.random.PRNGKey(t.seed)
-        self.monitor = Monitor(os.path.join(self.workdir, "tb"), enabled=self.is_main)
+        self.log_dir = log_dir or os.path.join(self.workdir, "tb")
+        self.monitor = Monitor(self.log_dir, enabled=self.is_main)
         self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), max_to_keep=t.keep_checkpoints)
         self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
         self.counters = {"empty_streak": 0, "val_low_streak": 0, "std_zero_streak": 0, "skipped_in_a_row": 0,
-                         "updates_applied": 0, "updates_skipped": 0}
+                         "updates_applied": 0, "updates_skipped": 0, "steps_run": 0, "kept_ratio_sum": 0.0}
         self.history: list[dict] = []
         self.warmstart_metrics: dict[str, float] = {}
         self.start_step = 0
@@ -192,14 +213,20 @@ class Trainer:
         if step is None:
             logger.info("No checkpoint in %s; starting fresh.", self.checkpointer.directory)
             return
-        meta = self.checkpointer.restore_meta(step)
+        self.restore(self.checkpointer.directory, step)
+
+    def restore(self, directory: str, step: int) -> None:
+        """Load checkpoint `step` of the checkpoints folder `directory` (this run's or another run's)."""
+        checkpointer = (self.checkpointer if os.path.abspath(directory) == self.checkpointer.directory
+                        else Checkpointer(directory, max_to_keep=None))
+        meta = checkpointer.restore_meta(step)
         with_reference = meta.get("reference") == "saved"
         if with_reference and not self.need_ref:
             logger.warning("Checkpoint %d holds a KL reference this config does not use; ignoring it.", step)
         with_reference = with_reference and self.need_ref
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                                 self._state(with_reference))
-        state, meta = self.checkpointer.restore(step, abstract)
+        state, meta = checkpointer.restore(step, abstract)
         self.actor.trainable, self.actor_opt = state["actor"], state["actor_opt"]
         if self.critic is not None:
             self.critic.trainable, self.critic_opt = state["critic"], state["critic_opt"]
@@ -212,7 +239,7 @@ class Trainer:
         self.warmstart_metrics = dict(meta.get("warmstart") or {})
         self.collapse.load_state(meta.get("collapse", {}))
         self.start_step = int(meta["step"]) + 1
-        logger.info("Resumed from step %d (%s).", step, self.checkpointer.directory)
+        logger.info("Restored step %d from %s.", step, directory)
 
     # ------------------------------------------------------------------ validation
     def run_validation(self, step: int) -> tuple[dict[str, float], list]:
@@ -220,7 +247,9 @@ class Trainer:
         v = self.cfg.val
         per_chunk_groups = self.val_batch // v.group_size
         results, episodes = [], []
-        for c, first_group in enumerate(range(0, v.groups, per_chunk_groups)):
+        chunks = list(enumerate(range(0, v.groups, per_chunk_groups)))
+        for c, first_group in tqdm(chunks, desc="validate", leave=False, disable=not self.is_main or len(chunks) < 2,
+                                   dynamic_ncols=True):
             seeds, gids = group_seeds(v.seed + first_group, per_chunk_groups, v.group_size)
             key = jax.random.fold_in(jax.random.fold_in(self.base_key, 10_000_000 + step), c)
             res = self.val_engine.run(self.sampling_params(), self.val_env, seeds, gids + first_group, key,
@@ -267,6 +296,8 @@ class Trainer:
             self._report_env_errors(step, res.episodes)
         fres = filter_rollouts(rewards, cfg.env.group_size, self.filter_cfg, valid=ok)
         metrics.update(fres.metrics)
+        self.counters["steps_run"] += 1
+        self.counters["kept_ratio_sum"] += fres.kept_ratio
         self.counters["empty_streak"], stop_empty, m = update_empty_streak(
             self.counters["empty_streak"], fres, self.filter_cfg.empty_stop_steps)
         metrics.update(m)
@@ -439,9 +470,8 @@ class Trainer:
         wall0 = time.perf_counter()
         trained_tokens = 0.0
         if self.is_main:
-            os.makedirs(self.workdir, exist_ok=True)
-            with open(os.path.join(self.workdir, "config.json"), "w") as f:
-                f.write(cfg.to_json_best_effort(indent=2))
+            write_config_json(self.workdir, cfg)
+        # WIRE-HPARAMS: self.monitor.config(...) once monitoring.py has it
         if cfg.warmstart.enabled and self.start_step == 0:
             from ragen_jax.trainer.warmstart import run_warmstart
 
@@ -458,7 +488,7 @@ class Trainer:
             vm = self.validate(0)
             self._record_val(0, vm)
             self.monitor.scalars(vm, 0)
-        stop_reason = None
+        stop_reason, saved = None, None
         bar = tqdm(range(self.start_step, t.total_steps), desc="train", disable=not self.is_main,
                    initial=self.start_step, total=t.total_steps, dynamic_ncols=True)
         step = self.start_step - 1
@@ -478,13 +508,14 @@ class Trainer:
                              "kept": f"{metrics.get('rollout/filter_kept_ratio', 1):.2f}"})
             if t.save_every and (step + 1) % t.save_every == 0:
                 self.save(step)
+                saved = step
             stop_reason = self._early_stop(metrics)
             if stop_reason:
                 logger.warning("Early stop at step %d: %s.", step + 1, stop_reason)
                 break
         bar.close()
         last = step
-        if t.save_every and last >= self.start_step:
+        if last >= self.start_step and saved != last:  # every run ends with its final state on disk
             self.save(last)
         if self.history and self.history[-1]["step"] != last + 1 and cfg.val.every:
             vm = self.validate(last + 1)
@@ -492,8 +523,11 @@ class Trainer:
             self.monitor.scalars(vm, last + 1)
         wall = time.perf_counter() - wall0
         summary = self._summary(wall, trained_tokens, stop_reason)
+        if last >= self.start_step:
+            summary["outputs"].append(f"Checkpoint after {last + 1} RL steps: {self.checkpointer.directory}/{last}")
         if t.export_hf:
-            self.export(os.path.join(self.workdir, "hf_export"))
+            folder = self.export(os.path.join(self.workdir, "hf_export"))
+            summary["outputs"].append(f"Hugging Face folder: {folder}")
         self.monitor.flush()
         if self.is_main:
             with open(os.path.join(self.workdir, "summary.json"), "w") as f:
@@ -513,9 +547,14 @@ class Trainer:
             "wall_time_s": wall,
             "trained_tokens_per_s": trained_tokens / max(wall, 1e-9),
             "stop_reason": stop_reason,
+            "steps_run": self.counters["steps_run"],
             "updates_applied": self.counters["updates_applied"],
             "updates_skipped": self.counters["updates_skipped"],
+            "mean_kept_ratio": (self.counters["kept_ratio_sum"] / self.counters["steps_run"]
+                                if self.counters["steps_run"] else None),
+            "val_episodes": self.cfg.val.groups * self.cfg.val.group_size if self.cfg.val.every else 0,
             "workdir": self.workdir,
+            "outputs": [],
         }
 
     def export(self, folder: str) -> str:

@@ -1,10 +1,75 @@
-"""The end-of-run summary table on the console."""
+"""What the console shows: the start-up banner, the end-of-run summary, and `--print_config`."""
 
 from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jax
+
+logger = logging.getLogger(__name__)
 
 
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:5.1f}%"
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(r[0]) for r in rows)
+    rule = "=" * (width + 14)
+    return "\n".join([rule] + [f"{name:<{width}}  {value:>10}" for name, value in rows] + [rule])
+
+
+def custom_functions(cfg) -> dict[str, str]:
+    """{config key: "module:name (file)"} for every user function the config names by import path."""
+    import importlib
+    import inspect
+
+    named = {"algo.custom_policy_loss": cfg.algo.custom_policy_loss,
+             "algo.custom_adv_estimator": cfg.algo.custom_adv_estimator}
+    for key in ("env.name", "val.name"):
+        name = cfg[key.split(".")[0]][key.split(".")[1]]
+        if name and ":" in name:
+            named[key] = name
+    found = {}
+    for key, path in named.items():
+        if not path:
+            continue
+        module_name, _, attr = path.partition(":")
+        try:
+            target = getattr(importlib.import_module(module_name), attr)
+            where = inspect.getsourcefile(target) or module_name
+        except (ImportError, AttributeError, TypeError):
+            where = "not importable"
+        found[key] = f"{path} ({where})"
+    return found
+
+
+def banner(trainer, config_file: str | None) -> str:
+    """The start-up lines: devices, model, env, episodes per step, algorithm, where things go."""
+    from ragen_jax.trainer.steps import param_count
+
+    cfg = trainer.cfg
+    devices = jax.devices()
+    model = f"tiny preset (seed {cfg.model.seed})" if cfg.model.preset == "tiny" else cfg.model.path
+    params = param_count(trainer.actor.full())
+    trainable = param_count(trainer.actor.trainable)
+    lines = [
+        f"devices     {len(devices)} x {devices[0].device_kind} ({devices[0].platform}), "
+        f"{jax.process_count()} process(es), mesh {dict(trainer.mesh.shape)}",
+        f"model       {model}: {params / 1e6:.2f}M parameters ({trainable / 1e6:.2f}M trained), "
+        f"{trainer.actor.module().config.param_dtype}",
+        f"env         {cfg.env.name}: {cfg.env.groups} groups x {cfg.env.group_size} = {trainer.batch_size} "
+        f"episodes per step, up to {cfg.env.max_turn} turn(s); validation {cfg.val.groups * cfg.val.group_size} "
+        f"episodes of {trainer.val_name}",
+        f"algorithm   {cfg.algo.preset}: {cfg.algo.adv_estimator} advantages, {cfg.algo.policy_loss} loss, "
+        f"{cfg.algo.loss_agg_mode}; filter {cfg.filter.strategy} {cfg.filter.value:g}; "
+        f"{cfg.trainer.total_steps} steps",
+        f"workdir     {trainer.workdir}",
+        f"config      {config_file or '(given in code)'}",
+    ]
+    lines += [f"custom      {key} = {where}" for key, where in custom_functions(cfg).items()]
+    return "\n".join(lines)
 
 
 def print_summary(summary: dict, tb_dir: str) -> None:
@@ -16,14 +81,46 @@ def print_summary(summary: dict, tb_dir: str) -> None:
     rows += [
         ("validation success after RL", _pct(summary.get("val_success_final"))),
         ("best validation success", _pct(summary.get("val_success_best"))),
+        ("episodes per validation", f"{summary.get('val_episodes', 0)}"),
+        ("RL steps", f"{summary.get('steps_run', 0)}"),
+        ("updates applied / skipped", f"{summary.get('updates_applied', 0)} / {summary.get('updates_skipped', 0)}"),
+        ("mean filter kept ratio", _pct(summary.get("mean_kept_ratio"))),
         ("wall time", f"{summary['wall_time_s']:.0f} s"),
         ("trained tokens / s", f"{summary['trained_tokens_per_s']:.0f}"),
     ]
     if summary.get("stop_reason"):
         rows.append(("early stop", summary["stop_reason"]))
-    width = max(len(r[0]) for r in rows)
-    print("\n" + "=" * (width + 14))
-    for name, value in rows:
-        print(f"{name:<{width}}  {value:>10}")
-    print("=" * (width + 14))
+    print("\n" + _table(rows))
+    if summary.get("steps_run", 0) and not summary.get("updates_applied", 0):
+        print("WARNING no update was applied in this run (every step was filtered out or skipped): the "
+              "'after RL' figure is the starting policy's.")
+    for line in summary.get("outputs", []):
+        print(line)
     print(f"TensorBoard: tensorboard --logdir {tb_dir}\n")
+
+
+def resolved_config(cfg) -> str:
+    """The whole resolved config as JSON text (what config.json gets)."""
+    return cfg.to_json_best_effort(indent=2, sort_keys=True)
+
+
+def config_report(cfg) -> str:
+    """`--print_config`: the resolved config, the custom functions in use and the memory plan per device."""
+    from ragen_jax import sharding
+    from ragen_jax.trainer.setup import model_config_for
+
+    parts = [resolved_config(cfg)]
+    custom = custom_functions(cfg)
+    if custom:
+        parts.append("custom functions:\n" + "\n".join(f"  {k} = {v}" for k, v in custom.items()))
+    try:
+        model_config = model_config_for(cfg.model)
+        mesh = sharding.make_mesh({axis: cfg.mesh[axis] for axis in sharding.AXES})
+        plan = sharding.plan_from_config(cfg, model_config, mesh.shape)
+        device_bytes = sharding.device_memory_bytes()
+        budget = f" of {device_bytes / 2**30:.2f} GiB" if device_bytes else " (this backend reports no memory limit)"
+        parts.append(f"memory plan per device, mesh {dict(mesh.shape)}, peak {plan.peak / 2**30:.3f} GiB{budget}:\n"
+                     + plan.table())
+    except (OSError, ValueError) as e:
+        parts.append(f"memory plan: not available ({e})")
+    return "\n\n".join(parts)

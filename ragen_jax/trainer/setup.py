@@ -52,6 +52,17 @@ def resolve_model_path(path: str) -> str:
         ) from None
 
 
+def model_config_for(model_cfg):
+    """The policy's ModelConfig without loading weights (the tiny preset's, or the folder's config.json)."""
+    from ragen_jax.models.hf import read_config
+    from ragen_jax.models.tiny import tiny_config
+
+    dtype_kwargs = {k: model_cfg[k] for k in ("param_dtype", "dtype") if model_cfg[k]}
+    if model_cfg.preset == "tiny":
+        return tiny_config(**dict(model_cfg.tiny), **dtype_kwargs, remat=model_cfg.remat)
+    return read_config(resolve_model_path(model_cfg.path), **dtype_kwargs).replace(remat=model_cfg.remat)
+
+
 def load_policy_and_tokenizer(model_cfg) -> tuple[nnx.Module, Any]:
     """The policy model (LoRA applied when rank > 0) and its tokenizer."""
     dtype_kwargs = {k: model_cfg[k] for k in ("param_dtype", "dtype") if model_cfg[k]}
@@ -64,8 +75,8 @@ def load_policy_and_tokenizer(model_cfg) -> tuple[nnx.Module, Any]:
         raise ValueError(f"Unknown model preset {model_cfg.preset!r}; use 'tiny' or '' (load model.path).")
     else:
         folder = resolve_model_path(model_cfg.path)
+        tokenizer = load_tokenizer(folder)  # first: a missing tokenizer fails before the weights load
         model = load_model(folder, remat=model_cfg.remat, **dtype_kwargs)
-        tokenizer = load_tokenizer(folder)
     if model_cfg.lora.rank > 0:
         targets = tuple(t.strip() for t in model_cfg.lora.target_modules.split(",") if t.strip())
         model = apply_lora(model, model_cfg.lora.rank, model_cfg.lora.alpha, targets,

@@ -23,10 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from tqdm import tqdm
 
 from ragen_jax import sharding
 from ragen_jax.models.transformer import init_cache
 from ragen_jax.rollout.demos import DemoRows, demo_rows, load_jsonl_demos, oracle_demo_episodes
+from ragen_jax.rollout.dump import write_jsonl
 from ragen_jax.trainer.optim import make_optimizer
 from ragen_jax.trainer.steps import positions_from_mask
 
@@ -264,7 +266,9 @@ def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, l
     spent, tokens_seen, targets_seen, compile_s = 0.0, 0.0, 0.0, 0.0
     metrics: dict[str, float] = {}
     step = 0
-    for step in range(1, steps + 1):
+    bar = tqdm(range(1, steps + 1), desc="warm start", leave=False, dynamic_ncols=True,
+               disable=not getattr(trainer, "is_main", True))
+    for step in bar:
         if cursor + batch_size > len(order):
             order, cursor = rng.permutation(data.num_rows), 0
         rows = order[cursor:cursor + batch_size]
@@ -283,12 +287,14 @@ def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, l
             targets_seen += float(data.target_mask[rows].sum())
         metrics = {f"sft/{k}": float(v) for k, v in out.items()}
         metrics["sft/lr"] = float(schedule(step - 1))
+        bar.set_postfix(loss=f"{metrics.get('sft/loss', float('nan')):.3f}")
         if step % log_every == 0 or step == 1:
             trainer.monitor.scalars(metrics, step)
         if callback is not None:
             callback(step, spent + compile_s)
         if max_seconds and sharding.agree_any(spent + compile_s >= max_seconds):  # all hosts stop together
             break
+    bar.close()
     trainer.monitor.scalars(metrics, step)
     metrics.update({"sft/steps": float(step), "sft/train_seconds": spent + compile_s,
                     "sft/compile_seconds": compile_s,
@@ -326,7 +332,10 @@ def run_warmstart(trainer, num_demos: int | None = None, steps: int | None = Non
 
     trainer.monitor.scalars({f"sft/{k}": v for k, v in before.items()}, 0)
     metrics = train_sft(trainer, data, steps=steps, max_seconds=float(w.max_seconds), callback=validate)
-    after, _ = trainer.run_validation(0)
+    after, after_episodes = trainer.run_validation(0)
+    if getattr(trainer, "is_main", False):
+        trainer.warmstart_jsonl = write_jsonl(os.path.join(trainer.workdir, "rollouts", "val_after_warmstart.jsonl"),
+                                              after_episodes, **trainer._dump_kwargs())
     trainer.monitor.scalars({f"sft/{k}": v for k, v in after.items()}, int(metrics["sft/steps"]))
     trainer.monitor.flush()
     trainer.reset_reference()

@@ -1,0 +1,77 @@
+"""Evaluating what was trained: which weights --mode=eval scores, where it writes, and --print_config."""
+
+import json
+import os
+
+import pytest
+
+from ragen_jax.trainer.evaluate import eval_target
+from test_run_cli import run_cli
+
+
+def _hf_folder(path):
+    os.makedirs(path)
+    for name in ("config.json", "model.safetensors"):
+        open(os.path.join(path, name), "w").close()
+
+
+def test_eval_target_finds_the_latest_checkpoint_then_the_export(tmp_path):
+    run = tmp_path / "run"
+    assert eval_target(str(run)).kind == "init"
+    assert eval_target(str(run)).out_dir == str(run / "eval" / "init")
+    _hf_folder(run / "hf_export")
+    hf = eval_target(str(run))
+    assert (hf.kind, hf.path, hf.out_dir) == ("hf", str(run / "hf_export"), str(run / "eval" / "hf_export"))
+    for step in ("3", "12", "12.orbax-checkpoint-tmp-1"):
+        os.makedirs(run / "checkpoints" / step)
+    latest = eval_target(str(run))
+    assert (latest.kind, latest.path, latest.step) == ("orbax", str(run / "checkpoints"), 12)
+    assert latest.out_dir == str(run / "eval" / "step_12")
+    # --checkpoint: a step folder, a run folder, an HF folder; outputs always under the evaluating workdir
+    other = tmp_path / "other"
+    picked = eval_target(str(other), str(run / "checkpoints" / "3"))
+    assert (picked.kind, picked.step, picked.out_dir) == ("orbax", 3, str(other / "eval" / "step_3"))
+    assert eval_target(str(other), str(run)).step == 12
+    assert eval_target(str(other), str(run / "hf_export")).kind == "hf"
+    with pytest.raises(FileNotFoundError, match="Orbax step folder"):
+        eval_target(str(other), str(tmp_path / "nothing"))
+
+
+def test_print_config_shows_the_config_and_the_memory_plan_then_exits(tmp_path):
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/sokoban.py:tiny", "--config.algo.custom_policy_loss=ragen_jax.algos.policy_loss:"
+                   "ppo_clip_loss", "--print_config", workdir=wd, mode="train")
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads(proc.stdout[:proc.stdout.index("\n}\n") + 2])
+    assert config["env"]["name"] == "SimpleSokoban" and config["model"]["preset"] == "tiny"
+    assert "algo.custom_policy_loss = ragen_jax.algos.policy_loss:ppo_clip_loss (" in proc.stdout
+    assert "ragen_jax/algos/policy_loss.py)" in proc.stdout  # the file the function comes from
+    assert "memory plan per device" in proc.stdout and "training_peak" in proc.stdout
+    assert not os.path.exists(wd)  # nothing built, nothing written
+
+
+@pytest.mark.slow
+def test_train_then_eval_the_checkpoint_and_the_export(tmp_path):
+    """A 1-step run saves its final state and HF export; eval scores each into its own folder."""
+    wd = tmp_path / "run"
+    tiny = ["--config=configs/bandit.py:tiny", "--config.trainer.total_steps=1", "--config.warmstart.enabled=False",
+            "--config.val.groups=8", "--config.val.batch_size=8", "--config.val.every=0",
+            "--config.env.groups=2", "--config.env.group_size=4", "--config.trainer.mini_batch_size=8",
+            "--config.trainer.micro_batch_size=8"]
+    proc = run_cli(*tiny, workdir=wd, mode="train")
+    assert proc.returncode == 0, proc.stderr
+    assert "Checkpoint after 1 RL steps" in proc.stdout and os.path.isdir(wd / "checkpoints" / "0")
+    assert os.path.isfile(wd / "hf_export" / "model.safetensors")
+    events = sorted(os.listdir(wd / "tb"))
+    proc = run_cli(*tiny, workdir=wd)
+    assert proc.returncode == 0, proc.stderr
+    assert "Evaluated checkpoint step 0" in proc.stdout and "eval/step_0/rollouts.jsonl" in proc.stdout
+    for name in ("config.json", "metrics.json", "rollouts.jsonl", "rollouts.pkl"):
+        assert os.path.isfile(wd / "eval" / "step_0" / name)
+    assert sorted(os.listdir(wd / "tb")) == events  # the training run's files are untouched
+    proc = run_cli(*tiny, f"--checkpoint={wd / 'hf_export'}", workdir=tmp_path / "elsewhere")
+    assert proc.returncode == 0, proc.stderr
+    assert "Evaluated Hugging Face folder" in proc.stdout
+    assert os.path.isfile(tmp_path / "elsewhere" / "eval" / "hf_export" / "rollouts.jsonl")
+    proc = run_cli(*tiny, f"--checkpoint={tmp_path / 'nothing'}", workdir=wd)
+    assert proc.returncode != 0 and proc.stderr.count("FATAL") == 1
