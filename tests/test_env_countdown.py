@@ -1,7 +1,6 @@
 """Countdown: safe checker under adversarial answers, generator, loaders, env protocol."""
 
 import json
-import time
 from fractions import Fraction
 
 import pytest
@@ -12,6 +11,7 @@ from envs.countdown import (CountdownEnv, CountdownTask, evaluate, generate_task
                             has_signed_sum_solution, score_answer, solve)
 from envs.countdown.data import load_tasks
 from envs.registry import make
+from timing_testlib import CPU_BUDGET_S, cpu_seconds
 
 NUMS = [3, 5, 2]
 
@@ -92,10 +92,8 @@ ADVERSARIAL = [
 def test_adversarial_answers_never_raise_and_are_fast(answer):
     env = CountdownEnv()
     env.reset(7)
-    start = time.perf_counter()
-    obs, reward, terminated, truncated, info = env.step(answer)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 0.5
+    (obs, reward, terminated, truncated, info), cpu = cpu_seconds(env.step, answer)
+    assert cpu < CPU_BUDGET_S
     assert reward in (0.0, 0.1)
     assert terminated and not truncated and not info["success"]
     assert obs == f"Your answer get {reward:g} points."
@@ -210,7 +208,7 @@ def test_loader_errors_are_clear(tmp_path):
 _ARITH = st.from_regex(r"[-+(]{0,2}[0-9]{1,3}( ?[-+*/] ?\(?[0-9]{1,3}\)?){0,5}", fullmatch=True)
 
 
-@settings(max_examples=150, deadline=500)
+@settings(max_examples=150, deadline=None)
 @given(st.one_of(st.text(max_size=400), _ARITH))
 def test_any_text_scores_without_error(text):
     reward = score_answer(text, 24, [4, 6, 1, 1])

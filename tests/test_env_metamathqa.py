@@ -3,7 +3,6 @@
 import json
 import random
 import re
-import time
 from fractions import Fraction
 
 import pytest
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 from envs.metamathqa import (MetaMathQAEnv, TEMPLATES, answers_match, extract_label,
                              generate_problem, load_problems, parse_number)
 from envs.registry import make
+from timing_testlib import CPU_BUDGET_S, cpu_seconds
 
 
 @pytest.mark.parametrize("answer,label", [
@@ -121,9 +121,8 @@ ADVERSARIAL = [
 def test_adversarial_answers_never_raise_and_are_fast(answer):
     env = MetaMathQAEnv(max_attempts=None)
     env.reset(3)
-    start = time.perf_counter()
-    obs, reward, term, trunc, info = env.step(answer)
-    assert time.perf_counter() - start < 0.5
+    (obs, reward, term, trunc, info), cpu = cpu_seconds(env.step, answer)
+    assert cpu < CPU_BUDGET_S
     assert reward == 0.0 and not term and obs == "Incorrect. Please think again."
 
 
@@ -170,7 +169,7 @@ _NUMBERS = st.from_regex(r"[-$]?[0-9]{0,4}(\.[0-9]{1,3})?( ?/ ?[1-9][0-9]?)?( cm
                          fullmatch=True)
 
 
-@settings(max_examples=200, deadline=500)
+@settings(max_examples=200, deadline=None)
 @given(st.one_of(st.text(max_size=300), _NUMBERS), st.one_of(st.text(max_size=50), _NUMBERS))
 def test_matching_never_raises_and_is_symmetric_for_numbers(answer, label):
     result = answers_match(answer, label)
@@ -179,7 +178,7 @@ def test_matching_never_raises_and_is_symmetric_for_numbers(answer, label):
         assert result == answers_match(label, answer)
 
 
-@settings(max_examples=100, deadline=500)
+@settings(max_examples=100, deadline=None)
 @given(st.fractions(min_value=-1000, max_value=1000, max_denominator=50))
 def test_fraction_and_latex_forms_agree(value):
     plain = f"{value.numerator}/{value.denominator}"

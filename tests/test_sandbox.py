@@ -200,14 +200,14 @@ def test_infinite_loop_is_killed(sandbox):
     t = time.monotonic()
     r = sandbox.run("while True:\n    pass")
     assert r.status == "timeout"
-    assert time.monotonic() - t < 5
+    assert time.monotonic() - t < 30  # cut at the sandbox's timeout; generous for a loaded machine
     assert_scores_zero(sandbox, "while True:\n    pass")
 
 
 def test_sleeping_program_hits_wall_clock(sandbox):
     t = time.monotonic()
     r = sandbox.run("import time\ntime.sleep(100)")
-    assert r.status == "timeout" and time.monotonic() - t < 5
+    assert r.status == "timeout" and time.monotonic() - t < 30  # far below the program's 100 s
 
 
 def test_fork_bomb_is_bounded_and_cleaned_up(sandbox):
@@ -224,7 +224,7 @@ def test_fork_bomb_is_bounded_and_cleaned_up(sandbox):
     t = time.monotonic()
     r = sandbox.run(bomb)
     assert r.status != "ok"
-    assert time.monotonic() - t < 10
+    assert time.monotonic() - t < 30
     if r.isolation.get("uid") is not None:
         assert not _uid_has_processes(r.isolation["uid"])
     assert POOL.held() == frozenset()
@@ -304,9 +304,13 @@ def test_no_network_to_localhost(sandbox):
     code = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
             "s.sendall(b'leak')\nprint('connected')")
     r = sandbox.run(code)
-    time.sleep(0.3)  # let a connection that did get through be accepted
     finished.set()
     th.join()
+    server.setblocking(False)  # a connection that got through has finished its handshake: it is in the backlog
+    try:
+        accepted.append(server.accept()[0])
+    except BlockingIOError:
+        pass
     server.close()
     assert r.status == "runtime_error" and "connected" not in r.stdout
     assert not accepted
@@ -341,7 +345,7 @@ def test_gigabyte_of_output_is_cut(sandbox):
     r = sandbox.run("import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(chunk)")
     assert r.status == "output_limit"
     assert len(r.stdout) <= sandbox.config.max_output_bytes
-    assert time.monotonic() - t < 5
+    assert time.monotonic() - t < 30
     assert_scores_zero(sandbox, "print('3' * (1 << 30))")
 
 
