@@ -132,10 +132,18 @@ def get_base_config() -> ml_collections.ConfigDict:
         lr=1e-3,
         warmup_steps=10,
         weight_decay=0.0,
+        reasoning="fixed",  # "fixed": every oracle response thinks reasoning_text; "state": the env describes
+        # its state (env.describe_state, e.g. "box below left, target left"), input-dependent thinking
         reasoning_text="",  # text between "<think>" and "</think>" in oracle responses
         seed=1_000_000,  # first demo seed (apart from train and validation seeds) and batch order
         share_prefix=True,  # run the prompt prefix all rows share once per micro-batch (same loss)
         val_every=0,  # also validate every N SFT steps (0 = only before and after)
+    )
+    c.logging = dict(  # TensorBoard always (workdir/tb); Weights & Biases on request (`pip install wandb`)
+        wandb=False,  # mirror scalars, text, images and the config to a wandb run
+        wandb_project="ragen-jax",
+        wandb_entity="",  # "" = your default entity
+        wandb_mode="",  # "" = wandb's default (WANDB_MODE); "online" | "offline" | "disabled"
     )
     c.mesh = dict(data=-1, fsdp=1, tensor=1, sampling_layout="no_fsdp")  # -1 = the remaining devices
     c.distributed = dict(  # multi-host: one process per host (env vars JAX_COORDINATOR_ADDRESS etc. override)
@@ -199,6 +207,20 @@ def apply_tiny(c: ml_collections.ConfigDict) -> None:
     c.diagnostics.every = 5
     c.diagnostics.max_pairs = 32
     c.diagnostics.batch_size = 64
+
+
+def apply_reasoning(c: ml_collections.ConfigDict) -> None:
+    """The reasoning variant of the quickstart recipe (RAGEN-2's MI diagnostics need thinking that depends on the
+    input): demonstrations think the env's own short description of the state ("box below left, target left"),
+    responses get room for it, and the MI diagnostics run at RAGEN's defaults (every 5 steps, 64 pairs)."""
+    c.warmstart.reasoning = "state"
+    c.rollout.response_length = 40
+    c.diagnostics.every, c.diagnostics.max_pairs, c.diagnostics.batch_size = 5, 64, 64
+
+
+def no_filter(c: ml_collections.ConfigDict) -> None:
+    """The SNR filter off (top_p 1.0 keeps every group), for ablations."""
+    c.filter.strategy, c.filter.value, c.filter.include_zero = "top_p", 1.0, True
 
 
 def apply_quickstart_rl(c: ml_collections.ConfigDict) -> None:

@@ -1,10 +1,11 @@
 """Sokoban (RAGEN's `_2_sokoban`): CoordSokoban, 8 groups x 16, PPO, Qwen2.5-3B-Instruct.
 
-Variants: `:tiny` (built-in tiny model on CPU), `:grpo` / `:dapo` / `:drgrpo`, `:0.5b` / `:1.5b`,
-`:filter` (RAGEN-2's recommended top_p 0.9 filter); combine with commas (`:tiny,grpo`).
+Variants: `:tiny` (built-in tiny model on CPU), `:tiny_reasoning` (the same with input-dependent thinking in the
+demonstrations, for the MI diagnostics), `:grpo` / `:dapo` / `:drgrpo`, `:0.5b` / `:1.5b`, `:filter` (RAGEN-2's
+recommended top_p 0.9 filter), `:no_filter`; combine with commas (`:tiny,grpo`).
 """
 
-from configs.base import apply_quickstart_rl, apply_tiny, apply_variants, get_base_config
+from configs.base import apply_quickstart_rl, apply_reasoning, apply_tiny, apply_variants, get_base_config, no_filter
 
 
 def _filter(c):
@@ -18,8 +19,15 @@ def _tiny(c):
     apply_quickstart_rl(c)
 
 
+def _tiny_reasoning(c):
+    """The quickstart with input-dependent thinking in the demonstrations (for RAGEN-2's MI diagnostics)."""
+    _tiny(c)
+    apply_reasoning(c)
+
+
 def get_config(arg: str | None = None):
     c = get_base_config()
     c.env.name = "CoordSokoban"
     c.workdir = "runs/sokoban"
-    return apply_variants(c, arg, {"tiny": _tiny, "filter": _filter})
+    return apply_variants(c, arg, {"tiny": _tiny, "tiny_reasoning": _tiny_reasoning, "filter": _filter,
+                                   "no_filter": no_filter})

@@ -184,6 +184,18 @@ class Sokoban(JaxEnv[SokobanState, SokobanParams]):
         """Shortest solution (action ids) from one unbatched state; None if it cannot be solved."""
         return oracle.solve(np.asarray(state.fixed), np.asarray(state.room))
 
+    def describe_state(self, state: SokobanState) -> str:
+        """Demo reasoning: where the box is seen from the player, and its target seen from the box
+        (the box off target nearest the player, the free target nearest that box), e.g. "box below left, target left"."""
+        from envs.describe import nearest, relation
+
+        room, fixed, player = np.asarray(state.room), np.asarray(state.fixed), np.asarray(state.player)
+        boxes, targets = np.argwhere(room == BOX), np.argwhere((fixed == TARGET) & (room != BOX_ON_TARGET))
+        if not len(boxes) or not len(targets):
+            return "all boxes on targets"
+        box = nearest(boxes, player)
+        return f"box {relation(box, player)}, target {relation(nearest(targets, box), box)}"
+
 
 def oracle_actions(env: Sokoban, state: SokobanState) -> list[int] | None:
     """Module-level alias of `Sokoban.oracle_actions` for per-episode demonstration data."""

@@ -123,12 +123,13 @@ def _response_tokens(tokenizer, text: str, cfg: RolloutConfig) -> list[int]:
 
 
 def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, cfg: RolloutConfig, *,
-                         policy: OraclePolicy | None = None, reasoning_text: str = "",
+                         policy: OraclePolicy | None = None, reasoning_text: str | Callable[[Any], str] = "",
                          tag: str = "demo") -> list[Episode]:
     """Play one episode per seed with an oracle, recording turns as the rollout engine would.
 
     Each turn the oracle plans from the current state; its first min(max_actions_per_turn,
     actions left) actions become the response. An episode without a plan stops there (unsolved).
+    reasoning_text: the thinking of every response, or a function of the (unbatched) state giving it.
     """
     if getattr(env_batch, "state", None) is None and not hasattr(env_batch, "env"):
         raise ValueError("Oracle demos need a JAX env batch (envs.batch.make_env_batch of a JAX env), "
@@ -164,8 +165,9 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
                 ep.truncated = True
                 continue
             chosen = [int(a) for a in plan[:budget]]
-            text = response_text([names[a] for a in chosen], reasoning=reasoning_text,
-                                 enable_think=cfg.enable_think)
+            state = jax.tree.map(lambda x: np.asarray(x[b]), host_state)
+            thinking = reasoning_text(state) if callable(reasoning_text) else reasoning_text
+            text = response_text([names[a] for a in chosen], reasoning=thinking, enable_think=cfg.enable_think)
             fit_context(builder, cfg, ep)  # records the first turn shown, exactly as the engine does
             record.response_tokens = _response_tokens(tokenizer, text, cfg)
             full = builder.generation_suffix + tokenizer.decode(record.response_tokens)
@@ -211,12 +213,13 @@ def _record_turn(ep: Episode, result, b: int, chosen: list[int], cfg: RolloutCon
 def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutConfig, *, seed: int,
                          env_kwargs: dict | None = None, reasoning_text: str = "", batch_size: int = 256,
                          only_success: bool = True, max_tries: int = 4,
-                         random_actions: bool = False) -> list[Episode]:
+                         random_actions: bool = False, state_reasoning: bool = False) -> list[Episode]:
     """`num_demos` oracle episodes of registered env `env_name` on seeds seed, seed+1, ...
 
     Unsolved episodes (no plan, or a plan longer than the action budget) are skipped when
     `only_success`, trying up to max_tries * num_demos seeds. `random_actions`: a random policy plays
     instead (`random_policy`; every episode is kept), for a warm start that teaches only the format.
+    `state_reasoning`: each response thinks the env's `describe_state(state)` instead of `reasoning_text`.
     """
     from envs.batch import make_env_batch
 
@@ -224,6 +227,11 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
         raise ValueError(f"num_demos must be > 0, got {num_demos}.")
     env_batch = make_env_batch(env_name, batch_size, **(env_kwargs or {}))
     policy = random_policy(env_batch.env, seed) if random_actions else None
+    if state_reasoning:
+        if not callable(getattr(env_batch.env, "describe_state", None)):
+            raise ValueError(f"warmstart.reasoning='state' needs {type(env_batch.env).__name__}.describe_state(state);"
+                             " use reasoning='fixed' with warmstart.reasoning_text.")
+        reasoning_text = env_batch.env.describe_state
     only_success = only_success and not random_actions
     episodes: list[Episode] = []
     next_seed = seed
