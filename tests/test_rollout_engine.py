@@ -151,7 +151,7 @@ def test_scripted_turns_rewards_done_and_cache_continuation(tiny):
         context2 = engine._fit_context(dataclasses.replace(ep, history=[ep.history[0], turn2]))
         assert cache2[b] + lens2[b] == len(context2)
     assert res.metrics["Line/success"] == pytest.approx(2 / 3)
-    assert res.metrics["Line/pass@2"] == pytest.approx(1.0)
+    assert res.metrics["Line/pass_at_2"] == pytest.approx(1.0)
 
 
 def test_turn_scores_and_per_turn_samples(tiny):

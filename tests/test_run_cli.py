@@ -111,7 +111,7 @@ def test_eval_prints_metrics_and_writes_jsonl(tmp_path):
                    "--config.rollout.max_model_len=512", workdir=wd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     metrics = json.loads(proc.stdout[proc.stdout.index("{"):])
-    for name in ("success", "num_actions", "pass@1", "action_is_valid", "action_is_effective"):
+    for name in ("success", "num_actions", "pass_at_1", "action_is_valid", "action_is_effective"):
         assert f"val/Countdown/{name}" in metrics
     assert "val/response_length" in metrics and metrics["eval/num_episodes"] == 3
     with open(wd / "eval" / "rollouts.jsonl") as f:
