@@ -3,23 +3,23 @@
   python experiments/plot.py runs/a runs/b --out curves.png
   python experiments/plot.py runs/sweep/* --metrics val/SimpleSokoban/success,rollout/in_group_reward_std
 
-Each run folder is searched recursively for event files (tensorboardX format); no TensorFlow or
-TensorBoard install is needed: the TFRecord framing is read directly.
+Each run folder is searched recursively for event files, which are read with TensorBoard's own
+reader (EventAccumulator). `--metrics` takes tags or fnmatch patterns (`val/*/success`), one
+panel each; one that matches no scalar of any run is an error that lists the known tags.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import glob
 import os
-import struct
 from collections import defaultdict
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from tensorboardX.proto import event_pb2  # noqa: E402
 
 # Metric families: the first key present in a run is plotted (names differ per env tag).
 DEFAULT_PANELS = {
@@ -31,38 +31,48 @@ DEFAULT_PANELS = {
 }
 
 
+def event_dirs(run_dir: str) -> list[str]:
+    """Every folder under run_dir (itself included) that holds TensorBoard event files."""
+    files = glob.glob(os.path.join(run_dir, "**", "events.out.tfevents.*"), recursive=True)
+    return sorted({os.path.dirname(f) for f in files})
+
+
 def read_scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} from every event file under run_dir."""
+    """{tag: [(step, value), ...]} (sorted by step) from every event file under run_dir."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
     scalars: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for path in sorted(glob.glob(os.path.join(run_dir, "**", "events.out.tfevents.*"), recursive=True)):
-        with open(path, "rb") as f:
-            data = f.read()
-        pos = 0
-        while pos + 12 <= len(data):
-            (length,) = struct.unpack("<Q", data[pos:pos + 8])
-            start = pos + 12
-            record = data[start:start + length]
-            pos = start + length + 4
-            if len(record) < length:
-                break  # a file still being written
-            event = event_pb2.Event()
-            event.ParseFromString(record)
-            for value in event.summary.value:
-                if value.HasField("simple_value"):
-                    scalars[value.tag].append((event.step, value.simple_value))
+    for folder in event_dirs(run_dir):
+        acc = EventAccumulator(folder, size_guidance={SCALARS: 0})  # 0 = keep every point
+        acc.Reload()
+        for tag in acc.Tags()[SCALARS]:
+            scalars[tag].extend((e.step, e.value) for e in acc.Scalars(tag))
     return {k: sorted(v) for k, v in scalars.items()}
 
 
 def _match(tags, pattern: str) -> str | None:
-    import fnmatch
-
     hits = sorted(t for t in tags if fnmatch.fnmatch(t, pattern))
     return hits[0] if hits else None
 
 
+def check_metrics(runs: dict[str, dict], patterns: list[str]) -> None:
+    """Raise ValueError for a tag or pattern that matches no scalar of any run, listing the known tags."""
+    known = sorted({tag for scalars in runs.values() for tag in scalars})
+    unknown = [p for p in patterns if not any(_match(scalars, p) for scalars in runs.values())]
+    if unknown:
+        listing = "\n  ".join(known) if known else "(none: no scalars in these runs)"
+        raise ValueError(f"--metrics {', '.join(map(repr, unknown))}: no such scalar in "
+                         f"{', '.join(runs)}. Known tags:\n  {listing}")
+
+
 def plot_runs(run_dirs: list[str], out: str, panels: dict[str, list[str]] | None = None) -> str:
-    panels = panels or DEFAULT_PANELS
+    """One panel per metric family, one line per run -> the PNG path. Explicit panels must all exist."""
     runs = {os.path.basename(os.path.normpath(d)) or d: read_scalars(d) for d in run_dirs}
+    if not any(runs.values()):
+        raise ValueError(f"No TensorBoard scalars under {', '.join(run_dirs)} (looked for events.out.tfevents.*).")
+    if panels is not None:
+        check_metrics(runs, [p for patterns in panels.values() for p in patterns])
+    panels = panels or DEFAULT_PANELS
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     for ax, (title, patterns) in zip(axes[0], panels.items()):
         for name, scalars in runs.items():
@@ -74,12 +84,7 @@ def plot_runs(run_dirs: list[str], out: str, panels: dict[str, list[str]] | None
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    if not handles:
-        for ax in axes[0]:
-            handles, labels = ax.get_legend_handles_labels()
-            if handles:
-                break
+    handles, labels = next(((h, l) for h, l in (ax.get_legend_handles_labels() for ax in axes[0]) if h), ([], []))
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8)
         fig.tight_layout(rect=(0, 0.08, 1, 1))
@@ -91,15 +96,19 @@ def plot_runs(run_dirs: list[str], out: str, panels: dict[str, list[str]] | None
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run folders (workdirs)")
     parser.add_argument("--out", default="curves.png")
     parser.add_argument("--metrics", default="", help="comma-separated tags/patterns, one panel each")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     panels = {m: [m] for m in args.metrics.split(",") if m} or None
-    print(plot_runs(args.runs, args.out, panels))
+    try:
+        print(plot_runs(args.runs, args.out, panels))
+    except ValueError as e:
+        parser.exit(2, f"plot.py: error: {e}\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,41 +1,161 @@
-"""TensorBoard logging (tensorboardX) and the console progress line."""
+"""TensorBoard logging (tensorboardX): scalars, text, images and the run's config as hparams; optionally
+mirrored to a Weights & Biases run (`--config.logging.wandb=True`, `pip install wandb`)."""
 
 from __future__ import annotations
 
+import html
+import json
+import logging
 import os
-from typing import Mapping
+import re
+from typing import Any, Mapping
 
 import numpy as np
 
+logger = logging.getLogger(__name__)
+
+# The characters TensorBoard keeps in a tag; tensorboardX replaces any other with "_" (and says so).
+_TAG = re.compile(r"[-/\w.]+")
+
+
+def is_valid_tag(name: str) -> bool:
+    """Whether TensorBoard stores `name` unchanged (letters, digits, `_ - . /`, no leading `/`)."""
+    return bool(_TAG.fullmatch(name)) and not name.startswith("/")
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model.lora.rank": 0, ...} from a nested mapping (e.g. a ConfigDict's `to_dict()`)."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_config(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _hparam(value: Any) -> str | bool | float:
+    """A value TensorBoard's hparams table can hold: numbers and bools as they are, anything else as text."""
+    if isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value)
+    return json.dumps(value, default=str) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _markdown_table(flat: Mapping[str, Any]) -> str:
+    rows = [f"| {k} | {str(v).replace('|', '&#124;')} |" for k, v in sorted(flat.items())]
+    return "\n".join(["| key | value |", "|---|---|", *rows])
+
+
+def wandb_settings(logging_cfg: Mapping[str, Any], workdir: str) -> dict[str, Any] | None:
+    """Monitor's `wandb` argument from the config's `logging` section (None when wandb is off)."""
+    if not logging_cfg.get("wandb"):
+        return None
+    mode = logging_cfg.get("wandb_mode") or ""
+    if mode not in ("", "online", "offline", "disabled"):
+        raise ValueError(f"config.logging.wandb_mode={mode!r} is not one of '', 'online', 'offline', 'disabled'.")
+    return {"project": logging_cfg.get("wandb_project") or "ragen-jax",
+            "entity": logging_cfg.get("wandb_entity") or None,
+            "mode": mode or None,
+            "name": os.path.basename(os.path.normpath(workdir)), "dir": workdir}
+
+
+def _start_wandb(settings: Mapping[str, Any]):
+    try:
+        import wandb
+    except ImportError as e:
+        raise ImportError("config.logging.wandb=True needs the wandb package: `pip install wandb` (or set "
+                          "--config.logging.wandb=False).") from e
+    settings = dict(settings)
+    if settings.get("dir"):
+        os.makedirs(settings["dir"], exist_ok=True)
+    run = wandb.init(reinit="create_new", **settings)
+    run.define_metric("trainer/step")
+    run.define_metric("*", step_metric="trainer/step")  # our step, not wandb's call counter: SFT and RL overlap
+    return wandb, run
+
 
 class Monitor:
-    """Scalars, text and images to TensorBoard event files under `logdir` (process 0 only)."""
+    """Scalars, text, images and the config to TensorBoard event files under `logdir` (process 0 only),
+    and to a Weights & Biases run when `wandb` (keyword arguments of `wandb.init`) is given."""
 
-    def __init__(self, logdir: str, *, enabled: bool = True):
+    def __init__(self, logdir: str, *, enabled: bool = True, wandb: Mapping[str, Any] | None = None):
         self.logdir = logdir
         self.enabled = enabled
         self.writer = None
+        self._wandb = self._wandb_run = None
+        self._renamed: set[str] = set()
         if enabled:
             from tensorboardX import SummaryWriter
 
             os.makedirs(logdir, exist_ok=True)
             self.writer = SummaryWriter(logdir=logdir, flush_secs=10)
+            if wandb is not None:
+                self._wandb, self._wandb_run = _start_wandb(wandb)
+
+    def _tag(self, name: str) -> str:
+        """`name` as TensorBoard will store it; an invalid one is reported once (fix it where it is made)."""
+        if is_valid_tag(name):
+            return name
+        clean = re.sub(r"[^-/\w.]", "_", name).lstrip("/")
+        if name not in self._renamed:
+            self._renamed.add(name)
+            logger.warning("Metric name %r is not a valid TensorBoard tag; logged as %r.", name, clean)
+        return clean
 
     def scalars(self, metrics: Mapping[str, float], step: int) -> None:
         if not self.writer:
             return
+        finite = {}
         for name, value in metrics.items():
             value = float(np.asarray(value))
             if np.isfinite(value):
-                self.writer.add_scalar(name, value, step)
+                finite[self._tag(name)] = value
+        for name, value in finite.items():
+            self.writer.add_scalar(name, value, step)
+        if self._wandb_run is not None and finite:
+            self._wandb_run.log({**finite, "trainer/step": step})
 
     def text(self, tag: str, text: str, step: int) -> None:
-        if self.writer:
-            self.writer.add_text(tag, text, step)
+        if not self.writer:
+            return
+        self.writer.add_text(self._tag(tag), text, step)
+        if self._wandb_run is not None:
+            page = self._wandb.Html(f"<pre>{html.escape(text)}</pre>")
+            self._wandb_run.log({self._tag(tag): page, "trainer/step": step})
 
     def image(self, tag: str, image_hwc: np.ndarray, step: int) -> None:
-        if self.writer:
-            self.writer.add_image(tag, image_hwc, step, dataformats="HWC")
+        """image_hwc [H, W, C] uint8."""
+        if not self.writer:
+            return
+        self.writer.add_image(self._tag(tag), image_hwc, step, dataformats="HWC")
+        if self._wandb_run is not None:
+            self._wandb_run.log({self._tag(tag): self._wandb.Image(np.asarray(image_hwc)), "trainer/step": step})
+
+    def config(self, flat_config: Mapping[str, Any], metrics: Mapping[str, float] | None = None,
+               step: int = 0) -> None:
+        """The run's config as TensorBoard hparams (one value per flat key, e.g. "algo.kl_loss_coef") and as
+        the text summary "config" (a table of every key); to wandb as the run's config.
+
+        TensorBoard's HPARAMS table then offers every scalar a run logs as a column. `metrics`
+        ({tag: value}), when given, is logged as scalars at `step` (e.g. final numbers to compare).
+        No experiment summary is written: TensorBoard would take one run's for the whole logdir.
+        """
+        if not self.writer:
+            return
+        from tensorboardX.summary import hparams
+
+        _, session_start, _ = hparams({k: _hparam(v) for k, v in flat_config.items()}, {})
+        self.writer.file_writer.add_summary(session_start, step)
+        self.writer.add_text("config", _markdown_table(flat_config), step)
+        if self._wandb_run is not None:
+            self._wandb_run.config.update(
+                {k: v if isinstance(v, (bool, int, float, str)) else _hparam(v) for k, v in flat_config.items()},
+                allow_val_change=True)
+        if metrics:
+            self.scalars(metrics, step)
 
     def flush(self) -> None:
         if self.writer:
@@ -44,3 +164,6 @@ class Monitor:
     def close(self) -> None:
         if self.writer:
             self.writer.close()
+        if self._wandb_run is not None:
+            self._wandb_run.finish()
+            self._wandb_run = None

@@ -15,7 +15,7 @@ from jax.experimental.compilation_cache import compilation_cache
 from ragen_jax.config_check import validate_config
 from ragen_jax.rollout.dump import read_jsonl
 
-VAL_GROUPS, VAL_GROUP_SIZE = 2, 2  # 4 episodes, pass@2
+VAL_GROUPS, VAL_GROUP_SIZE = 2, 2  # 4 episodes, pass_at_2
 MAX_TURNS = 3  # caps the multi-turn envs (a random tiny policy rarely finishes earlier)
 MAX_MODEL_LEN = 2048  # one size for all envs, so they share compiled sampler programs
 VAL_TAGS = {"frozenlake": "FrozenLake", "bandit": "Bandit", "countdown": "Countdown", "metamathqa": "MetamathQA",
@@ -72,13 +72,13 @@ def run_tiny_eval(cfg, workdir) -> tuple[dict, list[dict]]:
 def check_eval_output(metrics: dict, records: list[dict], tag: str, cfg) -> None:
     """RAGEN's metric names with sane values; one JSONL line per episode in the documented form."""
     n = VAL_GROUPS * VAL_GROUP_SIZE
-    for name in ("success", "num_actions", f"pass@{VAL_GROUP_SIZE}", "action_is_valid", "action_is_effective"):
+    for name in ("success", "num_actions", f"pass_at_{VAL_GROUP_SIZE}", "action_is_valid", "action_is_effective"):
         key = f"val/{tag}/{name}"
         assert key in metrics, f"missing {key}; got {sorted(metrics)}"
         assert math.isfinite(metrics[key])
-    for name in ("success", f"pass@{VAL_GROUP_SIZE}", "action_is_valid", "action_is_effective"):
+    for name in ("success", f"pass_at_{VAL_GROUP_SIZE}", "action_is_valid", "action_is_effective"):
         assert 0.0 <= metrics[f"val/{tag}/{name}"] <= 1.0
-    assert metrics[f"val/{tag}/pass@{VAL_GROUP_SIZE}"] >= metrics[f"val/{tag}/success"]
+    assert metrics[f"val/{tag}/pass_at_{VAL_GROUP_SIZE}"] >= metrics[f"val/{tag}/success"]
     assert 0.0 <= metrics[f"val/{tag}/num_actions"] <= cfg.env.max_actions_per_traj
     assert 1 <= metrics["val/response_length"] <= cfg.rollout.response_length
     assert metrics["eval/num_episodes"] == n
@@ -280,7 +280,7 @@ def test_countdown_eval_with_a_scripted_policy_counts_successes(tmp_path):
     check_eval_output(metrics, records, "Countdown", cfg)
     assert [r["metadata"]["success"] for r in records] == [True, True, False, False]
     assert [r["metadata"]["total_reward"] for r in records] == pytest.approx([1.0, 1.0, 0.1, 0.1])
-    expected = {"success": 0.5, "pass@2": 0.5, "action_is_valid": 1.0, "num_actions": 1.0, "reward": 0.55,
+    expected = {"success": 0.5, "pass_at_2": 0.5, "action_is_valid": 1.0, "num_actions": 1.0, "reward": 0.55,
                 "format_penalty": 0.0}
     assert {k: metrics[f"val/Countdown/{k}"] for k in expected} == pytest.approx(expected)
     assert answers[0] in records[0]["messages"][2]["content"]

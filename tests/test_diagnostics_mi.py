@@ -69,7 +69,7 @@ def test_input_agnostic_policy_has_no_mi_and_chance_retrieval():
     assert abs(m["mi_estimate"]) < 1e-9
     assert m["conditional_entropy_est"] > 2.0
     assert m["retrieval_accuracy"] == pytest.approx(m["retrieval_chance_level"], abs=1.5 / n)
-    assert m["retrieval_accuracy@8"] == pytest.approx(8 / n, abs=1.5 / n)
+    assert m["retrieval_accuracy_at_8"] == pytest.approx(8 / n, abs=1.5 / n)
     # Small prompt-independent noise keeps retrieval near chance (averaged over many rows).
     L_noisy = np.repeat(rng.uniform(-3, -2, size=512)[:, None], n, axis=1) + rng.normal(0, 0.01, (512, n))
     m, _ = mi_estimates(L_noisy, np.arange(512) % n, lengths=np.ones(512))
@@ -97,8 +97,8 @@ def test_duplicate_prompts_are_one_answer_for_retrieval():
     plain = retrieval_metrics(L, col)
     assert merged["retrieval_accuracy"] == 1.0 and plain["retrieval_accuracy"] == 0.5
     assert merged["retrieval_chance_level"] == pytest.approx((2 / 3 + 1 / 3) / 2)
-    assert merged["retrieval_chance_level@2"] == 1.0  # capped
-    assert plain["retrieval_accuracy@2"] == 1.0 and plain["retrieval_chance_level@2"] == pytest.approx(2 / 3)
+    assert merged["retrieval_chance_level_at_2"] == 1.0  # capped
+    assert plain["retrieval_accuracy_at_2"] == 1.0 and plain["retrieval_chance_level_at_2"] == pytest.approx(2 / 3)
 
 
 def test_degenerate_and_bad_inputs():
@@ -123,8 +123,14 @@ def test_first_turn_pairs_merges_groups_and_skips_empty():
     assert s.lengths.tolist() == [1, 2, 1, 1, 1]
     small = first_turn_pairs(prompts, reasonings, groups, np.random.default_rng(0), num_samples=2)
     assert len(small.reasonings) == 2 and len(small.prompts) == len(set(small.col_of_row.tolist()))
-    with pytest.raises(ValueError, match="different first-turn prompts"):
-        first_turn_pairs([[1], [2]], [[5], [6]], [0, 0], np.random.default_rng(0))
+
+
+def test_first_turn_columns_are_the_distinct_prompts():
+    """Bandit's episodes of a group draw their own arms (seed + instance): each prompt is its own column;
+    groups that show one prompt share a column. Columns follow the lowest group id showing them."""
+    s = first_turn_pairs([[2], [1], [3], [1]], [[5], [6], [7], [8]], [1, 0, 0, 2], np.random.default_rng(0))
+    assert s.prompts == [[1], [3], [2]]
+    assert s.col_of_row.tolist() == [2, 0, 1, 0]
 
 
 def test_trajectory_uniform_pairs():

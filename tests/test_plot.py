@@ -1,7 +1,9 @@
-"""experiments/plot.py reads tensorboardX event files back and draws one panel per metric family."""
+"""experiments/plot.py reads event files back with TensorBoard's reader and draws one panel per metric family."""
 
 import importlib.util
 import os
+
+import pytest
 
 from ragen_jax.monitoring import Monitor
 
@@ -11,14 +13,49 @@ plot = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(plot)
 
 
-def test_event_round_trip_and_png(tmp_path):
+@pytest.fixture()
+def two_runs(tmp_path):
     for run, scale in (("a", 1.0), ("b", 2.0)):
         m = Monitor(str(tmp_path / run / "tb"))
         for step in range(5):
             m.scalars({"val/Bandit/success": scale * step / 10, "actor/entropy": 1.0 - step / 10}, step)
+        m.text("samples/trajectory", "not a scalar", 0)
         m.close()
-    scalars = plot.read_scalars(str(tmp_path / "b"))
+    return [str(tmp_path / "a"), str(tmp_path / "b")]
+
+
+def test_event_round_trip_and_png(two_runs, tmp_path):
+    scalars = plot.read_scalars(two_runs[1])
+    assert set(scalars) == {"val/Bandit/success", "actor/entropy"}
     assert [s for s, _ in scalars["val/Bandit/success"]] == [0, 1, 2, 3, 4]
     assert abs(scalars["val/Bandit/success"][-1][1] - 0.8) < 1e-6
-    out = plot.plot_runs([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "c.png"))
+    out = plot.plot_runs(two_runs, str(tmp_path / "c.png"))
     assert os.path.getsize(out) > 5000
+
+
+def test_every_point_is_read_past_the_default_reservoir(tmp_path):
+    """EventAccumulator keeps 10000 scalars by default and samples the rest; plot.py keeps them all."""
+    m = Monitor(str(tmp_path / "long" / "tb"))
+    for step in range(10_050):
+        m.scalars({"actor/entropy": float(step)}, step)
+    m.close()
+    points = plot.read_scalars(str(tmp_path / "long"))["actor/entropy"]
+    assert [s for s, _ in points] == list(range(10_050))
+
+
+def test_unknown_metric_is_an_error_listing_the_known_tags(two_runs, tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"'val/Bandit/sucess'.*Known tags:\n  actor/entropy\n  val/Bandit/success"):
+        plot.plot_runs(two_runs, str(tmp_path / "c.png"), {"x": ["val/Bandit/sucess"]})
+    assert not (tmp_path / "c.png").exists()
+    with pytest.raises(SystemExit) as e:
+        plot.main([*two_runs, "--out", str(tmp_path / "d.png"), "--metrics", "actor/entropy,nope/*"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "'nope/*'" in err and "val/Bandit/success" in err and "'actor/entropy'" not in err
+    assert plot.main([*two_runs, "--out", str(tmp_path / "e.png"), "--metrics", "val/*/success"]) == 0
+
+
+def test_a_folder_without_event_files_is_an_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="No TensorBoard scalars"):
+        plot.plot_runs([str(tmp_path / "empty")], str(tmp_path / "c.png"))

@@ -55,9 +55,9 @@ def retrieval_metrics(
     for k in RETRIEVAL_KS:
         k_eff = min(k, k_max)
         hit = (col_sig[ranked[:, :k_eff]] == true_sig[:, None]).any(axis=1)
-        metrics[f"retrieval_accuracy@{k}"] = float(hit.mean())
-        metrics[f"retrieval_chance_level@{k}"] = min(1.0, chance * k_eff)
-        metrics[f"retrieval_above_chance@{k}"] = float(hit.mean()) - min(1.0, chance * k_eff)
+        metrics[f"retrieval_accuracy_at_{k}"] = float(hit.mean())
+        metrics[f"retrieval_chance_level_at_{k}"] = min(1.0, chance * k_eff)
+        metrics[f"retrieval_above_chance_at_{k}"] = float(hit.mean()) - min(1.0, chance * k_eff)
     return metrics
 
 

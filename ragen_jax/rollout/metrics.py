@@ -1,4 +1,5 @@
-"""Rollout metrics under RAGEN's names: `{tag}/success`, `{tag}/pass@{k}`, `{tag}/num_actions`..."""
+"""Rollout metrics under RAGEN's names: `{tag}/success`, `{tag}/num_actions`, ...; RAGEN's `{tag}/pass@{k}` is
+`{tag}/pass_at_{k}` (a name TensorBoard keeps as it is)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def episode_metrics(episodes: list[Episode], tag: str) -> dict[str, float]:
         f"{tag}/success": float(np.mean([ep.success for ep in episodes])),
         f"{tag}/num_actions": float(np.mean([ep.num_actions for ep in episodes])),
         f"{tag}/num_turns": float(np.mean([ep.num_turns for ep in episodes])),
-        f"{tag}/pass@{group_size}": float(np.mean([any(e.success for e in g) for g in by_group.values()])),
+        f"{tag}/pass_at_{group_size}": float(np.mean([any(e.success for e in g) for g in by_group.values()])),
         f"{tag}/action_is_valid": float(np.mean(np.array([ep.valid_turns for ep in episodes]) / turns)),
         f"{tag}/action_is_effective": float(np.mean(np.array([ep.effective_turns for ep in episodes]) / turns)),
         f"{tag}/reward": float(np.mean([ep.total_reward for ep in episodes])),

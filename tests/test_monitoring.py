@@ -1,0 +1,171 @@
+"""Monitor: metric names TensorBoard keeps as they are, the config as hparams and text, the wandb mirror."""
+
+import glob
+import json
+import logging
+import struct
+import sys
+import time
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import metadata as hparams_metadata
+
+from configs.base import get_base_config
+from ragen_jax.diagnostics import CollapseConfig, RolloutPairs, collapse_metrics
+from ragen_jax.monitoring import Monitor, flatten_config, is_valid_tag, wandb_settings
+from ragen_jax.rollout.metrics import episode_metrics
+from ragen_jax.rollout.prompts import TurnRecord
+from ragen_jax.rollout.types import Episode
+
+
+def _reload(logdir: str) -> EventAccumulator:
+    acc = EventAccumulator(logdir)
+    acc.Reload()
+    return acc
+
+
+def _episodes(groups: int, group_size: int) -> list[Episode]:
+    return [Episode(env_tag="Bandit", seed=g, group_id=g, system="", success=bool((g + i) % 2),
+                    history=[TurnRecord(state="s", actions_left=1, response_tokens=[1, 2], reward=1.0)],
+                    info_sums={"action_is_valid": 1.0})
+            for g in range(groups) for i in range(group_size)]
+
+
+def _produced_metric_names() -> dict[str, float]:
+    """Names the rollout and the collapse diagnostics produce, with the trainer's prefixes."""
+    names = {f"train/{k}": v for k, v in episode_metrics(_episodes(4, 8), "Bandit").items()}
+    names.update({f"val/{k}": v for k, v in episode_metrics(_episodes(4, 1), "Bandit").items()})
+    prompts = [[g, g + 1] for g in range(4) for _ in range(2)]
+    reasonings = [[7, g % 3 + 1] for g in range(8)]
+    pairs = RolloutPairs(prompts, reasonings, [g // 2 for g in range(8)], [[p] for p in prompts],
+                         [[z] for z in reasonings])
+
+    def score(cols, rows):
+        L = -np.abs(np.subtract.outer(np.arange(len(rows)), np.arange(len(cols)))).astype(float)
+        return L, 2 * L
+
+    metrics, _ = collapse_metrics(pairs, score, CollapseConfig(num_samples=None), np.random.default_rng(0))
+    names.update(metrics)
+    return names
+
+
+def test_produced_metric_names_are_valid_tensorboard_tags(tmp_path, caplog):
+    metrics = _produced_metric_names()
+    assert "train/Bandit/pass_at_8" in metrics and "val/Bandit/pass_at_1" in metrics
+    assert "collapse_first_turn_sample/retrieval_accuracy_at_8" in metrics
+    assert [n for n in metrics if not is_valid_tag(n)] == []
+    caplog.set_level(logging.DEBUG)
+    m = Monitor(str(tmp_path / "tb"))
+    for step in range(3):
+        m.scalars(metrics, step)
+    m.close()
+    assert not [r.getMessage() for r in caplog.records if "illegal" in r.getMessage() or "not a valid" in r.getMessage()]
+    assert set(_reload(str(tmp_path / "tb")).Tags()["scalars"]) == set(metrics)
+
+
+def test_an_invalid_name_is_reported_once_and_logged_as_tensorboard_would(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)
+    m = Monitor(str(tmp_path / "tb"))
+    for step in range(3):
+        m.scalars({"train/Bandit/pass@8": 0.5}, step)
+    m.close()
+    ours = [r for r in caplog.records if r.name == "ragen_jax.monitoring"]
+    assert len(ours) == 1 and "'train/Bandit/pass@8'" in ours[0].getMessage()
+    assert not [r for r in caplog.records if "illegal" in r.getMessage()]  # tensorboardX's per-step message
+    assert _reload(str(tmp_path / "tb")).Tags()["scalars"] == ["train/Bandit/pass_8"]
+    assert not is_valid_tag("/leading/slash") and not is_valid_tag("a b") and is_valid_tag("timing_s/a-b.c")
+
+
+def test_config_is_written_as_hparams_and_as_text(tmp_path):
+    cfg = get_base_config()
+    flat = flatten_config(cfg.to_dict())
+    assert flat["model.lora.rank"] == 0 and flat["env.name"] == "CoordSokoban"
+    m = Monitor(str(tmp_path / "tb"))
+    m.config(flat, {"final/val_success": 0.25})
+    m.close()
+    acc = _reload(str(tmp_path / "tb"))
+    content = acc.PluginTagToContent("hparams")
+    assert set(content) == {"_hparams_/session_start_info"}  # no experiment summary: TensorBoard infers columns
+    hp = hparams_metadata.parse_session_start_info_plugin_data(content["_hparams_/session_start_info"]).hparams
+    assert set(hp) == set(flat)
+    assert hp["env.name"].string_value == "CoordSokoban"
+    assert hp["algo.kl_loss_coef"].number_value == pytest.approx(cfg.algo.kl_loss_coef)
+    assert hp["rollout.enable_think"].bool_value is True
+    assert hp["trainer.total_steps"].number_value == 200
+    text = acc.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "| model.lora.rank | 0 |" in text and "| env.name | CoordSokoban |" in text
+    assert [e.value for e in acc.Scalars("final/val_success")] == [0.25]
+
+
+def test_wandb_settings_from_the_config():
+    cfg = get_base_config()
+    assert wandb_settings(cfg.logging, "runs/a") is None
+    cfg.logging.wandb, cfg.logging.wandb_mode = True, "offline"
+    assert wandb_settings(cfg.logging, "runs/a/") == {"project": "ragen-jax", "entity": None, "mode": "offline",
+                                                       "name": "a", "dir": "runs/a/"}
+    cfg.logging.wandb_mode = "ofline"
+    with pytest.raises(ValueError, match="wandb_mode='ofline'"):
+        wandb_settings(cfg.logging, "runs/a")
+
+
+def test_missing_wandb_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb -> ImportError
+    with pytest.raises(ImportError, match="pip install wandb"):
+        Monitor(str(tmp_path / "tb"), wandb={"mode": "offline", "dir": str(tmp_path)})
+
+
+def _wandb_records(run_file: str) -> list:
+    """The records of an offline run's .wandb file (LevelDB log framing: 32 KiB blocks, 7-byte chunk headers)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = open(run_file, "rb").read()
+    pos, chunk, records = 7, b"", []  # after the file header ":W&B" + magic + version
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:
+            pos += 32768 - pos % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 or pos + 7 + length > len(data):  # the end, or a record still being written
+            break
+        chunk += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last piece of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunk)
+            records.append(record)
+            chunk = b""
+    return records
+
+
+def test_wandb_offline_run_mirrors_scalars_text_images_and_config(tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb is in requirements-test.txt; `pip install wandb`")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    m = Monitor(str(tmp_path / "run" / "tb"), wandb={"project": "ragen-jax", "mode": "offline",
+                                                    "dir": str(tmp_path / "run"), "name": "run"})
+    m.config({"algo.kl_loss_coef": 0.05, "env.name": "Bandit", "env.kwargs.sizes": [1, 2]})
+    m.scalars({"sft/loss": 2.0}, 30)  # the warm start's own steps, then RL from 0: both kept
+    m.scalars({"train/Bandit/success": 0.5, "bad": float("nan")}, 0)
+    m.scalars({"train/Bandit/success": 0.75}, 1)
+    m.text("samples/trajectory", "<think>left</think>", 1)
+    m.image("collapse/regime_plane", np.full((8, 8, 3), 200, np.uint8), 1)
+    m.close()
+    (run_file,) = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    deadline = time.monotonic() + 30  # wandb's service may still be writing the file after finish()
+    while not ((records := _wandb_records(run_file)) and records[-1].HasField("exit")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    config = {u.key: u.value_json for r in records if r.HasField("config") for u in r.config.update}
+    assert records[-1].HasField("exit")
+    assert {k: json.loads(v) for k, v in config.items() if not k.startswith("_")} == {
+        "algo.kl_loss_coef": 0.05, "env.name": "Bandit", "env.kwargs.sizes": "[1, 2]"}
+    rows = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+            for r in records if r.HasField("history")]
+    logged = [(row["trainer/step"], key, row[key]) for row in rows for key in row
+              if key in ("sft/loss", "train/Bandit/success")]
+    assert logged == [(30, "sft/loss", 2.0), (0, "train/Bandit/success", 0.5), (1, "train/Bandit/success", 0.75)]
+    assert not any("bad" in row for row in rows)
+    media = {key.split("/_type")[0]: row[key] for row in rows for key in row if key.endswith("/_type")}
+    assert media == {"samples/trajectory": "html-file", "collapse/regime_plane": "image-file"}
