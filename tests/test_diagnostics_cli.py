@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ragen_jax.diagnostics.__main__ import main
-from ragen_jax.diagnostics.offline import load_rollouts, rollout_pairs, think_text
+from ragen_jax.diagnostics.offline import load_rollouts, record_pairs, think_text
 from ragen_jax.models import make_tiny_model, save_pretrained
 
 
@@ -51,12 +51,12 @@ def test_think_text():
     assert think_text("<answer>x</answer>") == ""
 
 
-def test_rollout_pairs_rebuild_prompts(checkpoint, rollouts):
+def test_record_pairs_rebuild_prompts(checkpoint, rollouts):
     from ragen_jax.models import load_tokenizer
 
     tok = load_tokenizer(checkpoint)
     _, records = rollouts
-    pairs = rollout_pairs(records, tok)
+    pairs = record_pairs(records, tok)
     assert pairs.group_ids == [0, 0, 1, 1, 2, 2]
     assert pairs.first_turn_prompts[0] == pairs.first_turn_prompts[1]
     assert pairs.first_turn_prompts[0] != pairs.first_turn_prompts[2]

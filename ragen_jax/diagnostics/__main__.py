@@ -1,32 +1,48 @@
-"""`python -m ragen_jax.diagnostics ROLLOUTS --checkpoint DIR`: collapse report for saved rollouts."""
+"""`python -m ragen_jax.diagnostics ROLLOUTS --checkpoint DIR`: reasoning-collapse report for saved rollouts.
+
+ROLLOUTS: `rollouts.pkl` of `run.py --mode=eval` (exact sampled tokens, as the trainer scores them) or a
+JSONL dump (text, re-tokenized). DIR: a Hugging Face model folder, or a run folder (its hf_export/, else
+its latest checkpoint); a run folder also gives the run's diagnostics settings (pairs, samplings,
+thresholds) unless flags override them. `--step N` draws the pairs as the trainer does at step N.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Sequence
 
 from ragen_jax.diagnostics.collapse import FIRST_TURN, TRAJECTORY
 from ragen_jax.diagnostics.regimes import REGIMES
 
+DEFAULTS = {"num_samples": 64, "sampling": "both"}
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ragen_jax.diagnostics", description=__doc__)
-    p.add_argument("rollouts", help="rollout dump: .jsonl (one trajectory per line) or .pkl")
-    p.add_argument("--checkpoint", required=True, help="Hugging Face model folder (the policy)")
-    p.add_argument("--num-samples", type=int, default=64, help="pairs per sampling (0 = all)")
-    p.add_argument("--seed", type=int, default=0)
+    p = argparse.ArgumentParser(prog="python -m ragen_jax.diagnostics", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("rollouts", help="rollout dump: rollouts.pkl (played episodes) or .jsonl (one trajectory per line)")
+    p.add_argument("--checkpoint", required=True,
+                   help="Hugging Face model folder, or a run folder (hf_export/, else its latest checkpoint)")
+    p.add_argument("--step", type=int, default=None,
+                   help="draw the pairs with the trainer's generator of this step (the step TensorBoard shows)")
+    p.add_argument("--num-samples", type=int, default=None,
+                   help="pairs per sampling, 0 = all (default: the run's diagnostics.max_pairs, else 64)")
+    p.add_argument("--seed", type=int, default=0, help="pair-drawing seed when --step is not given")
     p.add_argument("--batch-size", type=int, default=16, help="(reasoning, prompt) pairs per call")
-    p.add_argument("--sampling", choices=("both", "first_turn", "trajectory"), default="both")
+    p.add_argument("--sampling", choices=("both", "first_turn", "trajectory"), default=None,
+                   help="default: the run's diagnostics.first_turn / trajectory, else both")
     p.add_argument("--h-threshold", type=float, default=None, help="H(Z|X) regime threshold")
     p.add_argument("--mi-threshold", type=float, default=None, help="MI regime threshold")
-    p.add_argument("--mi-relative", action="store_true", help="MI threshold as a fraction of log N")
+    p.add_argument("--mi-relative", action="store_true", default=None, help="MI threshold as a fraction of log N")
     p.add_argument("--out", default=None, help="also write all metrics to this JSON file")
     return p
 
 
-def _summary(metrics: dict[str, float]) -> str:
+def summary(metrics: dict[str, float]) -> str:
+    """The printed report: per sampling, MI, H(Z|X), retrieval, z-score and regime."""
     lines = []
     for prefix in (FIRST_TURN, TRAJECTORY):
         if f"{prefix}/mi_estimate" not in metrics:
@@ -37,8 +53,8 @@ def _summary(metrics: dict[str, float]) -> str:
             f"  MI estimate        {g('mi_estimate'):.4f} nats (bound log N = {g('mi_upper_bound'):.4f})",
             f"  H(Z|X) estimate    {g('conditional_entropy_est'):.4f} nats/token"
             f"   H(Z) {g('reasoning_entropy_est'):.4f}",
-            f"  retrieval@1        {g('retrieval_accuracy'):.3f} (chance {g('retrieval_chance_level'):.3f})"
-            f"   @8 {g('retrieval_accuracy@8'):.3f} (chance {g('retrieval_chance_level@8'):.3f})",
+            f"  retrieval_at_1     {g('retrieval_accuracy'):.3f} (chance {g('retrieval_chance_level'):.3f})"
+            f"   _at_8 {g('retrieval_accuracy_at_8'):.3f} (chance {g('retrieval_chance_level_at_8'):.3f})",
             f"  MI z-score         {g('mi_zscore'):.3f}   seq MI {g('mi_seq_estimate'):.3f}",
             f"  regime             {REGIMES[int(g('regime'))]}",
         ]
@@ -48,22 +64,35 @@ def _summary(metrics: dict[str, float]) -> str:
     return "\n".join(lines) if lines else "No sampling had two or more prompts with reasoning."
 
 
+def settings_from(args: argparse.Namespace) -> dict:
+    """offline_report's num_samples / sampling / thresholds: flags, else the run folder's config, else defaults."""
+    from ragen_jax.diagnostics.offline import run_settings
+
+    run = run_settings(args.checkpoint)
+    thresholds = dict(run.get("thresholds", {}))
+    for key, value in (("conditional_entropy", args.h_threshold), ("mi", args.mi_threshold),
+                       ("mi_relative", args.mi_relative)):
+        if value is not None:
+            thresholds[key] = value
+    num_samples = args.num_samples if args.num_samples is not None else run.get("num_samples",
+                                                                                 DEFAULTS["num_samples"])
+    return {"num_samples": num_samples or None, "sampling": args.sampling or run.get("sampling", DEFAULTS["sampling"]),
+            "thresholds": thresholds}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("ragen_jax.diagnostics").setLevel(logging.INFO)
     from ragen_jax.diagnostics.offline import offline_report
 
-    thresholds = {}
-    if args.h_threshold is not None:
-        thresholds["conditional_entropy"] = args.h_threshold
-    if args.mi_threshold is not None:
-        thresholds["mi"] = args.mi_threshold
-    if args.mi_relative:
-        thresholds["mi_relative"] = True
-    metrics = offline_report(
-        args.rollouts, args.checkpoint, num_samples=args.num_samples or None, seed=args.seed,
-        batch_size=args.batch_size, sampling=args.sampling, thresholds=thresholds,
-    )
-    print(_summary(metrics))
+    try:
+        metrics = offline_report(args.rollouts, args.checkpoint, seed=args.seed, step=args.step,
+                                 batch_size=args.batch_size, **settings_from(args))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(summary(metrics))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(metrics, f, indent=2, sort_keys=True)

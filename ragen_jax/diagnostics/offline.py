@@ -1,16 +1,20 @@
 """Offline collapse report for saved rollouts (the `python -m ragen_jax.diagnostics` CLI).
 
-Reads the rollout dump (JSONL: one trajectory per line {"custom_id", "messages": [OpenAI chat
-messages], "metadata": {group_id, ...}}; or a pickle of a list of such dicts), rebuilds each
-turn's prompt with the checkpoint tokenizer's chat template (+ "<think>", as the rollout prompts
-end), re-tokenizes the text between the think tags, and runs the same diagnostics as training.
-Offline scoring re-tokenizes text because dumps keep text, not token ids (as RAGEN does).
+Two dump kinds:
+- a PKL with played episodes (`rollouts.pkl` of `run.py --mode=eval`, or `rollout.dump.write_pkl`:
+  {"episodes": [Episode, ...], ...}): the exact sampled token pairs, as the trainer scores them, so
+  with the same policy and `step` the report equals the trainer's metrics of that step;
+- a JSONL (one trajectory per line {"custom_id", "messages": [OpenAI chat messages], "metadata":
+  {group_id, ...}}; or a pickle of a list of such dicts): each turn's prompt is rebuilt with the
+  checkpoint tokenizer's chat template (+ "<think>", as the rollout prompts end) and the text
+  between the think tags is re-tokenized, because such dumps keep text, not token ids (as RAGEN's).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import pickle
 import re
@@ -20,31 +24,47 @@ import numpy as np
 
 from ragen_jax.diagnostics.collapse import CollapseConfig, RolloutPairs, collapse_metrics
 from ragen_jax.diagnostics.cross_score import cross_score
+from ragen_jax.diagnostics.pairs import rollout_pairs, step_rng
 
+logger = logging.getLogger(__name__)
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 
-def load_rollouts(path: str) -> list[dict[str, Any]]:
-    """Trajectory records from a .jsonl file or a pickle (list of dicts, or {"trajectories": [...]})."""
+def load_dump(path: str) -> tuple[str, list[Any]]:
+    """("episodes", [Episode]) from a PKL of played episodes, or ("records", [trajectory dict]) from a
+    JSONL or a pickled list of trajectory dicts (or {"trajectories": [...]})."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"Rollout file {path!r} does not exist.")
-    if path.endswith((".pkl", ".pickle")):
-        with open(path, "rb") as f:
-            data = pickle.load(f)
-        if isinstance(data, Mapping):
-            data = data.get("trajectories", data.get("rollouts"))
-        if not isinstance(data, list):
-            raise ValueError(
-                f"{path!r} must pickle a list of trajectory dicts (or a dict with 'trajectories')."
-            )
-        records = data
-    else:
+    if not path.endswith((".pkl", ".pickle")):
         with open(path) as f:
-            records = [json.loads(line) for line in f if line.strip()]
+            return "records", _checked_records([json.loads(line) for line in f if line.strip()], path)
+    with open(path, "rb") as f:
+        data = pickle.load(f)
+    if isinstance(data, Mapping) and "episodes" in data:
+        data = data["episodes"]
+    elif isinstance(data, Mapping):
+        data = data.get("trajectories", data.get("rollouts"))
+    if not isinstance(data, list):
+        raise ValueError(f"{path!r} must pickle {{'episodes': [Episode, ...]}} (run.py --mode=eval's "
+                         "rollouts.pkl), a list of trajectory dicts, or a dict with 'trajectories'.")
+    if data and all(hasattr(ep, "history") and hasattr(ep, "group_id") for ep in data):
+        return "episodes", data
+    return "records", _checked_records(data, path)
+
+
+def _checked_records(records: list, path: str) -> list[dict[str, Any]]:
     for n, rec in enumerate(records):
         if not isinstance(rec, Mapping) or not isinstance(rec.get("messages"), list):
             raise ValueError(f"Record {n} of {path!r} has no 'messages' list (OpenAI chat messages).")
     return records
+
+
+def load_rollouts(path: str) -> list[dict[str, Any]]:
+    """Trajectory records (text) of a JSONL or pickled dump; see `load_dump` for a PKL of episodes."""
+    kind, items = load_dump(path)
+    if kind != "records":
+        raise ValueError(f"{path!r} holds played episodes, not trajectory records; use load_dump.")
+    return items
 
 
 def think_text(content: str) -> str:
@@ -67,8 +87,8 @@ def _turns(messages: Sequence[Mapping[str, str]]) -> list[tuple[list[dict], str]
     ]
 
 
-def rollout_pairs(records: Sequence[Mapping[str, Any]], tokenizer: Any, think_tag: str = "<think>") -> RolloutPairs:
-    """Token-id prompts and reasonings of every turn; groups from metadata.group_id, else by prompt."""
+def record_pairs(records: Sequence[Mapping[str, Any]], tokenizer: Any, think_tag: str = "<think>") -> RolloutPairs:
+    """Re-tokenized prompts and reasonings of every turn [N]; groups from metadata.group_id, else by prompt."""
     first_prompts, first_reasonings, group_ids = [], [], []
     turn_prompts, turn_reasonings = [], []
     by_prompt: dict[tuple[int, ...], int] = {}
@@ -93,27 +113,39 @@ def rollout_pairs(records: Sequence[Mapping[str, Any]], tokenizer: Any, think_ta
     return RolloutPairs(first_prompts, first_reasonings, group_ids, turn_prompts, turn_reasonings)
 
 
+def dump_pairs(kind: str, items: list[Any], tokenizer: Any) -> RolloutPairs:
+    """The (prompt, reasoning) pairs of `load_dump`'s result: exact tokens for episodes, re-tokenized text
+    for records."""
+    if kind == "episodes":
+        return rollout_pairs(items, tokenizer.encode("</think>"))
+    return record_pairs(items, tokenizer)
+
+
 def offline_report(
     rollouts: str,
     checkpoint: str,
     *,
     num_samples: int | None = 64,
     seed: int = 0,
+    step: int | None = None,
     batch_size: int = 16,
     sampling: str = "both",
     thresholds: Mapping[str, Any] | None = None,
 ) -> dict[str, float]:
-    """Collapse metrics of saved rollouts under the policy in an HF checkpoint folder."""
+    """Collapse metrics of saved rollouts under the policy of `checkpoint` (a Hugging Face folder or a run
+    folder). `step` draws the pairs as the trainer does at that step (else a generator seeded by `seed`)."""
     from flax import nnx
 
-    from ragen_jax.models import from_pretrained
+    from ragen_jax.diagnostics.policy import load_policy
 
     if sampling not in ("both", "first_turn", "trajectory"):
         raise ValueError(f"sampling={sampling!r} must be 'both', 'first_turn' or 'trajectory'.")
-    records = load_rollouts(rollouts)
-    model, tokenizer = from_pretrained(checkpoint)
+    kind, items = load_dump(rollouts)  # a bad dump fails before the model loads
+    model, tokenizer, source = load_policy(checkpoint)
+    what = "episodes, exact sampled tokens" if kind == "episodes" else "trajectories, re-tokenized text"
+    logger.info("policy: %s\nrollouts: %s (%d %s)", source, rollouts, len(items), what)
     graphdef, params = nnx.split(model)
-    pairs = rollout_pairs(records, tokenizer)
+    pairs = dump_pairs(kind, items, tokenizer)
     score_fn = functools.partial(
         cross_score, graphdef, params, pad_id=tokenizer.pad_token_id, batch_size=batch_size
     )
@@ -123,6 +155,30 @@ def offline_report(
         num_samples=num_samples,
         thresholds=thresholds,
     )
-    metrics, _ = collapse_metrics(pairs, score_fn, config, np.random.default_rng(seed))
+    rng = step_rng(step) if step is not None else np.random.default_rng(seed)
+    metrics, _ = collapse_metrics(pairs, score_fn, config, rng)
     metrics["collapse/num_trajectories"] = float(len(pairs.group_ids))
     return metrics
+
+
+def run_settings(checkpoint: str) -> dict[str, Any]:
+    """The trainer's diagnostics settings from a run folder's config.json ({} for any other folder):
+    num_samples, sampling and thresholds, as `offline_report` takes them."""
+    from ragen_jax.diagnostics.policy import is_hf_folder
+
+    path = os.path.join(checkpoint, "config.json")
+    if is_hf_folder(checkpoint) or not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        d = json.load(f).get("diagnostics")
+    if not isinstance(d, Mapping):
+        return {}
+    first_turn, trajectory = d.get("first_turn", True), d.get("trajectory", True)
+    settings: dict[str, Any] = {
+        "num_samples": d.get("max_pairs"),
+        "sampling": "trajectory" if trajectory and not first_turn else "first_turn" if not trajectory else "both",
+        "thresholds": {k: v for k, v in (("conditional_entropy", d.get("entropy_threshold")),
+                                         ("mi", d.get("mi_threshold")), ("mi_relative", d.get("mi_relative")))
+                       if v is not None},
+    }
+    return {k: v for k, v in settings.items() if v is not None}

@@ -1,8 +1,8 @@
 """Choosing the (prompt x, reasoning z) pairs the MI proxy cross-scores (RAGEN's two samplings).
 
 First turn: rows are first-turn reasonings, columns the distinct first-turn prompts (one per
-group). Trajectory-uniform: pick a trajectory uniformly, then one of its turns uniformly; every
-draw is its own column (identical prompts are merged later, for retrieval only). Empty
+group when a group shares its prompt). Trajectory-uniform: pick a trajectory uniformly, then one
+of its turns uniformly; every draw is its own column (identical prompts are merged later, for retrieval only). Empty
 reasonings (no text between the think tags) are skipped. Token ids come from the rollout buffers.
 """
 
@@ -44,8 +44,9 @@ def first_turn_pairs(
 ) -> PairSample:
     """Up to num_samples first-turn pairs [N trajectories] drawn without replacement.
 
-    Columns are the distinct group ids among the draws (sorted); trajectories of one group must
-    share their first-turn prompt.
+    Columns are the distinct first-turn prompts among the draws (RAGEN's unique prompts), in the
+    order of the lowest group id showing each: one column per group when a group shares its
+    prompt, one per episode where each draws its own (Bandit: seed + instance).
     """
     if not len(prompts) == len(reasonings) == len(group_ids):
         raise ValueError(
@@ -55,23 +56,13 @@ def first_turn_pairs(
     valid = np.array([i for i, z in enumerate(reasonings) if len(z) > 0], dtype=np.int64)
     if num_samples is not None and num_samples < valid.size:
         valid = rng.choice(valid, size=num_samples, replace=False)
-    gids = np.asarray(group_ids)[valid]
-    columns = np.unique(gids)
-    col_prompts: list[list[int]] = []
-    for gid in columns:
-        members = valid[gids == gid]
-        first = list(prompts[members[0]])
-        for other in members[1:]:
-            if list(prompts[other]) != first:
-                raise ValueError(
-                    f"Trajectories {members[0]} and {other} of group {gid} have different first-turn "
-                    "prompts; first-turn sampling needs one shared prompt per group."
-                )
-        col_prompts.append(first)
+    column_of: dict[tuple[int, ...], int] = {}
+    for i in valid[np.argsort(np.asarray(group_ids)[valid], kind="stable")]:
+        column_of.setdefault(tuple(prompts[i]), len(column_of))
     return PairSample(
-        prompts=col_prompts,
+        prompts=[list(p) for p in column_of],
         reasonings=[list(reasonings[i]) for i in valid],
-        col_of_row=np.searchsorted(columns, gids).astype(np.int64),
+        col_of_row=np.array([column_of[tuple(prompts[i])] for i in valid], dtype=np.int64),
     )
 
 

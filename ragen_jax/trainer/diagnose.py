@@ -11,42 +11,13 @@ import functools
 import logging
 from collections import defaultdict
 
-import numpy as np
-
-from ragen_jax.diagnostics import (FIRST_TURN, CollapseConfig, RolloutPairs, collapse_metrics, cross_score,
-                                   echo_trap_warnings, should_compute)
+from ragen_jax.diagnostics import (FIRST_TURN, CollapseConfig, collapse_metrics, cross_score, echo_trap_warnings,
+                                   should_compute)
+from ragen_jax.diagnostics.pairs import rollout_pairs, step_rng
 from ragen_jax.diagnostics.plots import curves_image, regime_plane_image
 from ragen_jax.rollout.types import Episode
 
 logger = logging.getLogger(__name__)
-
-
-def _find(seq: list[int], pattern: list[int]) -> int:
-    n = len(pattern)
-    for i in range(len(seq) - n + 1):
-        if seq[i:i + n] == pattern:
-            return i
-    return -1
-
-
-def reasoning_tokens(response: list[int], think_close: list[int]) -> list[int]:
-    """The sampled tokens between the prompt's "<think>" and "</think>" ([] if never closed)."""
-    end = _find(response, think_close)
-    return response[:end] if end >= 0 else []
-
-
-def rollout_pairs(episodes: list[Episode], think_close: list[int]) -> RolloutPairs:
-    """Token-level (prompt, reasoning) pairs per turn of every episode."""
-    turn_prompts, turn_reasonings = [], []
-    for ep in episodes:
-        done = [r for r in ep.history if r.response_tokens is not None and r.context_tokens is not None]
-        turn_prompts.append([list(map(int, r.context_tokens)) for r in done])
-        turn_reasonings.append([reasoning_tokens(r.response_tokens, think_close) for r in done])
-    return RolloutPairs(
-        first_turn_prompts=[p[0] if p else [] for p in turn_prompts],
-        first_turn_reasonings=[z[0] if z else [] for z in turn_reasonings],
-        group_ids=[ep.group_id for ep in episodes],
-        turn_prompts=turn_prompts, turn_reasonings=turn_reasonings)
 
 
 class CollapseMonitor:
@@ -83,7 +54,7 @@ class CollapseMonitor:
             return {}
         score = functools.partial(cross_score, graphdef, params, pad_id=self.tokenizer.pad_token_id,
                                   batch_size=self.batch_size)
-        rng = np.random.default_rng([step, 7])
+        rng = step_rng(step)
         metrics, self.ema = collapse_metrics(rollout_pairs(episodes, self.think_close), score, self.config,
                                              rng, self.ema)
         h = metrics.get(f"{FIRST_TURN}/conditional_entropy_est")

@@ -1,0 +1,50 @@
+"""(prompt, reasoning) token pairs of played episodes, and the random draws of one diagnostics step.
+
+Shared by the trainer (ragen_jax/trainer/diagnose.py) and the offline CLI on a rollout PKL, so both
+score the same pairs: prompts are the exact contexts the responses were sampled after, reasonings
+the sampled tokens before "</think>"; nothing is re-tokenized.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ragen_jax.diagnostics.collapse import RolloutPairs
+
+if TYPE_CHECKING:
+    from ragen_jax.rollout.types import Episode
+
+
+def step_rng(step: int) -> np.random.Generator:
+    """The generator that draws the pairs of training step `step` (the step TensorBoard shows)."""
+    return np.random.default_rng([step, 7])
+
+
+def _find(seq: Sequence[int], pattern: Sequence[int]) -> int:
+    n = len(pattern)
+    for i in range(len(seq) - n + 1):
+        if list(seq[i:i + n]) == list(pattern):
+            return i
+    return -1
+
+
+def reasoning_tokens(response: Sequence[int], think_close: Sequence[int]) -> list[int]:
+    """The sampled tokens between the prompt's "<think>" and "</think>" ([] if never closed)."""
+    end = _find(response, think_close)
+    return list(map(int, response[:end])) if end >= 0 else []
+
+
+def rollout_pairs(episodes: Sequence["Episode"], think_close: Sequence[int]) -> RolloutPairs:
+    """Token-level (prompt, reasoning) pairs per turn of every episode [N]."""
+    turn_prompts, turn_reasonings = [], []
+    for ep in episodes:
+        done = [r for r in ep.history if r.response_tokens is not None and r.context_tokens is not None]
+        turn_prompts.append([list(map(int, r.context_tokens)) for r in done])
+        turn_reasonings.append([reasoning_tokens(r.response_tokens, think_close) for r in done])
+    return RolloutPairs(
+        first_turn_prompts=[p[0] if p else [] for p in turn_prompts],
+        first_turn_reasonings=[z[0] if z else [] for z in turn_reasonings],
+        group_ids=[ep.group_id for ep in episodes],
+        turn_prompts=turn_prompts, turn_reasonings=turn_reasonings)

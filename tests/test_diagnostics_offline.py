@@ -1,0 +1,131 @@
+"""The offline collapse report on played episodes: a PKL of one step's rollouts gives the trainer's MI metrics
+of that step (`--step`), the CLI reads the PKL and the JSONL of a tiny run, and a run folder serves as
+`--checkpoint` (its hf_export/, else its latest Orbax checkpoint)."""
+
+import json
+import logging
+import shutil
+import types
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from test_rollout_engine import ScriptedSampler
+
+from configs.bandit import get_config
+from ragen_jax.diagnostics.__main__ import main
+from ragen_jax.diagnostics.offline import load_dump, offline_report
+from ragen_jax.diagnostics.policy import load_policy
+from ragen_jax.rollout import group_seeds
+from ragen_jax.rollout.dump import write_jsonl, write_pkl
+
+STEP = 3  # the trainer's diagnostics step (what TensorBoard shows)
+WORDS = ["teacher", "trader", "first", "second", "safe", "risky", "left", "right"]
+
+
+def _tiny_bandit_config():
+    c = get_config("tiny")
+    c.model.tiny.update(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=128)
+    c.env.groups, c.env.group_size = 4, 2
+    c.val.groups = c.val.batch_size = 2
+    c.rollout.response_length, c.rollout.max_model_len = 24, 384
+    c.trainer.mini_batch_size = c.trainer.micro_batch_size = 8
+    c.warmstart.enabled = False
+    c.diagnostics.update(every=1, max_pairs=6, batch_size=8)  # 6 of the 8 episodes: the step's draw matters
+    return c
+
+
+@pytest.fixture(scope="module")
+def played(tmp_path_factory):
+    """One training step's rollout of the tiny model on Bandit (scripted reasoning, real engine and env), the
+    trainer's MI metrics for it, and the run folder: config.json, the PKL/JSONL dumps, a checkpoint, hf_export."""
+    from ragen_jax.trainer.loop import Trainer
+
+    cfg = _tiny_bandit_config()
+    run = tmp_path_factory.mktemp("run")
+    trainer = Trainer(cfg, str(run))
+    replies = [f"the {WORDS[b]} arm pays {'more' if b % 3 else 'less'}</think><answer>{WORDS[b]}</answer>"
+               for b in range(8)]
+    trainer.engine.sampler = ScriptedSampler(trainer.engine.sampler, trainer.tokenizer, [replies])
+    seeds, gids = group_seeds(cfg.env.train_seed, cfg.env.groups, cfg.env.group_size)
+    res = trainer.engine.run(trainer.sampling_params(), trainer.train_env, seeds, gids, jax.random.PRNGKey(0),
+                             tag=trainer.tag)
+    metrics = trainer.collapse.mi_metrics(STEP, res.episodes, trainer.actor.graphdef, trainer.actor.full())
+    (run / "config.json").write_text(cfg.to_json_best_effort(indent=2))
+    pkl = write_pkl(str(run / "rollouts" / "train.pkl"), res)
+    jsonl = write_jsonl(str(run / "rollouts" / "train.jsonl"), res.episodes, **trainer._dump_kwargs())
+    trainer.save(STEP - 1)
+    export = trainer.export(str(run / "hf_export"))
+    return types.SimpleNamespace(cfg=cfg, run=run, pkl=pkl, jsonl=jsonl, export=export, metrics=metrics,
+                                 episodes=res.episodes)
+
+
+def _comparable(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if not k.startswith("timing_s/") and k != "collapse/num_trajectories"}
+
+
+def test_trainer_metrics_equal_the_offline_report_on_the_pkl(played):
+    d = played.cfg.diagnostics
+    assert played.metrics["collapse_first_turn_sample/num_samples"] == 6.0  # a draw of 6 from 8
+    kind, episodes = load_dump(played.pkl)
+    assert kind == "episodes" and len(episodes) == 8
+    offline = offline_report(played.pkl, played.export, step=STEP, num_samples=d.max_pairs, batch_size=d.batch_size,
+                             thresholds={"conditional_entropy": d.entropy_threshold, "mi": d.mi_threshold})
+    assert _comparable(offline) == pytest.approx(_comparable(played.metrics), abs=1e-6)
+    other_step = offline_report(played.pkl, played.export, step=STEP + 1, num_samples=d.max_pairs,
+                                batch_size=d.batch_size, sampling="first_turn")
+    assert other_step["collapse_first_turn_sample/mi_estimate"] != pytest.approx(
+        offline["collapse_first_turn_sample/mi_estimate"], abs=1e-9)
+
+
+def test_cli_on_the_run_folder_uses_the_run_settings_and_matches_the_trainer(played, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "report.json"
+    assert main([played.pkl, "--checkpoint", str(played.run), "--step", str(STEP), "--batch-size", "8",
+                 "--out", str(out)]) == 0
+    assert f"policy: Hugging Face folder {played.export}" in caplog.text
+    assert "(8 episodes, exact sampled tokens)" in caplog.text
+    assert _comparable(json.loads(out.read_text())) == pytest.approx(_comparable(played.metrics), abs=1e-6)
+
+
+def test_cli_reads_the_jsonl_of_the_same_run(played, tmp_path, capsys, caplog):
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "report.json"
+    assert main([played.jsonl, "--checkpoint", played.export, "--num-samples", "0", "--sampling", "first_turn",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    from_text = json.loads(out.read_text())
+    prompts = int(from_text["collapse_first_turn_sample/num_prompts"])  # distinct arm pairs among the 8 episodes
+    assert f"[collapse_first_turn_sample] 8 pairs x {prompts} prompts" in text and "regime" in text
+    assert "retrieval_at_1" in text and "@" not in text
+    assert "(8 trajectories, re-tokenized text)" in caplog.text
+    exact = offline_report(played.pkl, played.export, num_samples=None, sampling="first_turn")
+    # The JSONL's rebuilt prompts are the sampled contexts: the same first-turn numbers as the exact tokens.
+    first_turn = {k: v for k, v in exact.items() if k.startswith("collapse_first_turn_sample/")}
+    assert {k: from_text[k] for k in first_turn} == pytest.approx(first_turn, abs=1e-5)
+
+
+def test_a_run_folder_without_hf_export_restores_its_latest_checkpoint(played, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(played.run / "config.json", run / "config.json")
+    shutil.copytree(played.run / "checkpoints", run / "checkpoints")
+    model, tok, source = load_policy(str(run))
+    assert source.startswith(f"checkpoint {STEP - 1} of {run}")
+    exported, exported_tok, _ = load_policy(played.export)
+    for a, b in zip(jax.tree.leaves(nnx.state(model, nnx.Param)), jax.tree.leaves(nnx.state(exported, nnx.Param))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert tok.encode("<think>a</think>") == exported_tok.encode("<think>a</think>")
+
+
+def test_bad_checkpoint_folders_are_named(played, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="hf_export/ or checkpoints/"):
+        load_policy(str(tmp_path / "empty"))
+    assert main([played.pkl, "--checkpoint", str(tmp_path / "nope")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    no_config = tmp_path / "no_config"
+    shutil.copytree(played.run / "checkpoints", no_config / "checkpoints")
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        load_policy(str(no_config))

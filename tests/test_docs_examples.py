@@ -1,0 +1,137 @@
+"""The code in docs/custom_envs.md and docs/custom_losses.md runs as written, so the docs cannot rot.
+
+A fenced block right after `<!-- doc-test: NAME -->` is a file the reader saves as NAME, or, for
+NAME "run", the command they run from the folder holding those files.
+"""
+
+import importlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ragen_jax.monitoring import is_valid_tag
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BLOCK = re.compile(r"<!-- doc-test: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)
+# One step of the tiny model on a few episodes: the doc's command, made cheap.
+BUDGET = ["--config.trainer.total_steps=1", "--config.val.every=0", "--config.warmstart.enabled=False",
+          "--config.env.groups=2", "--config.env.group_size=2", "--config.trainer.mini_batch_size=4",
+          "--config.trainer.micro_batch_size=4", "--config.rollout.response_length=16",
+          "--config.diagnostics.every=0", "--config.trainer.export_hf=False", "--config.model.tiny.num_layers=1",
+          "--config.model.tiny.hidden_size=64", "--config.model.tiny.intermediate_size=128"]
+
+
+def doc_blocks(doc: str) -> dict[str, str]:
+    """{NAME: block text} of the marked blocks of docs/<doc>."""
+    with open(os.path.join(ROOT, "docs", doc)) as f:
+        blocks = dict(_BLOCK.findall(f.read()))
+    assert blocks, f"docs/{doc} has no <!-- doc-test: NAME --> blocks"
+    return blocks
+
+
+def save_files(doc: str, folder) -> list[str]:
+    """Write the doc's file blocks into `folder` -> the doc's run command as an argv list (run.py from ROOT)."""
+    blocks = doc_blocks(doc)
+    for name, text in blocks.items():
+        if name != "run":
+            (folder / name).write_text(text)
+    argv = shlex.split(blocks["run"].replace("\\\n", " "))
+    assert argv[:2] == ["python", "run.py"], argv
+    return [sys.executable, os.path.join(ROOT, "run.py"),
+            *[a.replace("configs/", os.path.join(ROOT, "configs") + "/", 1) if a.startswith("--config=configs/")
+              or a.startswith("configs/") else a for a in argv[2:]]]
+
+
+@pytest.fixture()
+def doc_module(tmp_path, monkeypatch):
+    """Import a module the doc defines, from the folder its files were saved in (and forget it after)."""
+    imported = []
+
+    def load(doc: str, name: str):
+        save_files(doc, tmp_path)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        imported.append(name)
+        return importlib.import_module(name)
+
+    yield load
+    for name in imported:
+        sys.modules.pop(name, None)
+
+
+def test_custom_env_doc_example_plays_and_its_config_validates(doc_module, tmp_path):
+    from envs.batch import make_env_batch
+    from envs.registry import get_spec
+    from ragen_jax.config_check import validate_config
+
+    env = doc_module("custom_envs.md", "my_envs").GuessNumber()
+    assert env.reset(3) == ("Make a guess.", {})  # secret 4
+    _, reward, terminated, truncated, info = env.step("four")  # the tiny model answers anything
+    assert (reward, terminated, truncated, info["action_is_valid"]) == (0.0, False, False, False)
+    assert env.step("2")[0] == "Wrong, go higher." and env.step(" 9 ")[0] == "Wrong, go lower."
+    assert env.step("4")[1:4] == (1.0, True, False)
+    env.reset(3)
+    assert [env.step("x")[3] for _ in range(5)] == [False] * 4 + [True]  # five tries, then truncated
+    assert get_spec("my_envs:GuessNumber").kind == "host"
+    batch = make_env_batch("my_envs:GuessNumber", 2)
+    try:
+        batch.reset([3, 3])
+        out = batch.step([["?"], ["4"]], np.array([True, True]))
+        assert out.errors == ["", ""] and out.success.tolist() == [False, True]
+    finally:
+        batch.close()
+    spec = importlib.util.spec_from_file_location("guess_config", tmp_path / "guess_config.py")
+    config_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(config_module)
+    cfg = config_module.get_config("tiny")
+    assert cfg.env.name == "my_envs:GuessNumber" and cfg.model.preset == "tiny"
+    validate_config(cfg)
+
+
+def test_custom_losses_doc_example_registers_and_computes(doc_module):
+    from configs.sokoban import get_config
+    from ragen_jax import algos
+    from ragen_jax.config_check import validate_config
+
+    doc_module("custom_losses.md", "my_algos")
+    adv_fn = algos.ADVANTAGE_ESTIMATORS.get("my_algos:median_baseline")
+    assert algos.ADVANTAGE_ESTIMATORS.get("median_baseline") is adv_fn
+    rewards = jnp.array([[0.0, 1.0], [0.0, 3.0], [0.0, 0.0]])
+    mask = jnp.ones((3, 2))
+    inputs = algos.AdvantageInputs(token_level_rewards=rewards, response_mask=mask)
+    adv, returns = adv_fn(inputs)
+    np.testing.assert_allclose(adv, [[0, 0], [2, 2], [-1, -1]])
+    loss, metrics = algos.POLICY_LOSSES.get("clipped_pg")(jnp.zeros((3, 2)), jnp.zeros((3, 2)), adv, mask)
+    np.testing.assert_allclose(loss, -adv)
+    assert metrics == {}
+    cfg = get_config("tiny")
+    cfg.algo.custom_adv_estimator, cfg.algo.custom_policy_loss = "my_algos:median_baseline", "my_algos:clipped_pg"
+    validate_config(cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc, tag", [("custom_envs.md", "GuessNumber"), ("custom_losses.md", "SimpleSokoban")])
+def test_the_docs_run_command_trains_one_step(doc, tag, tmp_path):
+    """The doc's own command (plus a one-step budget) from the folder holding its files; every metric it
+    logs keeps its name in TensorBoard (no renaming message)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    argv = save_files(doc, tmp_path)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)  # run.py itself puts the current folder on the import path
+    proc = subprocess.run([*argv, *BUDGET], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "is illegal" not in out and "not a valid TensorBoard tag" not in out
+    workdir = argv[argv.index("--workdir") + 1] if "--workdir" in argv else next(
+        a.split("=", 1)[1] for a in argv if a.startswith("--workdir="))
+    acc = EventAccumulator(str(tmp_path / workdir / "tb"))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert f"train/{tag}/success" in tags and f"train/{tag}/pass_at_2" in tags
+    assert [t for t in tags if not is_valid_tag(t)] == []
