@@ -98,7 +98,7 @@ def main() -> None:
         print(f"step: shared prefix {s_share:.2f} s ({tokens / s_share:.0f} tokens/s), plain "
               f"{s_plain:.2f} s ({tokens / s_plain:.0f} tokens/s): x{s_plain / s_share:.2f}")
 
-    key = f"val/{trainer.val_name}/success"
+    key = f"val/{trainer.val_tag}/success"
     t_val = time.perf_counter()
     vm, _ = trainer.run_validation(0)
     print(f"validation takes {time.perf_counter() - t_val:.0f} s")

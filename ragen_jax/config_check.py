@@ -60,9 +60,13 @@ def validate_config(cfg, mode: str = "train") -> None:
         errors.append("config.trainer.mini_batch_size must be a multiple of config.trainer.micro_batch_size")
     episodes = cfg.env.groups * cfg.env.group_size
     mini = cfg.trainer.mini_batch_size
-    if mode != "eval" and episodes > 0 and mini > 0 and (mini > episodes or episodes % mini):
-        errors.append(f"config.trainer.mini_batch_size={mini} must divide the {episodes} episodes of a step "
-                      f"(env.groups x env.group_size = {cfg.env.groups} x {cfg.env.group_size})")
+    if mode != "eval" and episodes > 0 and mini > 0:
+        if cfg.rollout.context_mode == "full" and (mini > episodes or episodes % mini):
+            errors.append(f"config.trainer.mini_batch_size={mini} must divide the {episodes} episodes (rows) of a "
+                          f"step (env.groups x env.group_size = {cfg.env.groups} x {cfg.env.group_size})")
+        elif mini > episodes * cfg.env.max_turn:  # one row per turn: at most episodes x max_turn rows
+            errors.append(f"config.trainer.mini_batch_size={mini} exceeds the at most {episodes * cfg.env.max_turn} "
+                          f"rows of a step ({episodes} episodes x env.max_turn {cfg.env.max_turn})")
     if cfg.val.group_size > 0 and cfg.val.batch_size % cfg.val.group_size:
         errors.append("config.val.batch_size must be a multiple of config.val.group_size")
     if cfg.rollout.response_length >= cfg.rollout.max_model_len:

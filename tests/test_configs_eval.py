@@ -66,7 +66,7 @@ def run_tiny_eval(cfg, workdir) -> tuple[dict, list[dict]]:
         for env in (trainer.train_env, trainer.val_env):
             if hasattr(env, "close"):
                 env.close()
-    return metrics, read_jsonl(str(workdir / "eval" / "rollouts.jsonl"))
+    return metrics, read_jsonl(str(workdir / "eval" / "init" / "rollouts.jsonl"))
 
 
 def check_eval_output(metrics: dict, records: list[dict], tag: str, cfg) -> None:
@@ -276,7 +276,7 @@ def test_countdown_eval_with_a_scripted_policy_counts_successes(tmp_path):
     trainer = Trainer(cfg, str(tmp_path))
     trainer.val_engine.sampler = ScriptedSampler(trainer.val_engine.sampler, trainer.tokenizer, answers)
     metrics = run_eval(trainer)
-    records = read_jsonl(str(tmp_path / "eval" / "rollouts.jsonl"))
+    records = read_jsonl(str(tmp_path / "eval" / "init" / "rollouts.jsonl"))
     check_eval_output(metrics, records, "Countdown", cfg)
     assert [r["metadata"]["success"] for r in records] == [True, True, False, False]
     assert [r["metadata"]["total_reward"] for r in records] == pytest.approx([1.0, 1.0, 0.1, 0.1])

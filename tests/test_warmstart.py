@@ -77,6 +77,31 @@ def test_frozenlake_and_bandit_demos(tok):
         assert parsed.think == "risky pays more" and parsed.actions[0] % 2 == 1  # the high-risk arm
 
 
+@pytest.mark.parametrize("env_name", ["SimpleSokoban", "FrozenLake"])
+def test_state_reasoning_demos_think_about_their_own_input(tok, env_name):
+    """warmstart.reasoning="state": each turn thinks the env's description of that turn's state, and the
+    trainer's MI diagnostics find a reasoning for every turn."""
+    from ragen_jax.diagnostics.pairs import reasoning_tokens
+
+    cfg = _cfg(prompt_style="compact")
+    eps = oracle_demo_episodes(env_name, 24, tok, cfg, seed=31_000, batch_size=24, state_reasoning=True)
+    env = make_env_batch(env_name, 1)
+    thoughts = []
+    for ep in eps:
+        env.reset([ep.seed])
+        for record in ep.history:
+            state = jax.tree.map(lambda x: np.asarray(x[0]), jax.device_get(env.state))
+            parsed = _parsed(tok, cfg, record, env.action_lookup)
+            assert parsed.turn_is_valid and parsed.think == env.env.describe_state(state)
+            thoughts.append(parsed.think)
+            env.step([list(parsed.actions)], np.ones(1, bool))
+    assert len(set(thoughts)) >= 4  # the thinking varies with the input
+    close = tok.encode("</think>")
+    assert all(reasoning_tokens(r.response_tokens, close) for ep in eps for r in ep.history)  # MI finds them
+    with pytest.raises(ValueError, match="describe_state"):
+        oracle_demo_episodes("Bandit", 4, tok, cfg, seed=1, batch_size=4, state_reasoning=True)
+
+
 def test_random_demos_teach_format_only(tok):
     """warmstart.source="random": valid actions drawn uniformly, failed episodes kept (format, not skill)."""
     cfg = _cfg(max_turn=1, max_actions_per_turn=1, max_actions_per_traj=1)

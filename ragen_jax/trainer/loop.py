@@ -24,7 +24,7 @@ from ragen_jax.algos.masked import masked_mean
 from ragen_jax import sharding
 from ragen_jax.checkpoint import Checkpointer
 from ragen_jax.filtering import FilterConfig, advantage_scale, compact, filter_rollouts, update_empty_streak
-from ragen_jax.monitoring import Monitor
+from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
 from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds
 from ragen_jax.rollout.dump import write_jsonl
 from ragen_jax.trainer import report
@@ -87,6 +87,11 @@ def write_config_json(folder: str, cfg) -> str:
     return path
 
 
+def env_tag(name: str) -> str:
+    """The metric prefix of an env name: the class name of an import path ("my_pkg.envs:GuessNumber")."""
+    return name.rsplit(":", 1)[-1]
+
+
 def _local_rows(mesh, batch_size: int) -> int:
     """How many of a batch's episodes this process plays (the rows its devices hold)."""
     rows = sharding.process_rows(mesh, batch_size)
@@ -115,7 +120,7 @@ class Trainer:
         self.workdir = os.path.abspath(workdir or cfg.workdir)
         self.is_main = jax.process_index() == 0
         t = cfg.trainer
-        self.tag = cfg.env.tag or cfg.env.name
+        self.tag = cfg.env.tag or env_tag(cfg.env.name)
         self.batch_size = cfg.env.groups * cfg.env.group_size
         if t.mini_batch_size % t.micro_batch_size:
             raise ValueError(f"trainer.mini_batch_size ({t.mini_batch_size}) must be a multiple of "
@@ -123,6 +128,7 @@ class Trainer:
         self.mesh = sharding.make_mesh({axis: cfg.mesh[axis] for axis in sharding.AXES})
         # envs first: a missing service (e.g. a Lean server) fails before minutes of model loading
         self.val_name = cfg.val.name or cfg.env.name
+        self.val_tag = env_tag(self.val_name)
         self.val_batch = min(cfg.val.batch_size, cfg.val.groups * cfg.val.group_size)
         self.train_env = setup_lib.env_batch(cfg.env, cfg.env.name, _local_rows(self.mesh, self.batch_size))
         self.val_env = setup_lib.env_batch(cfg.env, self.val_name, _local_rows(self.mesh, self.val_batch))
@@ -160,7 +166,7 @@ class Trainer:
         self.filter_cfg = FilterConfig.from_mapping(dict(cfg.filter))
         self.base_key = jax.random.PRNGKey(t.seed)
         self.log_dir = log_dir or os.path.join(self.workdir, "tb")
-        self.monitor = Monitor(self.log_dir, enabled=self.is_main)
+        self.monitor = Monitor(self.log_dir, enabled=self.is_main, wandb=wandb_settings(cfg.logging, self.workdir))
         self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), max_to_keep=t.keep_checkpoints)
         self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
         self.counters = {"empty_streak": 0, "val_low_streak": 0, "std_zero_streak": 0, "skipped_in_a_row": 0,
@@ -253,7 +259,7 @@ class Trainer:
             seeds, gids = group_seeds(v.seed + first_group, per_chunk_groups, v.group_size)
             key = jax.random.fold_in(jax.random.fold_in(self.base_key, 10_000_000 + step), c)
             res = self.val_engine.run(self.sampling_params(), self.val_env, seeds, gids + first_group, key,
-                                      tag=self.val_name, temperature=v.temperature, greedy=v.greedy)
+                                      tag=self.val_tag, temperature=v.temperature, greedy=v.greedy)
             results.append(res.metrics)
             episodes.extend(res.episodes)
         metrics = {f"val/{k}": float(np.mean([r[k] for r in results])) for k in results[0]}
@@ -451,7 +457,7 @@ class Trainer:
         return None
 
     def _record_val(self, step: int, metrics: dict) -> None:
-        success = metrics.get(f"val/{self.val_name}/success", 0.0)
+        success = metrics.get(f"val/{self.val_tag}/success", 0.0)
         es = self.cfg.trainer.early_stop
         self.counters["val_low_streak"] = self.counters["val_low_streak"] + 1 if success < es.val_success_below else 0
         self.history.append({"step": step, "val_success": success})
@@ -471,7 +477,7 @@ class Trainer:
         trained_tokens = 0.0
         if self.is_main:
             write_config_json(self.workdir, cfg)
-        # WIRE-HPARAMS: self.monitor.config(...) once monitoring.py has it
+        self.monitor.config(flatten_config(cfg.to_dict()))
         if cfg.warmstart.enabled and self.start_step == 0:
             from ragen_jax.trainer.warmstart import run_warmstart
 
@@ -532,6 +538,7 @@ class Trainer:
         if self.is_main:
             with open(os.path.join(self.workdir, "summary.json"), "w") as f:
                 json.dump(summary, f, indent=2)
+        self.monitor.close()
         return summary
 
     def _summary(self, wall: float, trained_tokens: float, stop_reason: str | None) -> dict[str, Any]:

@@ -314,7 +314,7 @@ def run_warmstart(trainer, num_demos: int | None = None, steps: int | None = Non
     """
     w = trainer.cfg.warmstart
     steps = int(steps if steps is not None else w.steps)
-    success_key = f"val/{trainer.val_name}/success"
+    success_key = f"val/{trainer.val_tag}/success"
     t0 = time.perf_counter()
     rows = build_demos(trainer, num_demos)
     data = prepare_sft_data(rows, share_prefix=bool(w.share_prefix))
