@@ -114,7 +114,8 @@ def test_eval_prints_metrics_and_writes_jsonl(tmp_path):
     for name in ("success", "num_actions", "pass_at_1", "action_is_valid", "action_is_effective"):
         assert f"val/Countdown/{name}" in metrics
     assert "val/response_length" in metrics and metrics["eval/num_episodes"] == 3
-    with open(wd / "eval" / "rollouts.jsonl") as f:
+    assert "Evaluated the freshly initialised model" in proc.stdout  # an empty workdir: no checkpoint
+    with open(wd / "eval" / "init" / "rollouts.jsonl") as f:
         records = [json.loads(line) for line in f]
     assert [r["custom_id"] for r in records] == ["traj_0", "traj_1", "traj_2"]
     assert [r["metadata"]["seed"] for r in records] == [123, 124, 125]
