@@ -118,3 +118,21 @@ def test_plots_are_rgb_images(tmp_path):
     layout = tensorboard_layout([FIRST_TURN])
     (chart,) = [v for k, v in layout["collapse diagnostics"].items() if "MI vs" in k]
     assert f"{FIRST_TURN}/conditional_entropy_est" in chart[1]
+
+
+@pytest.mark.parametrize("h,mi", [([1.0, 0.6, 1.0001], [0.2, 0.05, 0.2001]), ([0.7, 0.7], [0.1, 0.1]), ([0.5], [0.1])])
+def test_start_and_now_labels_never_overlap(h, mi):
+    """A path that ends where it began (or a single point) must still show readable labels."""
+    from ragen_jax.diagnostics.plots import regime_plane_figure
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = regime_plane_figure(h, mi, steps=list(range(len(h))))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    labels = [t for t in fig.axes[0].texts if t.get_text() in ("start", "now", "start = now")]
+    assert [t.get_text() for t in labels] == (["start = now"] if len(h) == 1 else ["start", "now"])
+    if len(labels) == 2:
+        a, b = (t.get_window_extent(renderer) for t in labels)
+        assert not a.overlaps(b)

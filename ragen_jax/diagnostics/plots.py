@@ -71,8 +71,7 @@ def regime_plane_figure(
         ax.plot(h, m, "-", color="#444444", lw=1, zorder=2)
         colours = np.linspace(0, 1, h.size)
         pts = ax.scatter(h, m, c=colours, cmap="viridis", s=22, zorder=3)
-        ax.annotate("start", (h[0], m[0]), fontsize=8, zorder=4)
-        ax.annotate("now", (h[-1], m[-1]), fontsize=8, zorder=4)
+        _label_ends(ax, h, m)
         if steps is not None and len(steps) == h.size:
             bar = fig.colorbar(pts, ax=ax)
             bar.set_label("step")
@@ -86,6 +85,18 @@ def regime_plane_figure(
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def _label_ends(ax, h: np.ndarray, m: np.ndarray) -> None:
+    """"start" below-left of the first point and "now" above-right of the last, offset in screen points, so
+    they never cover each other even when the path returns to where it began (one point: "start = now")."""
+    style = dict(fontsize=8, zorder=4, textcoords="offset points",
+                 bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.7))
+    if h.size == 1:
+        ax.annotate("start = now", (h[0], m[0]), xytext=(6, 6), ha="left", va="bottom", **style)
+        return
+    ax.annotate("start", (h[0], m[0]), xytext=(-6, -6), ha="right", va="top", **style)
+    ax.annotate("now", (h[-1], m[-1]), xytext=(6, 6), ha="left", va="bottom", **style)
 
 
 def regime_plane_image(*args: Any, **kwargs: Any) -> np.ndarray:
