@@ -4,8 +4,9 @@ With JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID set it joins a
 devices per process); without them it is the single-process reference (4 CPU devices). Either way it runs
 `Trainer.train()` on Sokoban with the tiny model over a (data 1, fsdp 2, tensor 2) mesh: a warm start, PPO
 with a critic and a KL reference, the filter, validation, checkpoints and the Hugging Face export. Process 0
-writes WORKDIR/result.npz (final parameters) and result.json (per-step metrics, validation history) for the
-test to compare; with a second argument `resume` it continues one step from the last checkpoint (resumed.*).
+writes WORKDIR/result.npz (parameters at the start, after the warm start and at the end) and result.json
+(per-step metrics, validation history) for the test to compare; with a second argument `resume` it continues
+one step from the last checkpoint (resumed.*).
 """
 
 from __future__ import annotations
@@ -63,20 +64,29 @@ if __name__ == "__main__":
     steps = []
     train_step = trainer.train_step
 
+    def parameters(prefix: str = "") -> dict:
+        """Host copies of the actor's and critic's trainable arrays (a collective: every process calls it)."""
+        out = {}
+        for name, state in (("param", trainer.actor.trainable), ("critic", trainer.critic.trainable)):
+            out.update({f"{prefix}{name}/{path_str(p)}": x
+                        for p, x in jax.tree_util.tree_leaves_with_path(gather_to_host(state))})
+        return out
+
+    snapshots = parameters("initial/")  # before the warm start; "rl_start/": after it, before RL step 1
+
     def recording_step(step: int) -> dict:
+        if not any(k.startswith("rl_start/") for k in snapshots):
+            snapshots.update(parameters("rl_start/"))
         metrics = train_step(step)
         steps.append({k: v for k, v in metrics.items() if not k.startswith(("timing_s/", "perf/"))})
         return metrics
 
     trainer.train_step = recording_step
     summary = trainer.train()
-    params = {f"param/{path_str(p)}": x
-              for p, x in jax.tree_util.tree_leaves_with_path(gather_to_host(trainer.actor.trainable))}
-    critic = {f"critic/{path_str(p)}": x
-              for p, x in jax.tree_util.tree_leaves_with_path(gather_to_host(trainer.critic.trainable))}
+    final = parameters()
     if jax.process_index() == 0:
         tag = "resumed" if resume else "result"
-        np.savez(os.path.join(workdir, f"{tag}.npz"), **params, **critic, start_step=trainer.start_step,
+        np.savez(os.path.join(workdir, f"{tag}.npz"), **final, **snapshots, start_step=trainer.start_step,
                  processes=jax.process_count(), local_episodes=trainer.train_env.batch_size,
                  rows=np.array([trainer.engine.rows.start, trainer.engine.rows.stop]))
         with open(os.path.join(workdir, f"{tag}.json"), "w") as f:

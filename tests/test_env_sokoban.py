@@ -2,7 +2,6 @@
 
 import importlib.util
 import os
-import random
 import sys
 import types
 
@@ -206,24 +205,56 @@ def _import_gym_sokoban():
     return room_utils, sokoban_env
 
 
-def test_topology_and_placement_match_gym_sokoban_draw_for_draw():
-    room_utils, _ = _import_gym_sokoban()
-    for seed in range(150):
-        random.seed(seed)
-        np.random.seed(seed)
-        theirs = room_utils.room_topology_generation((6, 6), 0.35, 20)
-        try:
-            theirs = room_utils.place_boxes_and_player(theirs, 1, False)
-        except RuntimeError:
-            theirs = None
-        ours = generator.room_topology(random.Random(seed), (6, 6), 0.35, 20)
-        try:
-            ours = np.array(generator.place_player_and_targets(np.random.RandomState(seed), ours, 1)).reshape(6, 6)
-        except generator.GenerationFailed:
-            ours = None
-        assert (theirs is None) == (ours is None)
-        if ours is not None:
-            np.testing.assert_array_equal(theirs, ours)
+# RAGEN's levels, recorded by running its ragen/env/sokoban/utils.py generate_room (mll-lab-nu/RAGEN at
+# 20daedc) under all_seed(seed) with the arguments SokobanEnv.reset passes (num_steps = int(1.7 * (rows +
+# cols)), as gym-sokoban sets it). Rows joined by "/", cells as gym-sokoban codes: 0 wall, 1 floor,
+# 2 target, 4 box, 5 player. seed: (room_fixed, room_state).
+RAGEN_SIMPLE_LEVELS = {  # SimpleSokoban: 6x6, 1 box, search_depth 300
+    0: ("000000/011110/002110/000110/000110/000000", "000000/011110/002150/000410/000110/000000"),
+    1: ("000000/021000/010000/011000/011000/000000", "000000/021000/010000/041000/051000/000000"),
+    7: ("000000/001110/001110/000120/000110/000000", "000000/001110/005410/000120/000110/000000"),
+    42: ("000000/011120/011110/000000/000000/000000", "000000/054120/011110/000000/000000/000000"),
+    199: ("000000/011110/011100/021100/011100/000000", "000000/015110/014100/021100/011100/000000"),
+    12345: ("000000/011110/011210/000110/000010/000000", "000000/011110/054210/000110/000010/000000"),
+    2**31 - 1: ("000000/011100/011110/011110/011120/000000", "000000/011100/054110/011110/011120/000000"),
+    2**32 - 1: ("000000/010000/012110/011110/011000/000000", "000000/010000/012150/011410/011000/000000"),
+}
+RAGEN_LARGER_LEVELS = {  # LargerSokoban: 8x8, 2 boxes, search_depth 10
+    0: ("00000000/00002100/00011100/00011000/00111100/01111000/01211000/00000000",
+        "00000000/00002100/00011100/00011000/00114100/01411000/01511000/00000000"),
+    3: ("00000000/00210000/00110000/01110000/01121110/01111110/01100000/00000000",
+        "00000000/00210000/00110000/01140000/01121110/01411110/01500000/00000000"),
+    1000: ("00000000/00000000/01101110/01121110/01111110/01111110/01210000/00000000",
+           "00000000/00000000/01101110/01121110/01141110/01114150/01210000/00000000"),
+    99999: ("00000000/00100000/00100000/00110110/01111110/00012110/00000120/00000000",
+            "00000000/00100000/00100000/00110510/01111410/00012140/00000120/00000000"),
+}
+# Seeds whose first generation fails in RAGEN (it then retries with Python's salted hash of the seed).
+RAGEN_LARGER_FAILED_SEEDS = (24, 37, 38, 66)
+
+
+def _grid(text):
+    return np.array([[int(c) for c in row] for row in text.split("/")], np.int8)
+
+
+@pytest.mark.parametrize("name,recorded", [("SimpleSokoban", RAGEN_SIMPLE_LEVELS),
+                                           ("LargerSokoban", RAGEN_LARGER_LEVELS)])
+def test_reset_from_seeds_gives_ragens_recorded_level(name, recorded):
+    env = registry.make(name, use_cache=False, bank_size=1)
+    batch = env.reset_from_seeds(list(recorded))
+    for i, (seed, (fixed, room)) in enumerate(recorded.items()):
+        np.testing.assert_array_equal(np.asarray(batch.fixed[i]), _grid(fixed), err_msg=f"{name} seed {seed}")
+        np.testing.assert_array_equal(np.asarray(batch.room[i]), _grid(room), err_msg=f"{name} seed {seed}")
+
+
+def test_generation_fails_for_the_seeds_ragen_fails_on():
+    cfg = registry.make("LargerSokoban", use_cache=False, bank_size=1).config
+    for seed in RAGEN_LARGER_FAILED_SEEDS:
+        with pytest.raises(generator.GenerationFailed):
+            generator.generate_room(seed, cfg)
+    for seed in RAGEN_LARGER_LEVELS:
+        fixed, room = generator.generate_room(seed, cfg)
+        np.testing.assert_array_equal(room, _grid(RAGEN_LARGER_LEVELS[seed][1]))
 
 
 def test_step_matches_gym_sokoban(env):

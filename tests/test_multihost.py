@@ -109,6 +109,22 @@ def test_two_process_train_step_matches_single_process(tmp_path):
         np.testing.assert_allclose(got[k], want[k], rtol=2e-4, atol=2e-5, err_msg=k)
 
 
+def _assert_same_training(got: dict, want: dict) -> None:
+    """The 2-process run changed each model's parameters as the 1-process run did, in each phase: the
+    difference of the changes is small next to the change itself (a run that did not train, or trained
+    on other data, differs by about the whole change)."""
+    for model in ("param/", "critic/"):
+        names = [k for k in want if k.startswith(model)]
+        for phase, (before, after) in {"warm start": ("initial/", "rl_start/"), "RL": ("rl_start/", "")}.items():
+            change_got = np.concatenate([(got[after + k] - got[before + k]).ravel() for k in names])
+            change_want = np.concatenate([(want[after + k] - want[before + k]).ravel() for k in names])
+            size = np.linalg.norm(change_want)
+            assert size > 0, f"{model} {phase}: the 1-process run did not change the parameters"
+            rel = np.linalg.norm(change_got - change_want) / size
+            # measured: 2e-7 (warm start), 4e-5 (actor RL), 1.4e-5 (critic RL); float32 summation order
+            assert rel < 2e-4, f"{model} {phase}: the runs' parameter changes differ by {rel:.3g} of the change"
+
+
 @pytest.mark.slow
 def test_two_process_trainer_run_matches_single_process(tmp_path):
     """Trainer.train() across 2 processes (each playing its half of the episodes with its own envs) gives the
@@ -123,8 +139,7 @@ def test_two_process_trainer_run_matches_single_process(tmp_path):
     assert (got.pop("local_episodes"), want.pop("local_episodes")) == (4, 8)
     assert got.pop("rows").tolist() == [0, 4] and want.pop("rows").tolist() == [0, 8]
     assert got.keys() == want.keys()
-    for k in want:
-        np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-4, err_msg=k)
+    _assert_same_training(got, want)
     got_log, want_log = (json.load(open(os.path.join(d, "result.json"))) for d in (multi, single))
     assert got_log["summary"] == want_log["summary"]  # validation success before/after warm start and per step
     assert len(got_log["steps"]) == len(want_log["steps"]) == 2

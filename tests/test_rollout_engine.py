@@ -1,7 +1,5 @@
 """Rollout engine on the tiny model: turns, masks, log-probs, rewards, penalties, truncation."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,30 +58,53 @@ class LineEnv(EnvBatch):
 
 
 class ScriptedSampler:
-    """Stands in for the Sampler: returns scripted response texts per (row, call)."""
+    """Stands in for the Sampler: returns scripted response texts per (row, call).
+
+    It keeps the tokens a real sampler's cache would hold per row (what was fed, then every sampled token
+    but the last), and records each call's cache_lens and fed tokens, so tests can check what the engine
+    fed against the context it meant to sample after.
+    """
 
     def __init__(self, real, tokenizer, script):
         self.real, self.tok, self.script, self.calls = real, tokenizer, script, 0
-        self.fed = []
+        self.fed = []  # per call: (new_lens, cache_lens) as the engine passed them
+        self.seen = []  # per call: per row, cached tokens [:cache_lens] + fed tokens, or None if inactive
+        self.cached = None
 
     def init_cache(self):
         return self.real.init_cache()
 
     def generate(self, params, new_tokens, new_lens, key, config, *, cache, cache_lens, active):
-        self.fed.append((np.asarray(new_lens).copy(), np.asarray(cache_lens).copy()))
+        new_tokens, new_lens, cache_lens = (np.asarray(x) for x in (new_tokens, new_lens, cache_lens))
+        self.fed.append((new_lens.copy(), cache_lens.copy()))
         B, N = new_tokens.shape[0], config.max_new_tokens
+        if self.cached is None:
+            self.cached = [[] for _ in range(B)]
         toks = np.full((B, N), self.tok.pad_token_id, np.int32)
         lens = np.zeros(B, np.int32)
+        seen = [None] * B
         for b in range(B):
             if active[b]:
+                assert cache_lens[b] <= len(self.cached[b]), "the engine claims tokens the cache never held"
                 ids = self.tok.encode(self.script[self.calls][b])[:N]
                 toks[b, : len(ids)] = ids
                 lens[b] = len(ids)
+                seen[b] = self.cached[b][: cache_lens[b]] + new_tokens[b, : new_lens[b]].tolist()
+                self.cached[b] = seen[b] + ids[:-1]
+        self.seen.append(seen)
         self.calls += 1
-        cache_lens_out = np.where(active, np.asarray(cache_lens) + new_lens + np.maximum(lens - 1, 0), cache_lens)
+        cache_lens_out = np.array([len(c) if a else n for c, a, n in zip(self.cached, active, cache_lens)], np.int32)
         zeros = jnp.zeros((B, N))
         return SampleOutput(tokens=jnp.asarray(toks), lengths=jnp.asarray(lens), logprobs=zeros, raw_logprobs=zeros,
                             finish_reason=jnp.zeros(B, jnp.int32), cache=cache, cache_lens=jnp.asarray(cache_lens_out))
+
+
+def _assert_sampled_after_recorded_contexts(sampler: ScriptedSampler, episodes) -> None:
+    """Every call saw, per active row, exactly the context its turn records (cached prefix + fed suffix)."""
+    for call, seen in enumerate(sampler.seen):
+        for b, tokens in enumerate(seen):
+            if tokens is not None:
+                assert tokens == episodes[b].history[call].context_tokens.tolist(), (call, b)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +146,76 @@ def test_real_sampler_masks_and_logprobs_match_fresh_forward(tiny):
     np.testing.assert_allclose(np.asarray(model_lp)[m], batch.sample_logprobs[m], atol=2e-4)  # temperature 1, no top-p
 
 
+class RecordingSampler:
+    """Wraps the real Sampler and keeps what each call was given and returned (host copies)."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def init_cache(self):
+        return self.real.init_cache()
+
+    def generate(self, params, new_tokens, new_lens, key, config, *, cache, cache_lens, active):
+        out = self.real.generate(params, new_tokens, new_lens, key, config, cache=cache, cache_lens=cache_lens,
+                                 active=active)
+        self.calls.append({"cache_in": np.array(cache_lens), "active": np.array(active),
+                           **{k: np.asarray(getattr(out, k)) for k in ("tokens", "lengths", "logprobs",
+                                                                      "raw_logprobs", "cache_lens")}})
+        return out
+
+
+def test_cache_reuse_keeps_logprobs_of_a_fresh_forward_in_every_context_mode(tiny):
+    """Real sampler, 4 turns: "full" (reuses the cache, then rewinds it when max_model_len drops turn 1),
+    "limited_multi_turn" (window 2: rewinds at turn 3) and "single_turn". Every response's sampled and
+    raw log-probs equal a fresh forward pass over the context it was sampled after + the response, and
+    the batch carries them: a stale or misaligned KV cache shows up as a mismatch."""
+    graphdef, params, tok = tiny
+    temperature, width = 0.8, 512
+
+    @jax.jit
+    def fresh(tokens, mask):
+        model = nnx.merge(graphdef, params)
+        return (policy_logprobs(model, tokens, mask, temperature=1.0)[0],
+                policy_logprobs(model, tokens, mask, temperature=temperature)[0])
+
+    sampler = None
+    for mode, window in (("full", 1), ("limited_multi_turn", 2), ("single_turn", 1)):
+        cfg = _cfg(max_turn=4, response_length=12, max_model_len=400, temperature=temperature,
+                   context_mode=mode, context_window=window)
+        engine = RolloutEngine(graphdef, tok, cfg, batch_size=3)
+        sampler = sampler or engine.sampler  # one sampler (and its compiled programs) for the three runs
+        engine.sampler = RecordingSampler(sampler)
+        res = engine.run(params, LineEnv(3), [1, 2, 3], [0, 1, 2], jax.random.PRNGKey(7), tag="Line")
+        calls = engine.sampler.calls
+        assert len(calls) == 4 and all(ep.num_turns == 4 for ep in res.episodes)
+        reused = [call["cache_in"][b] for call in calls[1:] for b in range(3)]
+        assert min(reused) > 0  # every turn after the first reused part of the cache
+        if mode == "full":
+            assert all(ep.history_start == 1 for ep in res.episodes)  # turn 4 dropped turn 1
+        if mode != "single_turn":  # a turn dropped from the context: the cache was rewound below its length
+            assert any(calls[t]["cache_in"][b] < calls[t - 1]["cache_lens"][b] for t in (2, 3) for b in range(3))
+        rows, spans = [], []
+        for turn, call in enumerate(calls):
+            for b in np.nonzero(call["active"])[0]:
+                record, n = res.episodes[b].history[turn], int(call["lengths"][b])
+                assert record.response_tokens == call["tokens"][b, :n].tolist()
+                rows.append(np.concatenate([record.context_tokens, record.response_tokens]))
+                spans.append((len(record.context_tokens), n, call["raw_logprobs"][b, :n], call["logprobs"][b, :n]))
+                in_batch = (res.batch.episode_ids[:, None] == b) & (res.batch.turn_ids == turn)
+                assert in_batch.any() == (mode != "full" or turn >= res.episodes[b].history_start)
+                for row in np.nonzero(in_batch.any(1))[0]:  # the trained samples carry the sampler's values
+                    np.testing.assert_array_equal(res.batch.raw_logprobs[row][in_batch[row]], spans[-1][2])
+                    np.testing.assert_array_equal(res.batch.sample_logprobs[row][in_batch[row]], spans[-1][3])
+        tokens = np.zeros((len(rows), width), np.int32)
+        mask = np.zeros((len(rows), width), bool)
+        for i, row in enumerate(rows):
+            tokens[i, : len(row)], mask[i, : len(row)] = row, True
+        raw, sampled = (np.asarray(x) for x in fresh(jnp.asarray(tokens), jnp.asarray(mask)))
+        for i, (start, n, raw_lp, sample_lp) in enumerate(spans):
+            np.testing.assert_allclose(raw[i, start: start + n], raw_lp, atol=1e-4, err_msg=f"{mode} row {i}")
+            np.testing.assert_allclose(sampled[i, start: start + n], sample_lp, atol=1e-4, err_msg=f"{mode} row {i}")
+
+
 def test_scripted_turns_rewards_done_and_cache_continuation(tiny):
     graphdef, params, tok = tiny
     cfg = _cfg(max_turn=3)
@@ -141,15 +232,19 @@ def test_scripted_turns_rewards_done_and_cache_continuation(tiny):
     assert e1.num_turns == 3 and not e1.success and e1.penalty == pytest.approx(-0.2)
     assert e1.history[1].warn_invalid and "No valid action provided" not in e1.history[2].state
     assert e2.num_turns == 2 and e2.success and e2.env_reward == pytest.approx(13.0)  # 3 moves + goal bonus
-    # Continuation: after turn 1 only the new environment tokens (plus the last sampled token) are fed.
+    # Continuation: the cache holds turn 1's context and response but its last token; turn 2 feeds that
+    # token and the new environment tokens, nothing more, and samples after exactly turn 2's context.
+    _assert_sampled_after_recorded_contexts(engine.sampler, res.episodes)
     (lens1, cache1), (lens2, cache2), _ = engine.sampler.fed
     assert (cache1 == 0).all()
     for b, ep in enumerate((e0, e1)):
-        # the cache kept turn 1's context and response (but its last token), fed again now
-        assert cache2[b] == lens1[b] + len(ep.history[0].response_tokens) - 1
-        turn2 = dataclasses.replace(ep.history[1], response_text=None, response_tokens=None)
-        context2 = engine._fit_context(dataclasses.replace(ep, history=[ep.history[0], turn2]))
-        assert cache2[b] + lens2[b] == len(context2)
+        turn1, turn2 = ep.history[0], ep.history[1]
+        kept = turn1.context_tokens.tolist() + turn1.response_tokens[:-1]
+        assert cache2[b] == len(kept)  # nothing cached is fed again but the last sampled token
+        assert turn2.context_tokens[: cache2[b]].tolist() == kept
+        row = res.batch.tokens[b][res.batch.attention_mask[b]]  # the trained sample, assembled independently
+        assert row[: len(turn2.context_tokens)].tolist() == turn2.context_tokens.tolist()
+        assert lens2[b] == len(turn2.context_tokens) - cache2[b]
     assert res.metrics["Line/success"] == pytest.approx(2 / 3)
     assert res.metrics["Line/pass_at_2"] == pytest.approx(1.0)
 
@@ -174,18 +269,18 @@ def test_turn_scores_and_per_turn_samples(tiny):
 
 def test_truncation_keeps_newest_turns(tiny):
     graphdef, params, tok = tiny
-    probe = RolloutEngine(graphdef, tok, _cfg(), batch_size=1)
-    probe.sampler = ScriptedSampler(probe.sampler, tok, [["bad"], ["bad"], ["bad"]])
-    first = probe.run(params, LineEnv(1), [1], [0], jax.random.PRNGKey(0), tag="Line")
-    one_turn = len(probe.builder.assemble(
-        [{"role": "system", "content": first.episodes[0].system},
-         {"role": "user", "content": "x"}], add_generation_prompt=True)[0])
-    cfg = _cfg(max_turn=4, max_model_len=one_turn + 16 + 80)
+    probe = RolloutEngine(graphdef, tok, _cfg(max_turn=4), batch_size=1)
+    probe.sampler = ScriptedSampler(probe.sampler, tok, [["bad"]] * 4)
+    untruncated = probe.run(params, LineEnv(1), [1], [0], jax.random.PRNGKey(0), tag="Line").episodes[0]
+    two_turns = len(untruncated.history[1].context_tokens)
+    cfg = _cfg(max_turn=4, max_model_len=two_turns + 16 - 1)  # turn 2 cannot show turn 1 any more
     engine = RolloutEngine(graphdef, tok, cfg, batch_size=1)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["bad"]] * 4)
     res = engine.run(params, LineEnv(1), [1], [0], jax.random.PRNGKey(0), tag="Line")
     ep = res.episodes[0]
-    assert ep.num_turns == 4 and ep.history_start > 0
+    assert ep.num_turns == 4 and ep.history_start > 0 and ep.history[1].history_start == 1
+    assert all(len(r.context_tokens) + cfg.response_length <= cfg.max_model_len for r in ep.history)
+    _assert_sampled_after_recorded_contexts(engine.sampler, res.episodes)  # the cache was rewound, not reused
     text = tok.decode(res.batch.tokens[0][res.batch.attention_mask[0]].tolist())
     assert "Turn 4:" in text and "Turn 1:" not in text
 
@@ -216,8 +311,11 @@ def test_compact_prompt_with_unchanged_state_replays_last_token(tiny):
     assert stuck.system == "Actions: Left, Right"
     assert [r.state for r in stuck.history[:3]] == ["P_____"] * 3 and stuck.num_turns == 3
     assert moving.history[2].state == "__P___"
+    _assert_sampled_after_recorded_contexts(engine.sampler, res.episodes)
     (lens1, _), (lens2, cache2), (lens3, cache3) = engine.sampler.fed
-    assert lens2[0] >= 1 and lens3[0] >= 1
+    # the stuck row's context repeats: the whole context is cached but its last token, which is fed again
+    for lens, cache, turn in ((lens2, cache2, 1), (lens3, cache3, 2)):
+        assert lens[0] == 1 and cache[0] == len(stuck.history[turn].context_tokens) - 1
     row = res.batch.tokens[2][res.batch.attention_mask[2] > 0]
     text = tok.decode(row.tolist())
     assert "Actions: Left, Right" in text and "P_____" in text and "Turn" not in text and "State" not in text

@@ -165,6 +165,35 @@ def test_continuation_matches_generation_from_scratch(model):
         np.testing.assert_array_equal(np.asarray(out.cache_lens), np.asarray(scratch.cache_lens))
 
 
+def test_rewound_cache_ignores_the_stale_slots_past_cache_lens(model):
+    """A call with cache_lens below what the cache holds (the engine rewinds when a turn drops out of the
+    context) writes over the stale slots; whatever stays past the row's new end must never be attended.
+    Row 0 rewinds into its prompt and feeds fewer tokens than it had, row 1 starts over from slot 0, row 2
+    continues as usual: each equals generating from scratch over the tokens it now holds."""
+    graphdef, params = model
+    rng = np.random.RandomState(12)
+    greedy = SamplingConfig(max_new_tokens=10, greedy=True)
+    sampler = Sampler(graphdef, cache_size=128, pad_id=PAD, batch_size=3)
+    prompts, lens = _prompts(rng, [30, 25, 12])
+    first = sampler.generate(params, prompts, lens, jax.random.key(0), greedy)
+    msgs, msg_lens = _prompts(rng, [4, 3, 6])
+    keep = np.array([5, 0, int(first.cache_lens[2])])
+    held = [[prompts[0, :5], msgs[0, :4]],
+            [msgs[1, :3]],
+            [prompts[2, :12], _generated(first, 2), msgs[2, :6]]]
+    new = [[msgs[0, :4]], [msgs[1, :3]], [_generated(first, 2)[-1:], msgs[2, :6]]]
+    new_toks, new_mask = _concat(new)
+    assert (np.asarray(first.cache_lens)[:2] > keep[:2] + new_mask.sum(1)[:2]).all()  # stale slots remain
+    out = sampler.generate(params, new_toks, new_mask.sum(1), jax.random.key(1), greedy,
+                           cache=first.cache, cache_lens=keep)
+    full_toks, full_mask = _concat(held)
+    scratch = Sampler(graphdef, cache_size=128, pad_id=PAD, batch_size=3).generate(
+        params, full_toks, full_mask.sum(1), jax.random.key(9), greedy)
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(scratch.tokens))
+    np.testing.assert_allclose(np.asarray(out.raw_logprobs), np.asarray(scratch.raw_logprobs), atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(out.cache_lens), np.asarray(scratch.cache_lens))
+
+
 def test_attention_window_over_the_cache_changes_nothing(model):
     """Reading only the first window_length(...) slots (256, then 512 as the rows grow) of a 1024-slot cache
     gives what attending over every slot gives, turn after turn."""
@@ -239,7 +268,7 @@ def test_compiled_programs_stay_bounded_across_lengths(model, caplog):
     sampler = Sampler(graphdef, cache_size=64, pad_id=PAD, batch_size=2)
     config = SamplingConfig(max_new_tokens=3, greedy=True)
     rng = np.random.RandomState(7)
-    with caplog.at_level(logging.INFO, logger="ragen_jax.sampling.sampler"):
+    with caplog.at_level(logging.DEBUG, logger="ragen_jax.sampling.sampler"):
         for n in [3, 5, 16, 9, 17, 30, 2, 31]:
             prompts, lens = _prompts(rng, [n, max(1, n // 2)], width=40)
             sampler.generate(params, prompts, lens, jax.random.key(n), config)
