@@ -66,7 +66,7 @@ def test_chunked_never_materialises_full_logits():
         backward = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(*spec).compile().memory_analysis()
         return forward, backward.temp_size_in_bytes
 
-    chunked = temp_bytes(lambda h, w, y: algos.token_logprobs_and_entropy(h, w, y, chunk_size=16))
+    chunked = temp_bytes(lambda h, w, y: algos.token_logprobs_and_entropy(h, w, y, chunk_size=16, remat=True))
     naive = temp_bytes(lambda h, w, y: algos.logprobs_from_logits(h @ w, y))
     # The measurement sees materialised logits (naive needs >= one full copy) ...
     assert naive[0] >= full_logits_bytes and naive[1] >= full_logits_bytes
@@ -88,3 +88,21 @@ def test_out_of_range_targets_stay_finite():
     targets = targets.at[:, -3:].set(-100)  # an ignore-index convention
     lp, ent = algos.token_logprobs_and_entropy(hidden, head, targets, chunk_size=8)
     assert np.all(np.isfinite(lp)) and np.all(np.isfinite(ent))
+
+
+def test_remat_or_not_gives_the_same_values_and_gradients_and_auto_remats_large_logits(monkeypatch):
+    from ragen_jax.algos import logprobs as lp_module
+
+    hidden, head, targets = _data()
+    objective = lambda remat: jax.value_and_grad(  # noqa: E731
+        lambda h, w: sum(x.sum() for x in algos.token_logprobs_and_entropy(h, w, targets, chunk_size=8, remat=remat)),
+        argnums=(0, 1))(hidden, head)
+    (v1, g1), (v2, g2) = objective(True), objective(False)
+    np.testing.assert_allclose(v1, v2, rtol=1e-6)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    text = lambda: str(jax.make_jaxpr(jax.grad(lambda h: algos.token_logprobs_and_entropy(  # noqa: E731
+        h, head, targets, chunk_size=8)[0].sum()))(hidden))
+    assert "remat" not in text()  # small logits: kept for the backward pass, not recomputed
+    monkeypatch.setattr(lp_module, "REMAT_LOGITS_BYTES", 16)
+    assert "remat" in text()

@@ -13,7 +13,7 @@ from flax import nnx
 from configs.base import apply_tiny, get_base_config
 from ragen_jax.algos import ppo_clip_loss
 from ragen_jax.trainer.loop import algo_settings
-from ragen_jax.trainer.steps import make_step_fns
+from ragen_jax.trainer.steps import make_step_fns, scored_positions
 from test_algos_step_integration import BASE, ROWS, TX, BigramLM, make_batch, split_actor
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
@@ -120,3 +120,33 @@ def test_a_custom_loss_by_import_path_is_the_loss_the_update_uses():
         np.testing.assert_allclose(d - b, 2.0 * (p - b), rtol=1e-5, atol=1e-6)  # atol: float32 ulps of the weights
     assert abs(plain_metrics["pg_loss"]) > 1e-4
     np.testing.assert_allclose(doubled_metrics["pg_loss"], 2.0 * plain_metrics["pg_loss"], rtol=1e-5)
+
+
+def test_scored_positions_lists_each_rows_trained_positions():
+    mask = np.array([[0, 1, 1, 0, 1], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1]], np.float32)
+    pos = scored_positions(mask, multiple=4)
+    np.testing.assert_array_equal(pos, [[1, 2, 4, 5, 5, 5, 5, 5], [5] * 8, [0, 1, 2, 3, 4, 5, 5, 5]])
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum"])
+def test_scoring_only_the_trained_positions_changes_nothing(mode):
+    """Log-probs, entropy and the update computed at the trained positions only equal the full computation."""
+    batch = make_batch()
+    batch["ref_logprobs"] = batch["old_logprobs"] - 0.05 * batch["loss_mask"]
+    algo = dataclasses.replace(BASE, policy_loss="vanilla", loss_agg_mode=mode, use_kl_loss=True, kl_loss_coef=0.3,
+                               kl_loss_type="low_var_kl", entropy_coeff=0.02)
+    graphdef, trainable, frozen = split_actor()
+    score = make_step_fns(graphdef, None, algo, TX, None, ROWS)["score_policy"]
+    positions = scored_positions(batch["loss_mask"], multiple=8)
+    full_lp, full_ent = (np.asarray(x) for x in score(trainable, frozen, batch["tokens"], batch["attention_mask"]))
+    lp, ent = (np.asarray(x) for x in score(trainable, frozen, batch["tokens"], batch["attention_mask"], positions))
+    on = batch["loss_mask"] > 0
+    np.testing.assert_allclose(lp[on], full_lp[on], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ent[on], full_ent[on], rtol=1e-6, atol=1e-6)
+    assert not lp[~on].any() and not ent[~on].any()  # nothing computed off the loss mask
+    before, _, full, _, full_metrics = actor_update(algo, batch, micro=2)
+    _, _, part, _, part_metrics = actor_update(algo, dict(batch, positions=positions), micro=2)
+    for a, b in zip(full, part):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+    for key in ("loss", "pg_loss", "kl_loss", "entropy", "grad_norm"):
+        np.testing.assert_allclose(part_metrics[key], full_metrics[key], rtol=1e-5, atol=1e-7)

@@ -1,8 +1,8 @@
 """Log-probs and entropy of target tokens, chunked over T so [B, T, V] logits never exist.
 
-Each chunk of ``chunk_size`` positions computes its [B, C, V] logits, reduces them to
-log p(target) and entropy, and is rematerialised in the backward pass (jax.checkpoint), so
-peak memory holds one chunk of logits instead of all of them.
+Each chunk of ``chunk_size`` positions computes its [B, C, V] logits and reduces them to
+log p(target) and entropy. When all chunks' logits would be large, each chunk is rematerialised in
+the backward pass (jax.checkpoint), so peak memory holds one chunk of logits instead of all of them.
 """
 
 from __future__ import annotations
@@ -30,13 +30,18 @@ def logprobs_from_logits(logits: jax.Array, targets: jax.Array,
     return _logprob_entropy(logits, targets)
 
 
+REMAT_LOGITS_BYTES = 1 << 28  # keep every chunk's logits for the backward pass below this (256 MiB)
+
+
 def token_logprobs_and_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array, *,
-                               chunk_size: int = 128,
-                               temperature: float = 1.0) -> tuple[jax.Array, jax.Array]:
+                               chunk_size: int = 128, temperature: float = 1.0,
+                               remat: bool | None = None) -> tuple[jax.Array, jax.Array]:
     """log p(targets) and entropy under logits = hidden @ head / temperature, chunked over T.
 
     hidden [B, T, D], head [D, V], targets [B, T] int -> (logprobs [B, T], entropy [B, T]) f32.
     T need not divide chunk_size (the tail is padded). Gradients flow to hidden and head.
+    remat: recompute each chunk's logits in the backward pass instead of keeping them; None decides by size
+    (the [B, T, V] float32 logits above REMAT_LOGITS_BYTES), so small vocabularies skip the recomputation.
     """
     chex.assert_rank([hidden, head, targets], [3, 2, 2])
     chex.assert_equal_shape_prefix([hidden, targets], 2)
@@ -52,10 +57,14 @@ def token_logprobs_and_entropy(hidden: jax.Array, head: jax.Array, targets: jax.
     hidden_chunks = hidden.reshape(b, n, c, d).swapaxes(0, 1)  # [n, B, C, D]
     target_chunks = targets.reshape(b, n, c).swapaxes(0, 1)  # [n, B, C]
 
-    @jax.checkpoint
     def one_chunk(h: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
         logits = jnp.einsum("bcd,dv->bcv", h, head, preferred_element_type=jnp.float32)
         return _logprob_entropy(logits / temperature, y)
+
+    if remat is None:
+        remat = b * n * c * head.shape[1] * 4 > REMAT_LOGITS_BYTES
+    if remat:
+        one_chunk = jax.checkpoint(one_chunk)
 
     logprobs, entropy = jax.lax.map(lambda xs: one_chunk(*xs), (hidden_chunks, target_chunks))
     unchunk = lambda x: x.swapaxes(0, 1).reshape(b, n * c)[:, :t]  # noqa: E731

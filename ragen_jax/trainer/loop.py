@@ -31,7 +31,7 @@ from ragen_jax.trainer import report
 from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer.diagnose import CollapseMonitor
 from ragen_jax.trainer.optim import make_optimizer
-from ragen_jax.trainer.steps import AlgoSettings, make_step_fns
+from ragen_jax.trainer.steps import AlgoSettings, make_step_fns, scored_positions
 
 logger = logging.getLogger(__name__)
 
@@ -326,6 +326,7 @@ class Trainer:
         arrays, row_valid = compact(arrays, rows, multiple=t.mini_batch_size)
         # padding rows must not join a real group's statistics (GRPO/RLOO group means)
         arrays["group_ids"] = np.where(row_valid, arrays["group_ids"], -1 - np.arange(len(row_valid)))
+        arrays["positions"] = scored_positions(arrays["loss_mask"])  # log-probs are needed only where trained
         dev = sharding.shard_batch(arrays, self.mesh)
         dev["old_logprobs"] = self._score_rows(self.fns["score_policy"], self.actor.trainable, self.actor.frozen, dev)
         if self.need_ref:
@@ -373,7 +374,9 @@ class Trainer:
         m = self.cfg.trainer.mini_batch_size
         outs = []
         for i in range(0, dev["tokens"].shape[0], m):
-            out = sharding.settle(fn(a, b, dev["tokens"][i:i + m], dev["attention_mask"][i:i + m]))
+            rows = slice(i, i + m)
+            extra = (dev["positions"][rows],) if fn is self.fns["score_policy"] else ()
+            out = sharding.settle(fn(a, b, dev["tokens"][rows], dev["attention_mask"][rows], *extra))
             outs.append(out[0] if isinstance(out, tuple) else out)
         return jnp.concatenate(outs, axis=0)
 
@@ -381,7 +384,7 @@ class Trainer:
         t = self.cfg.trainer
         m = t.mini_batch_size
         rng = np.random.default_rng([t.seed, step])
-        keys = ["tokens", "attention_mask", "loss_mask", "old_logprobs", "sample_logprobs", "advantages"]
+        keys = ["tokens", "attention_mask", "loss_mask", "old_logprobs", "sample_logprobs", "advantages", "positions"]
         if self.need_ref:
             keys.append("ref_logprobs")
         critic_keys = ["tokens", "attention_mask", "loss_mask", "values", "returns"]

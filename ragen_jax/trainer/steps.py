@@ -15,6 +15,7 @@ from typing import Any, Callable
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -35,14 +36,43 @@ def _shift_right(x: jax.Array) -> jax.Array:
     return jnp.pad(x, ((0, 0), (1, 0)))
 
 
+def scored_positions(loss_mask: np.ndarray, multiple: int = 32) -> np.ndarray:
+    """Host-side: the positions each row trains, [B, K] int32 (K a multiple of `multiple`), padded with T.
+
+    Log-probs are needed only where the loss mask is on (a RAGEN row is mostly prompt), so scoring and the
+    update apply the vocabulary projection at these positions only."""
+    mask = np.asarray(loss_mask) > 0
+    b, t = mask.shape
+    counts = mask.sum(axis=1)
+    k = max(multiple, -(-int(counts.max(initial=0)) // multiple) * multiple)
+    out = np.full((b, k), t, np.int32)
+    rows, cols = np.nonzero(mask)
+    out[rows, np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)] = cols
+    return out
+
+
 def policy_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, temperature: float = 1.0,
-                    chunk_size: int = 256) -> tuple[jax.Array, jax.Array]:
-    """Token-aligned log p(tokens[t] | tokens[<t]) and entropy, [B, T] each (0 at t=0)."""
+                    chunk_size: int = 256, positions: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """Token-aligned log p(tokens[t] | tokens[<t]) and entropy, [B, T] each (0 at t=0).
+
+    positions [B, K] (optional, from `scored_positions`; entries >= T are padding): compute them only there and
+    leave 0 elsewhere (the same values where computed, a fraction of the vocabulary work)."""
     chex.assert_rank([tokens, attention_mask], 2)
     hidden, _ = model.hidden(tokens, positions_from_mask(attention_mask), attention_mask=attention_mask)
-    lp, ent = token_logprobs_and_entropy(hidden[:, :-1], model.lm_head_matrix(), tokens[:, 1:],
-                                         chunk_size=chunk_size, temperature=temperature)
-    return _shift_right(lp), _shift_right(ent)
+    head = model.lm_head_matrix()
+    if positions is None:
+        lp, ent = token_logprobs_and_entropy(hidden[:, :-1], head, tokens[:, 1:], chunk_size=chunk_size,
+                                             temperature=temperature)
+        return _shift_right(lp), _shift_right(ent)
+    chex.assert_rank(positions, 2)
+    b, t = tokens.shape
+    at = jnp.clip(positions, 1, t - 1)  # token t is predicted from the hidden state at t - 1
+    h = jnp.take_along_axis(hidden, (at - 1)[..., None], axis=1)
+    lp, ent = token_logprobs_and_entropy(h, head, jnp.take_along_axis(tokens, at, axis=1), chunk_size=chunk_size,
+                                         temperature=temperature)
+    rows = jnp.arange(b)[:, None]
+    scatter = lambda x: jnp.zeros((b, t), x.dtype).at[rows, positions].set(x, mode="drop")  # noqa: E731
+    return scatter(lp), scatter(ent)
 
 
 def critic_values(critic, tokens: jax.Array, attention_mask: jax.Array) -> jax.Array:
@@ -131,9 +161,9 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         return nnx.merge(actor_graphdef, trainable, frozen)
 
     @jax.jit
-    def score_policy(trainable, frozen, tokens, attention_mask):
+    def score_policy(trainable, frozen, tokens, attention_mask, positions=None):
         return policy_logprobs(actor_model(trainable, frozen), tokens, attention_mask,
-                               temperature=algo.temperature, chunk_size=algo.logprob_chunk)
+                               temperature=algo.temperature, chunk_size=algo.logprob_chunk, positions=positions)
 
     @jax.jit
     def score_values(critic_params, critic_frozen, tokens, attention_mask):
@@ -154,7 +184,8 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
 
     def actor_loss(trainable, mb, frozen, denom):
         logprobs, entropy = policy_logprobs(actor_model(trainable, frozen), mb["tokens"], mb["attention_mask"],
-                                            temperature=algo.temperature, chunk_size=algo.logprob_chunk)
+                                            temperature=algo.temperature, chunk_size=algo.logprob_chunk,
+                                            positions=mb.get("positions"))
         mask = mb["loss_mask"]
         pg, metrics = call_with_supported(
             policy_fn, logprobs, mb["old_logprobs"], mb["advantages"], mask,
