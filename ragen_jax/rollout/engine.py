@@ -26,7 +26,7 @@ from ragen_jax.rollout.context import ContextBuilder, common_prefix_length
 from ragen_jax.rollout.parsing import parse_response
 from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
 from ragen_jax.rollout.types import Episode, RolloutResult
-from ragen_jax.sampling import Sampler, SamplingConfig
+from ragen_jax.sampling import Sampler, SamplingConfig, episode_turn_keys
 from ragen_jax.sharding.distributed import agree_any, allgather_objects
 from ragen_jax.sharding.placement import global_to_local_rows
 
@@ -91,127 +91,55 @@ class RolloutEngine:
         """
         cfg = self.config
         B = self.local_batch_size
-        if len(seeds) != self.batch_size or len(group_ids) != self.batch_size or env.batch_size != B:
-            raise ValueError(f"Rollout batch is {self.batch_size} episodes ({B} played by this process) but got "
-                             f"{len(seeds)} seeds, {len(group_ids)} group ids and an env batch of {env.batch_size}.")
-        seeds, group_ids = list(seeds)[self.rows], list(group_ids)[self.rows]
-        timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
-        t0 = time.perf_counter()
-        # an episode's position in the whole batch; an env may fold it into its randomness (RAGEN's Bandit)
-        observations = env.reset(list(map(int, seeds)), instances=list(range(self.rows.start, self.rows.stop)))
-        timing["env"] += time.perf_counter() - t0
-        names = getattr(env, "prompt_action_names", env.action_names)
-        system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj,
-                               style=cfg.prompt_style)
-        episodes = [Episode(env_tag=tag, seed=int(s), group_id=int(g), system=system, prompt_style=cfg.prompt_style,
-                            history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
-                    for s, g, o in zip(seeds, group_ids, observations)]
-        lookups = _row_lookups(env, B)
+        play = EpisodeBook.start(self, env, seeds, group_ids, tag, first_episode=self.rows.start)
         sampling = cfg.sampling(self.tokenizer, temperature=temperature, greedy=greedy)
         cache, cache_lens = self.sampler.init_cache()
         cache_lens = np.array(cache_lens, np.int32)
-        row_tokens = [np.zeros(0, np.int32) for _ in range(B)]
         active = np.ones(B, bool)
-        logprobs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         turn_times = []
 
-        for turn in range(cfg.max_turn):
+        for _ in range(cfg.max_turn):
             if not agree_any(active.any()):  # every process makes the same generate calls
                 break
             t_turn = time.perf_counter()
             t0 = time.perf_counter()
-            contexts, new_rows = {}, {}
+            new_rows = {}
             for b in np.nonzero(active)[0]:
-                ctx = self._fit_context(episodes[b])
-                # re-feed at least the last token: a context may equal the previous one (unchanged state)
-                start = min(int(cache_lens[b]), common_prefix_length(row_tokens[b], ctx), len(ctx) - 1)
-                cache_lens[b] = start
-                contexts[b], new_rows[b] = ctx, ctx[start:]
+                cache_lens[b], new_rows[b] = play.next_context(b, int(cache_lens[b]))
             width = max((len(v) for v in new_rows.values()), default=1)
             new_tokens = np.full((B, max(width, 1)), self.tokenizer.pad_token_id, np.int32)
             new_lens = np.zeros(B, np.int32)
             for b, row in new_rows.items():
                 new_tokens[b, : len(row)] = row
                 new_lens[b] = len(row)
-            timing["glue"] += time.perf_counter() - t0
+            play.timing["glue"] += time.perf_counter() - t0
 
             t0 = time.perf_counter()
-            key, sample_key = jax.random.split(key)
-            out = self.sampler.generate(params, new_tokens, new_lens, sample_key, sampling,
+            keys = episode_turn_keys(key, play.episode_ids(), play.turns())
+            out = self.sampler.generate(params, new_tokens, new_lens, keys, sampling,
                                         cache=cache, cache_lens=cache_lens, active=active)
             cache = out.cache
             tokens, lengths, sample_lp, raw_lp, cache_lens = (
                 global_to_local_rows(x, self.rows)
                 for x in (out.tokens, out.lengths, out.logprobs, out.raw_logprobs, out.cache_lens))
-            timing["generate"] += time.perf_counter() - t0
+            play.timing["generate"] += time.perf_counter() - t0
 
+            rows = np.nonzero(active)[0]
             t0 = time.perf_counter()
-            actions: list[list] = [[] for _ in range(B)]
-            for b in np.nonzero(active)[0]:
-                ep, record = episodes[b], episodes[b].history[-1]
-                response = tokens[b, : lengths[b]].astype(np.int32)
-                text = self.builder.generation_suffix + self.tokenizer.decode(response.tolist())
-                parsed = parse_response(text, action_lookup=lookups[b], max_actions=cfg.max_actions_per_turn,
-                                        enable_think=cfg.enable_think)
-                record.response_tokens = response.tolist()
-                record.context_tokens = contexts[b]
-                record.response_text = strip_end_of_turn(text, self.builder.eos_texts)
-                record.invalid = not parsed.turn_is_valid
-                ep.valid_turns += int(parsed.turn_is_valid)
-                if record.invalid:
-                    ep.penalty += cfg.format_penalty
-                actions[b] = list(parsed.actions)[: cfg.max_actions_per_traj - ep.num_actions]
-                logprobs[(b, len(ep.history) - 1)] = (sample_lp[b, : lengths[b]], raw_lp[b, : lengths[b]])
-                row_tokens[b] = np.concatenate([contexts[b], response])
-            timing["glue"] += time.perf_counter() - t0
-
-            t0 = time.perf_counter()
-            result = env.step(actions, active)
-            timing["env"] += time.perf_counter() - t0
-
-            t0 = time.perf_counter()
-            for b in np.nonzero(active)[0]:
-                ep, record = episodes[b], episodes[b].history[-1]
-                record.reward = float(result.rewards[b])
-                env_valid = result.infos[b].get("action_is_valid", True)
-                if not bool(env_valid) and not record.invalid:
-                    record.invalid = True  # the env rejected a parsed action (e.g. another episode's arm)
-                    ep.penalty += cfg.format_penalty
-                    ep.valid_turns -= 1
-                ep.num_actions += int(result.actions_executed[b])
-                ep.effective_turns += int(result.action_is_effective[b])
-                metrics_lib.accumulate_info(ep.info_sums, result.infos[b])
-                env_done = bool(result.terminated[b] or result.truncated[b])
-                budget_done = ep.num_actions >= cfg.max_actions_per_traj
-                if result.errors[b]:
-                    ep.error = result.errors[b]
-                if env_done or budget_done or result.errors[b] or turn == cfg.max_turn - 1:
-                    ep.terminated = bool(result.terminated[b]) and not result.errors[b]
-                    ep.truncated = not ep.terminated
-                    ep.success = bool(result.success[b]) and ep.terminated
-                    active[b] = False
-                else:
-                    ep.history.append(TurnRecord(
-                        state=result.observations[b],
-                        actions_left=cfg.max_actions_per_traj - ep.num_actions,
-                        warn_invalid=not actions[b]))
-            timing["glue"] += time.perf_counter() - t0
+            actions = [[] for _ in range(B)]
+            for b in rows:
+                n = lengths[b]
+                actions[b] = play.record_response(b, tokens[b, :n], sample_lp[b, :n], raw_lp[b, :n])
+            play.timing["glue"] += time.perf_counter() - t0
+            play.step_envs(rows, actions, active)
             turn_times.append(time.perf_counter() - t_turn)
 
         t0 = time.perf_counter()
-        episodes, logprobs = self._gather(episodes, logprobs)
-        batch = build_batch(self.builder, episodes, mode=cfg.context_mode, window=cfg.context_window,
-                            max_tokens=cfg.response_length, enable_think=cfg.enable_think,
-                            format_penalty=cfg.format_penalty, use_turn_scores=cfg.use_turn_scores,
-                            norm_method=cfg.reward_norm_method, norm_grouping=cfg.reward_norm_grouping,
-                            logprobs=logprobs, pad_id=self.tokenizer.pad_token_id,
-                            row_multiple=row_multiple)
-        metrics = metrics_lib.episode_metrics(episodes, tag)
-        metrics["response_length"] = float(np.mean([len(r.response_tokens) for ep in episodes
-                                                    for r in ep.history if r.response_tokens is not None]))
-        timing["glue"] += time.perf_counter() - t0
-        return RolloutResult(episodes=episodes, batch=batch, metrics=metrics, timing=timing,
-                             extras={"turn_times": turn_times})
+        episodes, logprobs = self._gather(play.episodes, play.logprobs)
+        result = finish_rollout(self.builder, cfg, self.tokenizer, episodes, logprobs, tag, play.timing, row_multiple)
+        result.timing["glue"] += time.perf_counter() - t0
+        result.extras["turn_times"] = turn_times
+        return result
 
     # ----------------------------------------------------------------------------------------
     def _gather(self, episodes: list[Episode], logprobs: dict) -> tuple[list[Episode], dict]:
@@ -230,9 +158,6 @@ class RolloutEngine:
             raise RuntimeError(f"Gathered {len(all_episodes)} episodes from {len(parts)} processes, expected "
                                f"{self.batch_size}: the processes' rows do not tile the batch.")
         return all_episodes, all_logprobs
-
-    def _fit_context(self, ep: Episode) -> np.ndarray:
-        return fit_context(self.builder, self.config, ep)
 
 
 def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.ndarray:
@@ -263,6 +188,135 @@ def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.
         ep.history_start = start
     record.history_start = start
     return tokens
+
+
+class EpisodeBook:
+    """The host-side bookkeeping of a batch of episodes that both engines share: contexts, responses,
+    actions, env results, penalties and the end of each episode, exactly as RAGEN books them."""
+
+    def __init__(self, engine, env: EnvBatch, episodes: list[Episode], first_episode: int):
+        self.cfg, self.builder, self.tokenizer = engine.config, engine.builder, engine.tokenizer
+        self.env = env
+        self.episodes = episodes
+        self.first_episode = first_episode  # global index of episodes[0] (for keys and env instances)
+        self.lookups = _row_lookups(env, len(episodes))
+        self.fed = [np.zeros(0, np.int32) for _ in episodes]  # each episode's tokens as last fed + sampled
+        self.contexts: list[np.ndarray | None] = [None] * len(episodes)
+        self.logprobs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
+
+    @classmethod
+    def start(cls, engine, env: EnvBatch, seeds, group_ids, tag: str, first_episode: int = 0) -> "EpisodeBook":
+        """Reset `env` (one episode per seed of this process's rows) and open the first turn of each."""
+        cfg = engine.config
+        B = engine.local_batch_size
+        if len(seeds) != engine.batch_size or len(group_ids) != engine.batch_size or env.batch_size != B:
+            raise ValueError(f"Rollout batch is {engine.batch_size} episodes ({B} played by this process) but got "
+                             f"{len(seeds)} seeds, {len(group_ids)} group ids and an env batch of {env.batch_size}.")
+        seeds = list(seeds)[first_episode:first_episode + B]
+        group_ids = list(group_ids)[first_episode:first_episode + B]
+        t0 = time.perf_counter()
+        # an episode's position in the whole batch; an env may fold it into its randomness (RAGEN's Bandit)
+        observations = env.reset(list(map(int, seeds)), instances=list(range(first_episode, first_episode + B)))
+        spent = time.perf_counter() - t0
+        names = getattr(env, "prompt_action_names", env.action_names)
+        system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj,
+                               style=cfg.prompt_style)
+        episodes = [Episode(env_tag=tag, seed=int(s), group_id=int(g), system=system, prompt_style=cfg.prompt_style,
+                            history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
+                    for s, g, o in zip(seeds, group_ids, observations)]
+        book = cls(engine, env, episodes, first_episode)
+        book.timing["env"] += spent
+        return book
+
+    def episode_ids(self, rows=None) -> np.ndarray:
+        rows = np.arange(len(self.episodes)) if rows is None else np.asarray(rows)
+        return self.first_episode + rows
+
+    def turns(self, rows=None) -> list[int]:
+        rows = range(len(self.episodes)) if rows is None else rows
+        return [len(self.episodes[b].history) - 1 for b in rows]
+
+    def next_context(self, b: int, cache_len: int) -> tuple[int, np.ndarray]:
+        """Episode b's context for its current turn -> (tokens the cache keeps, the new tokens to feed)."""
+        ctx = fit_context(self.builder, self.cfg, self.episodes[b])
+        # re-feed at least the last token: a context may equal the previous one (unchanged state)
+        start = min(cache_len, common_prefix_length(self.fed[b], ctx), len(ctx) - 1)
+        self.contexts[b] = ctx
+        return start, ctx[start:]
+
+    def record_response(self, b: int, response: np.ndarray, sample_lp: np.ndarray, raw_lp: np.ndarray) -> list:
+        """Book episode b's sampled response (tokens and their log-probs) -> the actions it parses to."""
+        cfg, ep = self.cfg, self.episodes[b]
+        record = ep.history[-1]
+        response = np.asarray(response, np.int32)
+        text = self.builder.generation_suffix + self.tokenizer.decode(response.tolist())
+        parsed = parse_response(text, action_lookup=self.lookups[b], max_actions=cfg.max_actions_per_turn,
+                                enable_think=cfg.enable_think)
+        record.response_tokens = response.tolist()
+        record.context_tokens = self.contexts[b]
+        record.response_text = strip_end_of_turn(text, self.builder.eos_texts)
+        record.invalid = not parsed.turn_is_valid
+        ep.valid_turns += int(parsed.turn_is_valid)
+        if record.invalid:
+            ep.penalty += cfg.format_penalty
+        self.logprobs[(b, len(ep.history) - 1)] = (np.asarray(sample_lp), np.asarray(raw_lp))
+        self.fed[b] = np.concatenate([self.contexts[b], response])
+        return list(parsed.actions)[: cfg.max_actions_per_traj - ep.num_actions]
+
+    def step_envs(self, rows: np.ndarray, actions: list, active: np.ndarray) -> list[int]:
+        """Step the envs of episodes `rows` with their actions; book the results and clear `active` [B] for
+        episodes that ended (their turn cap, action budget, the env's end or an env error). -> ended rows."""
+        cfg = self.cfg
+        stepping = np.zeros(len(self.episodes), bool)
+        stepping[np.asarray(rows, int)] = True
+        t0 = time.perf_counter()
+        result = self.env.step(actions, stepping)
+        self.timing["env"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ended = []
+        for b in rows:
+            ep, record = self.episodes[b], self.episodes[b].history[-1]
+            record.reward = float(result.rewards[b])
+            env_valid = result.infos[b].get("action_is_valid", True)
+            if not bool(env_valid) and not record.invalid:
+                record.invalid = True  # the env rejected a parsed action (e.g. another episode's arm)
+                ep.penalty += cfg.format_penalty
+                ep.valid_turns -= 1
+            ep.num_actions += int(result.actions_executed[b])
+            ep.effective_turns += int(result.action_is_effective[b])
+            metrics_lib.accumulate_info(ep.info_sums, result.infos[b])
+            env_done = bool(result.terminated[b] or result.truncated[b])
+            budget_done = ep.num_actions >= cfg.max_actions_per_traj
+            if result.errors[b]:
+                ep.error = result.errors[b]
+            if env_done or budget_done or result.errors[b] or len(ep.history) >= cfg.max_turn:
+                ep.terminated = bool(result.terminated[b]) and not result.errors[b]
+                ep.truncated = not ep.terminated
+                ep.success = bool(result.success[b]) and ep.terminated
+                active[b] = False
+                ended.append(int(b))
+            else:
+                ep.history.append(TurnRecord(
+                    state=result.observations[b],
+                    actions_left=cfg.max_actions_per_traj - ep.num_actions,
+                    warn_invalid=not actions[b]))
+        self.timing["glue"] += time.perf_counter() - t0
+        return ended
+
+
+def finish_rollout(builder: ContextBuilder, cfg: RolloutConfig, tokenizer, episodes: list[Episode], logprobs: dict,
+                   tag: str, timing: dict, row_multiple: int) -> RolloutResult:
+    """The training batch and metrics of played episodes."""
+    batch = build_batch(builder, episodes, mode=cfg.context_mode, window=cfg.context_window,
+                        max_tokens=cfg.response_length, enable_think=cfg.enable_think,
+                        format_penalty=cfg.format_penalty, use_turn_scores=cfg.use_turn_scores,
+                        norm_method=cfg.reward_norm_method, norm_grouping=cfg.reward_norm_grouping,
+                        logprobs=logprobs, pad_id=tokenizer.pad_token_id, row_multiple=row_multiple)
+    metrics = metrics_lib.episode_metrics(episodes, tag)
+    metrics["response_length"] = float(np.mean([len(r.response_tokens) for ep in episodes
+                                                for r in ep.history if r.response_tokens is not None]))
+    return RolloutResult(episodes=episodes, batch=batch, metrics=metrics, timing=dict(timing), extras={})
 
 
 def _row_lookups(env: EnvBatch, batch_size: int) -> list:

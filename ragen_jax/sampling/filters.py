@@ -62,3 +62,13 @@ def sample_step(key: jax.Array, logits: jax.Array, config: SamplingConfig) -> tu
     raw = token_logprobs(logits, tokens)
     sampled = token_logprobs(processed, tokens) if config.filters_logits else raw
     return tokens, sampled, raw
+
+
+def sample_rows(keys: jax.Array, logits: jax.Array, config: SamplingConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`sample_step` with one key per row: keys [B] (typed), logits [B, V] -> (tokens [B], logprobs [B], raw [B]).
+
+    Row b's token depends only on keys[b] and its own logits, so it does not depend on the batch it is in."""
+    chex.assert_rank(logits, 2)
+    one = lambda key, row: sample_step(key, row[None], config)  # noqa: E731
+    tokens, sampled, raw = jax.vmap(one)(keys, logits)
+    return tokens[:, 0], sampled[:, 0], raw[:, 0]

@@ -1,6 +1,11 @@
-"""Batched generation over a per-row KV cache: a jitted prefill of the new tokens, then a jitted
-`lax.while_loop` decode. Both take the split model state, donate the cache and are compiled once per
-(prompt-length bucket) and per SamplingConfig respectively.
+"""Batched generation over a per-row KV cache, in two jitted programs that take the split model state and
+donate the cache: `begin` prefills the new tokens of a set of rows and samples their first token, `decode`
+advances every unfinished row by up to K tokens (a `lax.while_loop` that stops early once all are done).
+
+`Sampler.generate` is one turn in lockstep (begin every active row, decode until all stop); the continuous
+rollout engine calls `begin` and `decode` itself, so rows whose turn ended take new tokens while the others keep
+decoding. Token n of a row's turn is sampled with `fold_in(row_key, n)`, where the caller derives each row's key
+from (episode, turn): the tokens never depend on the batch row, the schedule or the chunk size.
 
 Given a mesh, the cache and every batch input live on it with rows over (data, fsdp), and each process
 feeds and reads only its own rows (`Sampler.rows`): the same code runs on one CPU and across hosts.
@@ -21,14 +26,15 @@ from flax import nnx
 from ragen_jax.models import KVCache, ModelConfig, init_cache
 from ragen_jax.sampling.buckets import bucket_length
 from ragen_jax.sampling.config import SamplingConfig
-from ragen_jax.sampling.filters import sample_step
+from ragen_jax.sampling.filters import sample_rows
 from ragen_jax.sampling.stopping import INACTIVE, stop_reason
 from ragen_jax.sharding.distributed import agree_max
-from ragen_jax.sharding.placement import process_rows, rows_to_global
+from ragen_jax.sharding.placement import process_rows, row_sharding, rows_to_global
 from ragen_jax.sharding.rules import cache_spec, fit_spec
 
 log = logging.getLogger(__name__)
 MIN_WINDOW = 256  # smallest attention window over the cache (fewer programs for short contexts)
+KEY_WIDTH = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))).shape[-1]  # uint32s per raw key
 
 
 @flax.struct.dataclass
@@ -45,16 +51,31 @@ class SampleOutput:
 
 
 @flax.struct.dataclass
-class _LoopState:
-    step: jax.Array  # [] int32: index of the token sampled next
-    cache: KVCache
-    tokens: jax.Array  # [B, N]
-    logprobs: jax.Array  # [B, N]
-    raw_logprobs: jax.Array  # [B, N]
-    last: jax.Array  # [B] last sampled token, fed at the next step
-    lengths: jax.Array  # [B]
+class TurnState:
+    """Every row's current turn, carried across decode chunks (all [B, ...] arrays).
+
+    base: first cache slot of the turn's generated tokens (the slot its first token is fed into); keys: the
+    row's turn key as raw key data (token n draws from fold_in(key, n)); done: the turn ended (or the row is idle).
+    """
+
+    tokens: jax.Array  # [B, N] int32
+    logprobs: jax.Array  # [B, N] f32
+    raw_logprobs: jax.Array  # [B, N] f32
+    lengths: jax.Array  # [B] int32 tokens generated so far
+    base: jax.Array  # [B] int32
+    keys: jax.Array  # [B, k] uint32 raw key data
     done: jax.Array  # [B] bool
-    reason: jax.Array  # [B]
+    reason: jax.Array  # [B] int32, INACTIVE for an idle row
+
+    @property
+    def cache_lens(self) -> jax.Array:
+        """[B] tokens in the cache: all but each row's last sampled token, which is fed first next time."""
+        return self.base + jnp.maximum(self.lengths - 1, 0)
+
+    @property
+    def last(self) -> jax.Array:
+        """[B] each row's last sampled token (the next decode step feeds it)."""
+        return jnp.take_along_axis(self.tokens, jnp.maximum(self.lengths - 1, 0)[:, None], axis=1)[:, 0]
 
 
 def model_config_of(graphdef: Any) -> ModelConfig:
@@ -66,77 +87,130 @@ def model_config_of(graphdef: Any) -> ModelConfig:
     raise ValueError("Could not find a ModelConfig in the graphdef; pass Sampler(..., model_config=...).")
 
 
-def _prefill(graphdef, kv_len: int, params, cache, tokens, cache_index, last_index):
-    """Writes tokens [B, Tb] into the cache from cache_index [B]; -> (cache, hidden at last_index [B, D] f32).
-
-    Attention reads the first kv_len cache slots (every real token lies there)."""
-    model = nnx.merge(graphdef, params)
-    positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
-    hidden, cache = model.hidden(tokens, positions, cache=cache, cache_index=cache_index, kv_len=kv_len)
-    last = jnp.take_along_axis(hidden, last_index[:, None, None], axis=1)[:, 0]
-    return cache, last.astype(jnp.float32)
-
-
-def _column(x: jax.Array, value: jax.Array, step: jax.Array) -> jax.Array:
-    return jax.lax.dynamic_update_slice_in_dim(x, value[:, None].astype(x.dtype), step, axis=1)
+def row_keys(key: Any, rows: np.ndarray) -> np.ndarray:
+    """Raw key data [R, k] uint32, one key per row: `key` itself when it holds one per row ([R] typed or
+    [R, k] raw), else `key` folded with each row's global index rows [R]."""
+    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)
+    if key.ndim == 0:
+        key = jax.vmap(lambda r: jax.random.fold_in(key, r))(jnp.asarray(rows, jnp.int32))
+    if key.shape[0] != len(rows):
+        raise ValueError(f"Got {key.shape[0]} per-row keys for {len(rows)} rows.")
+    return np.asarray(jax.random.key_data(key))
 
 
-def _decode(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, params, cache, hidden, base, active, key):
-    """Samples up to config.max_new_tokens per row in a while_loop that stops once every row is done.
+@jax.jit
+def _episode_turn_keys(key, episodes, turns):
+    return jax.random.key_data(jax.vmap(lambda e, t: jax.random.fold_in(jax.random.fold_in(key, e), t))(episodes, turns))
 
-    Each step attends over the first kv_len cache slots only, which hold every row's tokens to the end."""
-    model = nnx.merge(graphdef, params)
-    batch, n = base.shape[0], config.max_new_tokens
-    logits = model.logits(hidden[:, None, :].astype(model.config.jnp_dtype))[:, 0]
-    tok, lp, raw = sample_step(jax.random.fold_in(key, 0), logits, config)
-    zeros = jnp.zeros((batch, n), jnp.float32)
-    tokens = _column(jnp.full((batch, n), pad_id, jnp.int32), jnp.where(active, tok, pad_id), 0)
-    why = stop_reason(tokens, jnp.int32(0), tok, config)
-    state = _LoopState(
-        step=jnp.int32(1),
-        cache=cache,
+
+def episode_turn_keys(key: Any, episodes, turns) -> np.ndarray:
+    """Raw key data [R, k]: the key of each (episode, turn) [R], fold_in(fold_in(key, episode), turn). Sampling with
+    these makes every token depend only on (key, episode, turn, position), whatever the batch or schedule."""
+    if not jax.dtypes.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(jnp.asarray(key))
+    return np.asarray(_episode_turn_keys(key, jnp.asarray(episodes, jnp.int32), jnp.asarray(turns, jnp.int32)))
+
+
+def idle_state(batch: int, max_new_tokens: int, pad_id: int, key_width: int) -> TurnState:
+    """Every row idle (done, nothing generated)."""
+    zeros = jnp.zeros((batch, max_new_tokens), jnp.float32)
+    return TurnState(tokens=jnp.full((batch, max_new_tokens), pad_id, jnp.int32), logprobs=zeros, raw_logprobs=zeros,
+                     lengths=jnp.zeros((batch,), jnp.int32), base=jnp.zeros((batch,), jnp.int32),
+                     keys=jnp.zeros((batch, key_width), jnp.uint32), done=jnp.ones((batch,), bool),
+                     reason=jnp.full((batch,), INACTIVE, jnp.int32))
+
+
+def _record(state: TurnState, rows: jax.Array, step: jax.Array, tok, lp, raw, config: SamplingConfig) -> TurnState:
+    """Writes token `step` [R] of the rows `rows` [R] (index B = no row), its log-probs and stop reasons."""
+    tokens = state.tokens.at[rows, step].set(tok, mode="drop")
+    why = stop_reason(jnp.take(tokens, rows, axis=0, mode="clip"), step, tok, config)
+    stopped = (why > 0) | (step + 1 >= config.max_new_tokens)
+    return state.replace(
         tokens=tokens,
-        logprobs=_column(zeros, jnp.where(active, lp, 0.0), 0),
-        raw_logprobs=_column(zeros, jnp.where(active, raw, 0.0), 0),
-        last=tok,
-        lengths=active.astype(jnp.int32),
-        done=~active | (why > 0),
-        reason=jnp.where(active, why, INACTIVE).astype(jnp.int32),
-    )
+        logprobs=state.logprobs.at[rows, step].set(lp, mode="drop"),
+        raw_logprobs=state.raw_logprobs.at[rows, step].set(raw, mode="drop"),
+        lengths=state.lengths.at[rows].set(step + 1, mode="drop"),
+        done=state.done.at[rows].set(stopped, mode="drop"),
+        reason=state.reason.at[rows].set(why, mode="drop"))
 
-    def cond(s: _LoopState) -> jax.Array:
-        return (s.step < n) & ~jnp.all(s.done)
 
-    def body(s: _LoopState) -> _LoopState:
-        # Row b feeds its last token into slot base + length - 1; finished rows rewrite a slot past their end.
-        index = base + jnp.maximum(s.lengths - 1, 0)
-        logits, cache = model(s.last[:, None], index[:, None], cache=s.cache, cache_index=index, kv_len=kv_len)
-        tok, lp, raw = sample_step(jax.random.fold_in(key, s.step), logits[:, 0], config)
-        live = ~s.done
-        tokens = _column(s.tokens, jnp.where(live, tok, pad_id), s.step)
-        why = jnp.where(live, stop_reason(tokens, s.step, tok, config), 0)
-        return _LoopState(
-            step=s.step + 1,
-            cache=cache,
-            tokens=tokens,
-            logprobs=_column(s.logprobs, jnp.where(live, lp, 0.0), s.step),
-            raw_logprobs=_column(s.raw_logprobs, jnp.where(live, raw, 0.0), s.step),
-            last=jnp.where(live, tok, s.last),
-            lengths=s.lengths + live.astype(jnp.int32),
-            done=s.done | (why > 0),
-            reason=jnp.where(why > 0, why, s.reason),
-        )
+def _token_keys(keys: jax.Array, step: jax.Array) -> jax.Array:
+    """Typed keys [R] of token `step` (scalar or [R]) from raw turn keys [R, k]."""
+    return jax.vmap(jax.random.fold_in)(jax.random.wrap_key_data(keys), jnp.broadcast_to(step, keys.shape[:1]))
 
-    s = jax.lax.while_loop(cond, body, state)
-    return SampleOutput(
-        tokens=s.tokens,
-        lengths=s.lengths,
-        logprobs=s.logprobs,
-        raw_logprobs=s.raw_logprobs,
-        finish_reason=s.reason,
-        cache=s.cache,
-        cache_lens=base + jnp.maximum(s.lengths - 1, 0),
-    )
+
+def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, params, cache, state: TurnState, rows,
+           tokens, cache_index, new_lens, keys):
+    """Starts a turn for rows [R] (an entry B is padding, ignored): feeds their new tokens [R, Tb] into the
+    cache from cache_index [R] and samples token 0 with fold_in(keys[r], 0) (keys [R, k] raw). -> (cache, state)."""
+    model = nnx.merge(graphdef, params)
+    batch = state.lengths.shape[0]
+    if rows.shape[0] == batch:  # every row (the lockstep case): no gather, the cache is written in place
+        sub = cache
+    else:
+        safe = jnp.minimum(rows, batch - 1)
+        sub = KVCache(k=cache.k[:, safe, :kv_len], v=cache.v[:, safe, :kv_len])
+    positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+    hidden, sub = model.hidden(tokens, positions, cache=sub, cache_index=cache_index, kv_len=kv_len)
+    if rows.shape[0] == batch:
+        cache = sub
+    else:
+        cache = KVCache(k=cache.k.at[:, rows, :kv_len].set(sub.k, mode="drop"),
+                        v=cache.v.at[:, rows, :kv_len].set(sub.v, mode="drop"))
+    last = jnp.take_along_axis(hidden, jnp.maximum(new_lens - 1, 0)[:, None, None], axis=1)[:, 0]
+    logits = model.logits(last[:, None, :].astype(model.config.jnp_dtype))[:, 0]
+    tok, lp, raw = sample_rows(_token_keys(keys, jnp.int32(0)), logits, config)
+    state = state.replace(
+        tokens=state.tokens.at[rows].set(pad_id, mode="drop"),
+        logprobs=state.logprobs.at[rows].set(0.0, mode="drop"),
+        raw_logprobs=state.raw_logprobs.at[rows].set(0.0, mode="drop"),
+        base=state.base.at[rows].set(cache_index + new_lens, mode="drop"),
+        keys=state.keys.at[rows].set(keys, mode="drop"))
+    return cache, _record(state, rows, jnp.int32(0), tok, lp, raw, config)
+
+
+def _decode(graphdef, config: SamplingConfig, kv_len: int, steps: int, params, cache, state: TurnState):
+    """Advances every unfinished row by up to `steps` tokens (stops early once all rows are done).
+
+    Row b feeds its last token into slot base + length - 1 and samples token `length` with fold_in(key, length);
+    finished rows rewrite a slot past their end. Attention reads the first kv_len cache slots."""
+    model = nnx.merge(graphdef, params)
+    batch, n = state.tokens.shape
+    all_rows = jnp.arange(batch)
+
+    def cond(carry):
+        i, _, s = carry
+        return (i < steps) & ~jnp.all(s.done)
+
+    def body(carry):
+        i, cache, s = carry
+        index = s.cache_lens
+        logits, cache = model(s.last[:, None], index[:, None], cache=cache, cache_index=index, kv_len=kv_len)
+        step = jnp.minimum(s.lengths, n - 1)
+        tok, lp, raw = sample_rows(_token_keys(s.keys, step), logits[:, 0], config)
+        return i + 1, cache, _record(s, jnp.where(s.done, batch, all_rows), step, tok, lp, raw, config)
+
+    _, cache, state = jax.lax.while_loop(cond, body, (jnp.int32(0), cache, state))
+    return cache, state
+
+
+@jax.jit
+def _settle_idle(state: TurnState, active: jax.Array, cache_lens: jax.Array, pad_id: jax.Array) -> TurnState:
+    """Rows not `active` [B] idle after a lockstep begin: nothing generated, their cache length kept."""
+    on = active[:, None]
+    return state.replace(tokens=jnp.where(on, state.tokens, pad_id), logprobs=jnp.where(on, state.logprobs, 0.0),
+                         raw_logprobs=jnp.where(on, state.raw_logprobs, 0.0), lengths=jnp.where(active, state.lengths, 0),
+                         done=state.done | ~active, reason=jnp.where(active, state.reason, INACTIVE),
+                         base=jnp.where(active, state.base, cache_lens))
+
+
+def state_output(state: TurnState, cache: KVCache) -> SampleOutput:
+    """A SampleOutput of the rows' current turns."""
+    return SampleOutput(tokens=state.tokens, lengths=state.lengths, logprobs=state.logprobs,
+                        raw_logprobs=state.raw_logprobs, finish_reason=state.reason, cache=cache,
+                        cache_lens=state.cache_lens)
 
 
 class Sampler:
@@ -175,7 +249,7 @@ class Sampler:
 
     @property
     def num_programs(self) -> int:
-        """How many distinct programs (prefill: bucket x window; decode: sampling config x window) it compiled."""
+        """How many distinct programs (begin: rows x bucket x window; decode: config x window x steps) it compiled."""
         return len(self._programs)
 
     def init_cache(self) -> tuple[KVCache, np.ndarray]:
@@ -190,11 +264,19 @@ class Sampler:
             jax.eval_shape(make))
         return jax.jit(make, out_shardings=shardings)(), lens
 
+    def idle_state(self, config: SamplingConfig) -> TurnState:
+        """Every row idle: the state `begin` and `decode` carry between calls (rows over the mesh)."""
+        make = functools.partial(idle_state, self.batch_size, config.max_new_tokens, self.pad_id, KEY_WIDTH)
+        if self.mesh is None:
+            return jax.jit(make)()
+        shardings = jax.tree.map(lambda a: row_sharding(self.mesh, a.shape), jax.eval_shape(make))
+        return jax.jit(make, out_shardings=shardings)()
+
     def _program(self, key: tuple, build):
         fn = self._programs.get(key)
         if fn is None:
             log.debug("sampler: compiling %s (batch %d, cache %d); %d programs so far",
-                     key, self.batch_size, self.cache_size, len(self._programs) + 1)
+                      key, self.batch_size, self.cache_size, len(self._programs) + 1)
             fn = self._programs[key] = build()
         return fn
 
@@ -203,14 +285,48 @@ class Sampler:
         capped at cache_size, so a run compiles a few windows; cache_size without `kv_window`."""
         return min(self.cache_size, bucket_length(end, minimum=MIN_WINDOW)) if self.kv_window else self.cache_size
 
-    def _prefill_fn(self, bucket: int, kv_len: int):
-        build = lambda: jax.jit(functools.partial(_prefill, self.graphdef, kv_len), donate_argnums=(1,))
-        return self._program(("prefill", bucket, kv_len), build)
+    def _begin_fn(self, config: SamplingConfig, rows: int, bucket: int, kv_len: int):
+        build = lambda: jax.jit(functools.partial(_begin, self.graphdef, config, self.pad_id, kv_len),  # noqa: E731
+                                donate_argnums=(1, 2))
+        return self._program(("begin", config, rows, bucket, kv_len), build)
 
-    def _decode_fn(self, config: SamplingConfig, kv_len: int):
-        build = lambda: jax.jit(functools.partial(_decode, self.graphdef, config, self.pad_id, kv_len),
-                                donate_argnums=(1,))
-        return self._program(("decode", config, kv_len), build)
+    def _decode_fn(self, config: SamplingConfig, kv_len: int, steps: int):
+        build = lambda: jax.jit(functools.partial(_decode, self.graphdef, config, kv_len, steps),  # noqa: E731
+                                donate_argnums=(1, 2))
+        return self._program(("decode", config, steps, kv_len), build)  # the window last, as for begin
+
+    def begin(self, params, cache: KVCache, state: TurnState, rows, new_tokens, new_lens, cache_lens, keys,
+              config: SamplingConfig) -> tuple[KVCache, TurnState]:
+        """Starts a turn for the global rows `rows` [R]: appends new_tokens[r, :new_lens[r]] to row r's cached
+        sequence (its first cache_lens[r] slots) and samples the turn's first token with keys[r] (raw key data
+        [R, k], e.g. `row_keys`). One process; the cache and state are donated. -> (cache, state).
+        The rows are padded to a power of two, so a run compiles a few programs."""
+        rows = np.asarray(rows, np.int32)
+        r = len(rows)
+        if r == 0:
+            return cache, state
+        lens = np.asarray(new_lens, np.int32)
+        index = np.asarray(cache_lens, np.int32)
+        if np.any(lens < 1):
+            raise ValueError(f"Every row a turn begins for needs >= 1 new token (at least the last sampled one); "
+                             f"got new_lens {lens}.")
+        size = min(bucket_length(r, minimum=1), self.batch_size)
+        bucket = bucket_length(int(lens.max()))
+        kv_len = self.window_length(int((index + lens).max()) + config.max_new_tokens)
+        pad = size - r
+        tokens = np.full((size, bucket), self.pad_id, np.int32)
+        given = np.asarray(new_tokens, np.int32)[:, :bucket]
+        tokens[:r, :given.shape[1]] = given
+        keys = np.asarray(keys, np.uint32)
+        args = (np.concatenate([rows, np.full(pad, self.batch_size, np.int32)]), tokens,
+                np.concatenate([index, np.zeros(pad, np.int32)]), np.concatenate([lens, np.ones(pad, np.int32)]),
+                np.concatenate([keys, np.zeros((pad, keys.shape[1]), np.uint32)]))
+        return self._begin_fn(config, size, bucket, kv_len)(params, cache, state, *map(jnp.asarray, args))
+
+    def decode(self, params, cache: KVCache, state: TurnState, config: SamplingConfig, steps: int, *,
+               end: int) -> tuple[KVCache, TurnState]:
+        """Advances unfinished rows by up to `steps` tokens; `end` bounds the slot any row reaches (its window)."""
+        return self._decode_fn(config, self.window_length(end), steps)(params, cache, state)
 
     def _check(self, new_tokens, new_lens, cache_lens, active, config: SamplingConfig) -> None:
         b = self.local_batch_size
@@ -245,9 +361,10 @@ class Sampler:
         """Appends new_tokens[b, :new_lens[b]] to row b's cached sequence and samples a continuation.
 
         new_tokens [b, Tn] int32 (right-padded); cache_lens/active [b], where b = local_batch_size (this
-        process's rows; the whole batch with one process). Every process calls with its rows; the output's
-        arrays span the batch. The output cache holds every token except the last
-        sampled one of each row, which the caller feeds first on the next call.
+        process's rows; the whole batch with one process). key: one PRNG key (row b then samples with
+        fold_in(key, global row)) or one per row [b] (typed) / [b, 2] (raw), e.g. from (episode, turn).
+        Every process calls with its rows; the output's arrays span the batch. The output cache holds every
+        token except the last sampled one of each row, which the caller feeds first on the next call.
         """
         if (cache is None) != (cache_lens is None):
             raise ValueError("Pass cache and cache_lens together (both from Sampler.init_cache or a SampleOutput).")
@@ -261,18 +378,25 @@ class Sampler:
         cache_lens_np = np.asarray(cache_lens, dtype=np.int32)
         active_np = np.ones((self.local_batch_size,), bool) if active is None else np.asarray(active, dtype=bool)
         self._check(tokens_np, lens_np, cache_lens_np, active_np, config)
-
-        lens_np = np.where(active_np, lens_np, 0)
-        # all processes agree (one collective) on the shapes, so they compile and run the same programs
-        longest_new, last_end = agree_max(lens_np.max(), np.max(np.where(active_np, cache_lens_np + lens_np, 0)))
-        bucket = bucket_length(longest_new)
-        kv_len = self.window_length(last_end + config.max_new_tokens)
-        padded = np.full((self.local_batch_size, bucket), self.pad_id, np.int32)
-        width = min(bucket, tokens_np.shape[1])
-        padded[:, :width] = tokens_np[:, :width]
-        put = self.to_global
-        cache, hidden = self._prefill_fn(bucket, kv_len)(
-            params, cache, put(padded), put(cache_lens_np), put(np.maximum(lens_np - 1, 0))
-        )
-        return self._decode_fn(config, kv_len)(params, cache, hidden, put(cache_lens_np + lens_np), put(active_np),
-                                               key)
+        keys = row_keys(key, np.arange(self.rows.start, self.rows.stop))
+        state = self.idle_state(config)
+        if self.mesh is None:  # only the active rows begin
+            rows = np.flatnonzero(active_np)
+            cache, state = self.begin(params, cache, state, rows, tokens_np[rows], lens_np[rows],
+                                      cache_lens_np[rows], keys[rows], config)
+            end = int(np.max(cache_lens_np[rows] + lens_np[rows], initial=0)) + config.max_new_tokens
+            state = _settle_idle(state, jnp.asarray(active_np), jnp.asarray(cache_lens_np), jnp.int32(self.pad_id))
+        else:  # every process runs the same programs: every row of the batch begins, idle ones are reset
+            longest_new, last_end = agree_max(int(lens_np.max(initial=1)),
+                                              int(np.max(np.where(active_np, cache_lens_np + lens_np, 0), initial=0)))
+            end = last_end + config.max_new_tokens
+            bucket = bucket_length(max(longest_new, 1))
+            padded = np.full((self.local_batch_size, bucket), self.pad_id, np.int32)
+            padded[:, :min(bucket, tokens_np.shape[1])] = tokens_np[:, :bucket]
+            put = self.to_global
+            fn = self._begin_fn(config, self.batch_size, bucket, self.window_length(end))
+            cache, state = fn(params, cache, state, put(np.arange(self.rows.start, self.rows.stop, dtype=np.int32)),
+                              put(padded), put(cache_lens_np), put(np.maximum(lens_np, 1)), put(keys))
+            state = _settle_idle(state, put(active_np), put(cache_lens_np), jnp.int32(self.pad_id))
+        cache, state = self.decode(params, cache, state, config, config.max_new_tokens, end=end)
+        return state_output(state, cache)
