@@ -4,15 +4,22 @@ Both sides run the same random Hugging Face weights (saved by transformers, load
 `ragen_jax.models.load_model`), the same prompts (batch x 128 tokens) and greedy decoding of exactly 64
 new tokens (`min_new_tokens` for transformers; no EOS for ours). Compile time and first-call overheads are
 excluded by one warm-up call per side. Cases: (a) the built-in tiny config at batch 64, (b) Qwen2.5-0.5B's
-shapes at batch 8. Prints per-case figures and, on the last line, the ratios ours/theirs.
+shapes at batch 8, (c) `prefill-long`: the tiny config at batch 8 with 3072-token prompts and one new token,
+i.e. the prefill (its tokens/s counts prompt tokens). The two sides alternate call by call over --repeats
+calls and medians are reported, with the 1-minute load average (a warning above 0.5) and peak memory: ours
+is XLA's compiled bytes of the prefill forward into the KV cache (`memory_analysis`), transformers' the growth of the peak
+resident set (getrusage maxrss) over one generate call in a fresh subprocess. Prints per-case figures and,
+on the last line, the ratios ours/theirs.
 
-    python experiments/bench_generate.py [--cases tiny,qwen2.5-0.5b] [--repeats 1]
+    python experiments/bench_generate.py [--cases tiny,qwen2.5-0.5b,prefill-long] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,20 +28,29 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from ragen_jax.models import load_model, tiny_config  # noqa: E402
+from ragen_jax.models import init_cache, load_model, tiny_config  # noqa: E402
 from ragen_jax.sampling import Sampler, SamplingConfig  # noqa: E402
+from ragen_jax.sampling.sampler import model_config_of  # noqa: E402
+from ragen_jax.sampling.buckets import bucket_length  # noqa: E402
+from ragen_jax.sharding.memory import measured_bytes  # noqa: E402
 
-PROMPT_LEN, NEW_TOKENS, PAD = 128, 64, 0
+PAD = 0
+LENGTHS = {"prefill-long": (3072, 1)}  # case -> (prompt length, new tokens); others: 128 prompt, 64 new
+
+
+def case_lengths(case: str) -> tuple[int, int]:
+    return LENGTHS.get(case, (128, 64))
 
 
 def hf_config(case: str) -> tuple[transformers.Qwen2Config, int]:
     """(transformers config, batch size) for a benchmark case."""
-    if case == "tiny":
+    if case in ("tiny", "prefill-long"):
         c = tiny_config()
         cfg = transformers.Qwen2Config(
             vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
@@ -42,7 +58,7 @@ def hf_config(case: str) -> tuple[transformers.Qwen2Config, int]:
             head_dim=c.head_dim, rope_theta=c.rope_theta, rms_norm_eps=c.rms_norm_eps,
             tie_word_embeddings=c.tie_word_embeddings, max_position_embeddings=c.max_position_embeddings,
         )
-        return cfg, 64
+        return cfg, 64 if case == "tiny" else 8
     if case == "qwen2.5-0.5b":
         cfg = transformers.Qwen2Config(
             vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
@@ -50,68 +66,128 @@ def hf_config(case: str) -> tuple[transformers.Qwen2Config, int]:
             tie_word_embeddings=True, max_position_embeddings=32768,
         )
         return cfg, 8
-    raise ValueError(f"unknown case {case!r}; use tiny or qwen2.5-0.5b")
+    raise ValueError(f"unknown case {case!r}; use tiny, qwen2.5-0.5b or prefill-long")
 
 
-def time_theirs(model, prompts: np.ndarray, repeats: int) -> tuple[float, np.ndarray]:
-    """Best tokens/s of transformers' greedy generate over `repeats` timed calls, and its new tokens."""
+def load_line() -> str:
+    load = os.getloadavg()[0]
+    warn = "  WARNING: busy machine (load > 0.5), timings are not trustworthy" if load > 0.5 else ""
+    return f"1-minute load average {load:.2f}{warn}"
+
+
+def theirs_runner(model, prompts: np.ndarray, new_tokens: int):
+    """() -> (seconds, new tokens [B, N]) of one transformers greedy generate call, after a short warm-up."""
     ids = torch.from_numpy(prompts.astype(np.int64))
     kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=PAD, eos_token_id=None)
     with torch.inference_mode():
         warm = ids[:, :8]  # a short warm-up: PyTorch compiles nothing, this only starts its thread pools
         model.generate(warm, attention_mask=torch.ones_like(warm), max_new_tokens=2, do_sample=False, pad_token_id=PAD)
-        best, out = 0.0, None
-        for _ in range(repeats):
+
+    def call() -> tuple[float, np.ndarray]:
+        with torch.inference_mode():
             start = time.perf_counter()
-            out = model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, **kwargs)
-            elapsed = time.perf_counter() - start
-            new = out[:, PROMPT_LEN:].numpy()
-            best = max(best, new.size / elapsed)
-    return best, new
+            out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kwargs)
+            return time.perf_counter() - start, out[:, prompts.shape[1]:].numpy()
+    return call
 
 
-def time_ours(graphdef, params, prompts: np.ndarray, repeats: int) -> tuple[float, np.ndarray]:
-    """Best tokens/s of our Sampler (warm-up call compiles) and its new tokens."""
-    batch = prompts.shape[0]
-    sampler = Sampler(graphdef, cache_size=PROMPT_LEN + NEW_TOKENS, pad_id=PAD, batch_size=batch)
-    config = SamplingConfig(max_new_tokens=NEW_TOKENS, greedy=True)
-    lens = np.full((batch,), PROMPT_LEN, np.int32)
+def prefill_bytes(graphdef, params, batch: int, bucket: int, cache_size: int, window: int) -> int:
+    """XLA's compiled bytes of the prefill the sampler runs: the model writing a [batch, bucket] prompt into a
+    [batch, cache_size] KV cache and attending over the first `window` slots (the sampler's own program adds
+    sampling the first token)."""
+    def prefill(params, cache, tokens):
+        positions = jnp.broadcast_to(jnp.arange(bucket, dtype=jnp.int32), (batch, bucket))
+        _, cache = nnx.merge(graphdef, params).hidden(tokens, positions, cache=cache, kv_len=window,
+                                                      cache_index=jnp.zeros((batch,), jnp.int32))
+        return cache
+    config = model_config_of(graphdef)
+    cache = jax.eval_shape(lambda: init_cache(config, batch, cache_size))
+    tokens = jax.ShapeDtypeStruct((batch, bucket), jnp.int32)
+    return measured_bytes(jax.jit(prefill, donate_argnums=(1,)).lower(params, cache, tokens).compile())
+
+
+def ours_runner(graphdef, params, prompts: np.ndarray, new_tokens: int):
+    """(() -> (seconds, new tokens [B, N]) of one Sampler.generate call, compiled bytes of its prefill).
+    The warm-up call compiles."""
+    batch, prompt_len = prompts.shape
+    sampler = Sampler(graphdef, cache_size=prompt_len + new_tokens, pad_id=PAD, batch_size=batch)
+    config = SamplingConfig(max_new_tokens=new_tokens, greedy=True)
+    lens = np.full((batch,), prompt_len, np.int32)
     sampler.generate(params, prompts, lens, jax.random.key(0), config).tokens.block_until_ready()  # compile
-    best, out = 0.0, None
-    for _ in range(repeats):
+    peak = prefill_bytes(graphdef, params, batch, bucket_length(prompt_len), sampler.cache_size,
+                         sampler.window_length(prompt_len + new_tokens))
+
+    def call() -> tuple[float, np.ndarray]:
         start = time.perf_counter()
         out = sampler.generate(params, prompts, lens, jax.random.key(0), config)
         out.tokens.block_until_ready()
-        elapsed = time.perf_counter() - start
-        best = max(best, int(np.asarray(out.lengths).sum()) / elapsed)
-    return best, np.asarray(out.tokens)
+        return time.perf_counter() - start, np.asarray(out.tokens)
+    return call, peak
+
+
+def torch_peak_bytes(folder: str, case: str) -> int:
+    """Growth of the peak RSS over one transformers generate call, in a fresh subprocess (see --torch-peak)."""
+    out = subprocess.run([sys.executable, __file__, "--torch-peak", folder, "--cases", case], check=True,
+                         capture_output=True, text=True).stdout
+    return int(out.strip().splitlines()[-1])
+
+
+def torch_peak_main(folder: str, case: str) -> None:
+    """Subprocess body: prints the peak-RSS growth in bytes over one generate call of `case`."""
+    cfg, batch = hf_config(case)
+    prompt_len, new_tokens = case_lengths(case)
+    model = transformers.Qwen2ForCausalLM.from_pretrained(folder).eval()
+    call = theirs_runner(model, case_prompts(cfg, batch, prompt_len), new_tokens)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    call()
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)  # ru_maxrss is in KiB on Linux
+
+
+def case_prompts(cfg, batch: int, prompt_len: int) -> np.ndarray:
+    return np.random.RandomState(0).randint(1, cfg.vocab_size, (batch, prompt_len)).astype(np.int32)
 
 
 def run_case(case: str, repeats: int) -> float:
     cfg, batch = hf_config(case)
+    prompt_len, new_tokens = case_lengths(case)
     torch.manual_seed(0)
     hf_model = transformers.Qwen2ForCausalLM(cfg).eval()
-    prompts = np.random.RandomState(0).randint(1, cfg.vocab_size, (batch, PROMPT_LEN)).astype(np.int32)
+    prompts = case_prompts(cfg, batch, prompt_len)
     with tempfile.TemporaryDirectory() as folder:
         hf_model.save_pretrained(folder)
+        theirs_peak = torch_peak_bytes(folder, case)
         ours = load_model(folder)
         graphdef, params = nnx.split(ours)
         del ours
-        ours_tps, ours_tokens = time_ours(graphdef, params, prompts, repeats)
-    del params
-    theirs_tps, theirs_tokens = time_theirs(hf_model, prompts, repeats)
-    agree = float(np.mean(ours_tokens == theirs_tokens))
-    print(f"[{case}] batch {batch}, prompt {PROMPT_LEN}, {NEW_TOKENS} new tokens (greedy): "
-          f"ours {ours_tps:.1f} tok/s, transformers {theirs_tps:.1f} tok/s, ratio {ours_tps / theirs_tps:.2f}x; "
-          f"greedy tokens identical: {agree:.1%}", flush=True)
+        ours_call, ours_peak = ours_runner(graphdef, params, prompts, new_tokens)
+    theirs_call = theirs_runner(hf_model, prompts, new_tokens)
+    print(f"[{case}] {load_line()}", flush=True)
+    t_ours, t_theirs = [], []
+    for _ in range(repeats):  # alternate the two sides call by call
+        elapsed, ours_tokens = ours_call()
+        t_ours.append(elapsed)
+        elapsed, theirs_tokens = theirs_call()
+        t_theirs.append(elapsed)
+    counted = batch * (prompt_len if case in LENGTHS else new_tokens)  # prefill cases count prompt tokens
+    ours_tps, theirs_tps = counted / float(np.median(t_ours)), counted / float(np.median(t_theirs))
+    agree = float(np.mean(ours_tokens[:, :new_tokens] == theirs_tokens))
+    what = "prompt tokens/s (prefill)" if case in LENGTHS else "generated tok/s"
+    print(f"[{case}] batch {batch}, prompt {prompt_len}, {new_tokens} new tokens (greedy), medians of {repeats}: "
+          f"ours {ours_tps:.1f}, transformers {theirs_tps:.1f} {what}, ratio {ours_tps / theirs_tps:.2f}x; "
+          f"greedy tokens identical: {agree:.1%}\n"
+          f"[{case}] peak memory: ours {ours_peak / 2**20:.1f} MiB (compiled prefill), transformers "
+          f"{theirs_peak / 2**20:.1f} MiB (maxrss growth over one generate); {load_line()}", flush=True)
     return ours_tps / theirs_tps
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="tiny,qwen2.5-0.5b")
-    parser.add_argument("--repeats", type=int, default=1, help="timed calls per side (best is kept)")
+    parser.add_argument("--cases", default="tiny,qwen2.5-0.5b,prefill-long")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per side (interleaved; medians)")
+    parser.add_argument("--torch-peak", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.torch_peak:
+        return torch_peak_main(args.torch_peak, args.cases)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, {os.cpu_count()} CPUs")
     ratios = {case: run_case(case, args.repeats) for case in args.cases.split(",")}

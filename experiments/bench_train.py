@@ -7,14 +7,22 @@ the entropy bonus, the same micro-batches (loss numerators / mini-batch token co
 micro-batch), `clip_grad_norm_` and `torch.optim.AdamW`. Same config, weights and batch; the first
 update's loss and grad norm are printed for both as a check that they compute the same thing.
 
-    /work/venv/bin/python experiments/bench_train.py [--sizes tiny,medium] [--steps 3] [--remat none]
+    /work/venv/bin/python experiments/bench_train.py [--sizes tiny,medium,long] [--steps 3] [--remat none]
 
-Tokens/s counts every position of the [B, T] mini-batch; times are the fastest of --steps updates. Last line: ours/PyTorch per size.
+Tokens/s counts every position of the [B, T] mini-batch; ours and PyTorch alternate update by update and
+times are medians of --steps interleaved repeats. `long` is RAGEN's row length (mini-batch 8 x 3584,
+micro-batch 4). Peak memory: ours is XLA's compiled bytes of the update (arguments + outputs - aliased +
+temporaries, `memory_analysis`); PyTorch's is the growth of the peak resident set (getrusage maxrss) over
+one update in a fresh subprocess (so it counts gradients, AdamW state and activations, not the loaded
+weights). The 1-minute load average is printed, with a warning above 0.5. Last line: ours/PyTorch per size.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +39,7 @@ from flax import nnx  # noqa: E402
 from ragen_jax.algos.presets import get_preset  # noqa: E402
 from ragen_jax.models import CausalLM, save_pretrained  # noqa: E402
 from ragen_jax.models.tiny import tiny_config  # noqa: E402
+from ragen_jax.sharding.memory import measured_bytes  # noqa: E402
 from ragen_jax.trainer.optim import make_optimizer  # noqa: E402
 from ragen_jax.trainer.setup import split_model  # noqa: E402
 from ragen_jax.trainer.steps import AlgoSettings, make_step_fns  # noqa: E402
@@ -40,6 +49,7 @@ SIZES = {
     "tiny": (dict(), 32, 256, 8),
     "medium": (dict(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_layers=8, num_heads=8,
                     num_kv_heads=2, head_dim=64), 8, 512, 4),
+    "long": (dict(), 8, 3584, 4),
 }
 OPTIM = dict(lr=1e-6, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant",
              grad_clip=1.0)
@@ -75,6 +85,7 @@ def synthetic_batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict[s
 
 # ---------------------------------------------------------------------------------------------- ours
 def ours_runner(model: CausalLM, batch: dict, micro: int, chunk: int):
+    """(step() -> first metrics, compiled peak bytes of the update)."""
     split = split_model(model, lora=False)
     tx, _ = make_optimizer(OPTIM, 1000)
     fns = make_step_fns(split.graphdef, None, algo_settings(chunk), tx, None, micro)
@@ -83,12 +94,13 @@ def ours_runner(model: CausalLM, batch: dict, micro: int, chunk: int):
     state["opt"] = tx.init(state["params"])
     mb = dict(jax.tree.map(jnp.asarray, batch))
     mb["sample_logprobs"] = mb["old_logprobs"]
+    update = update.lower(state["params"], state["opt"], state["frozen"], mb).compile()
 
     def step() -> dict:
         state["params"], state["opt"], metrics = update(state["params"], state["opt"], state["frozen"], mb)
         jax.block_until_ready(state["params"])
         return {k: float(metrics[k]) for k in ("loss", "grad_norm")}
-    return step
+    return step, measured_bytes(update)
 
 
 # ------------------------------------------------------------------------------------------- PyTorch
@@ -139,56 +151,95 @@ def torch_runner(folder: str, batch: dict, micro: int):
 
 
 # ------------------------------------------------------------------------------------------------
-def time_steps(step, warmup: int, steps: int) -> tuple[float, dict]:
-    """(fastest of `steps` timed updates, metrics of the first update); min is robust to a shared CPU."""
-    first = step()
+def load_line() -> str:
+    load = os.getloadavg()[0]
+    warn = "  WARNING: busy machine (load > 0.5), timings are not trustworthy" if load > 0.5 else ""
+    return f"1-minute load average {load:.2f}{warn}"
+
+
+def time_interleaved(ours, theirs, warmup: int, repeats: int) -> tuple[list[float], list[float], dict, dict]:
+    """Per-update times of ours and theirs, alternating update by update after `warmup` untimed updates
+    each, and both sides' first-update metrics."""
+    first_ours, first_theirs = ours(), theirs()
     for _ in range(warmup - 1):
-        step()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return min(times), first
+        ours(), theirs()
+    t_ours, t_theirs = [], []
+    for _ in range(repeats):
+        for step, times in ((ours, t_ours), (theirs, t_theirs)):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+    return t_ours, t_theirs, first_ours, first_theirs
+
+
+def size_setup(name: str, remat: str) -> tuple[CausalLM, dict, int]:
+    """(model with seeded weights, synthetic batch, micro-batch rows) of a benchmark size."""
+    overrides, rows, length, micro = SIZES[name]
+    if remat != "none":
+        overrides = dict(overrides, remat=remat)
+    model = CausalLM(tiny_config(**overrides), rngs=nnx.Rngs(0))
+    return model, synthetic_batch(rows, length, model.config.vocab_size), micro
+
+
+def torch_peak_bytes(folder: str, name: str, remat: str) -> int:
+    """Growth of the peak RSS over one PyTorch update, measured in a fresh subprocess (see --torch-peak)."""
+    out = subprocess.run([sys.executable, __file__, "--torch-peak", folder, "--sizes", name, "--remat", remat],
+                         check=True, capture_output=True, text=True).stdout
+    return int(out.strip().splitlines()[-1])
 
 
 def bench_size(name: str, args) -> float:
-    overrides, rows, length, micro = SIZES[name]
-    if args.remat != "none":
-        overrides = dict(overrides, remat=args.remat)
-    model = CausalLM(tiny_config(**overrides), rngs=nnx.Rngs(0))
+    model, batch, micro = size_setup(name, args.remat)
     cfg = model.config
+    rows, length = batch["tokens"].shape
     n_params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    batch = synthetic_batch(rows, length, cfg.vocab_size)
     tokens = rows * length
     print(f"\n{name}: {n_params / 1e6:.1f}M params (hidden {cfg.hidden_size}, {cfg.num_layers} layers, "
           f"vocab {cfg.vocab_size}), mini-batch {rows} x {length}, micro-batch {micro}, remat {cfg.remat}, "
           f"logprob chunk {args.chunk}", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         save_pretrained(model, folder)
+        torch_peak = torch_peak_bytes(folder, name, args.remat)
         theirs = torch_runner(folder, batch, micro)
-    ours = ours_runner(model, batch, micro, args.chunk)
+    ours, ours_peak = ours_runner(model, batch, micro, args.chunk)
     del model
-    t_ours, first_ours = time_steps(ours, args.warmup, args.steps)
-    t_theirs, first_theirs = time_steps(theirs, args.warmup, args.steps)
+    print(f"  {load_line()}", flush=True)
+    t_ours, t_theirs, first_ours, first_theirs = time_interleaved(ours, theirs, args.warmup, args.steps)
+    print(f"  {load_line()}")
     print(f"  first update  ours loss {first_ours['loss']:+.6f} grad_norm {first_ours['grad_norm']:.6f} | "
           f"torch loss {first_theirs['loss']:+.6f} grad_norm {first_theirs['grad_norm']:.6f}")
-    ratio = t_theirs / t_ours
-    print(f"  ours  {t_ours:8.3f} s/update  {tokens / t_ours:10.0f} tokens/s")
-    print(f"  torch {t_theirs:8.3f} s/update  {tokens / t_theirs:10.0f} tokens/s  (torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads)")
+    m_ours, m_theirs = float(np.median(t_ours)), float(np.median(t_theirs))
+    ratio = m_theirs / m_ours
+    print(f"  ours  {m_ours:8.3f} s/update (median of {len(t_ours)}: {', '.join(f'{t:.2f}' for t in t_ours)})  "
+          f"{tokens / m_ours:10.0f} tokens/s  peak {ours_peak / 2**20:8.1f} MiB (compiled update)")
+    print(f"  torch {m_theirs:8.3f} s/update (median of {len(t_theirs)}: {', '.join(f'{t:.2f}' for t in t_theirs)})  "
+          f"{tokens / m_theirs:10.0f} tokens/s  peak {torch_peak / 2**20:8.1f} MiB (maxrss growth over one update)"
+          f"  (torch {torch.__version__}, {torch.get_num_threads()} threads)")
     print(f"  ratio ours/torch tokens/s: {ratio:.2f}", flush=True)
     return ratio
+
+
+def torch_peak_main(folder: str, name: str, remat: str) -> None:
+    """Subprocess body: prints the peak-RSS growth in bytes over one PyTorch update of size `name`."""
+    _, batch, micro = size_setup(name, remat)
+    step = torch_runner(folder, batch, micro)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    step()
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print((after - before) * 1024)  # ru_maxrss is in KiB on Linux
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="tiny,medium")
     parser.add_argument("--warmup", type=int, default=1, help="untimed updates first (compilation for ours)")
-    parser.add_argument("--steps", type=int, default=3, help="timed updates")
+    parser.add_argument("--steps", type=int, default=3, help="timed updates per side (interleaved; medians)")
     parser.add_argument("--chunk", type=int, default=256, help="trainer.logprob_chunk")
     parser.add_argument("--remat", default="none", choices=("none", "full", "dots"))
+    parser.add_argument("--torch-peak", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.torch_peak:
+        return torch_peak_main(args.torch_peak, args.sizes, args.remat)
     print(f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__}, float32")
     ratios = {name: bench_size(name, args) for name in args.sizes.split(",")}
     print("ratio ours/torch tokens/s: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))

@@ -51,6 +51,21 @@ def test_tiny_estimate_within_20_percent_of_compiled():
 
 
 @pytest.mark.slow
+def test_long_rows_estimate_within_20_percent_and_memory_is_linear_in_length():
+    """Blockwise attention: 4x the row length costs ~4x the bytes (dense [T, T] scores made it ~11x), and the
+    planner follows XLA at both lengths; and with a vocabulary large enough that log-prob chunks are
+    rematerialised rather than kept (algos.logprobs.REMAT_LOGITS_BYTES)."""
+    config = tiny_config()
+    short, long = compiled_step_bytes(config, micro=4, seq_len=512), compiled_step_bytes(config, micro=4, seq_len=2048)
+    assert long < 4.5 * short, (short, long)
+    big_vocab = tiny_config(vocab_size=32000)
+    cases = ((config, 512, short), (config, 2048, long), (big_vocab, 1024, compiled_step_bytes(big_vocab, 4, 1024)))
+    for cfg, seq_len, measured in cases:
+        estimate = _estimate(cfg, 4, seq_len).training_peak
+        assert abs(estimate - measured) / measured < 0.2, (cfg.vocab_size, seq_len, estimate, measured)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("micro,seq_len", [(4, 128), (8, 256)])
 def test_medium_estimate_within_20_percent_of_compiled(micro, seq_len):
     config = tiny_config(**MEDIUM)

@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ragen_jax.models.attention import attention
 from ragen_jax.models.config import ModelConfig
 from ragen_jax.models.partitioning import shard_activation
 
 _INIT = nnx.initializers.normal(0.02)
-_NEG = float(np.finfo(np.float32).min)
 
 
 @flax.struct.dataclass
@@ -33,6 +33,16 @@ class KVCache:
     @property
     def max_len(self) -> int:
         return self.k.shape[2]
+
+
+@flax.struct.dataclass
+class KeyMask:
+    """Which keys query t of row b sees: slot s <= offset[b] + t and key_valid[b, s]; O(T), never [T, S]."""
+
+    offset: jax.Array | None  # [B] int32 first cache slot written by this call; None without a cache (0)
+    key_valid: jax.Array | None  # [B, S] bool over the keys attention reads; None = every one
+    query_lengths: jax.Array | None = None  # [B] int32: queries t >= query_lengths[b] are padding (may be skipped)
+    window: int | None = flax.struct.field(pytree_node=False, default=None)  # cache slots read (see kv_len)
 
 
 def init_cache(config: ModelConfig, batch_size: int, max_len: int, dtype: Any = None) -> KVCache:
@@ -109,8 +119,8 @@ class Attention(nnx.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = h, kv, hd
         self.qk_norm = cfg.qk_norm
 
-    def __call__(self, x, positions, inv_freq, mask, cache, cache_index, layer):
-        """x [B, T, D], mask [B, T, S] bool, cache (k, v) [L, B, S, K, hd] or None -> (out [B, T, D], new (k, v))."""
+    def __call__(self, x, positions, inv_freq, mask: KeyMask, cache, cache_index, layer):
+        """x [B, T, D], cache (k, v) [L, B, S, K, hd] or None -> (out [B, T, D], new (k, v))."""
         b, t, _ = x.shape
         q = shard_activation(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), 2)
         k = shard_activation(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), 2)
@@ -125,16 +135,10 @@ class Attention(nnx.Module):
             slots = cache_index[:, None] + jnp.arange(t)[None, :]
             ck = ck.at[layer, rows, slots].set(k.astype(ck.dtype), mode="drop")
             cv = cv.at[layer, rows, slots].set(v.astype(cv.dtype), mode="drop")
-            new_cache = (ck, cv)
-            window = mask.shape[-1]  # attend over the first `window` slots only (see `kv_len`)
-            k, v = ck[layer, :, :window].astype(q.dtype), cv[layer, :, :window].astype(q.dtype)
-        groups = self.num_heads // self.num_kv_heads
-        qg = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
-        scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
-        scores = scores * (1.0 / math.sqrt(self.head_dim))
-        scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, self.num_heads * self.head_dim)
+            new_cache = (ck, cv)  # attend over the first `window` slots only (see `kv_len`)
+            k, v = ck[layer, :, :mask.window].astype(q.dtype), cv[layer, :, :mask.window].astype(q.dtype)
+        out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid, query_lengths=mask.query_lengths)
+        out = out.reshape(b, t, self.num_heads * self.head_dim)
         return self.o_proj(shard_activation(out, 2)), new_cache
 
 
@@ -171,21 +175,14 @@ def _remat_policy(name: str):
     return {"full": None, "dots": jax.checkpoint_policies.checkpoint_dots}[name]
 
 
-def _attention_mask(t: int, attention_mask, cache, cache_index, window: int | None = None) -> jax.Array:
-    """Boolean mask [B, T, S] of which keys each query may attend to; with a cache S is `window` (default:
-    every slot), and attention reads only those first S slots."""
+def _key_mask(attention_mask, cache, cache_index, window: int | None = None, query_lengths=None) -> KeyMask:
+    """Which keys each query sees; with a cache attention reads the first `window` slots (default: every slot)."""
     if cache is None:
-        causal = jnp.tril(jnp.ones((t, t), bool))[None]
-        if attention_mask is None:
-            return causal
-        return causal & attention_mask.astype(bool)[:, None, :]
+        return KeyMask(offset=None, key_valid=None if attention_mask is None else attention_mask.astype(bool),
+                       query_lengths=query_lengths)
     window = cache.max_len if window is None else window
-    slots = jnp.arange(window)[None, None, :]
-    limit = cache_index[:, None, None] + jnp.arange(t)[None, :, None]
-    mask = slots <= limit
-    if attention_mask is not None:
-        mask = mask & attention_mask.astype(bool)[:, None, :window]
-    return mask
+    valid = None if attention_mask is None else attention_mask.astype(bool)[:, :window]
+    return KeyMask(offset=cache_index.astype(jnp.int32), key_valid=valid, window=window, query_lengths=query_lengths)
 
 
 class Decoder(nnx.Module):
@@ -200,7 +197,8 @@ class Decoder(nnx.Module):
         self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=cfg.jnp_param_dtype)
 
-    def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None):
+    def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None,
+                 query_lengths=None):
         """tokens/positions [B, T] -> (hidden [B, T, D] after the final norm, new KVCache | None)."""
         chex.assert_rank([tokens, positions], 2)
         chex.assert_equal_shape([tokens, positions])
@@ -215,7 +213,9 @@ class Decoder(nnx.Module):
                 raise ValueError(f"kv_len must lie in [1, cache.max_len={cache.max_len}], got {kv_len}.")
         elif attention_mask is not None:
             chex.assert_shape(attention_mask, (b, t))
-        mask = _attention_mask(t, attention_mask, cache, cache_index, kv_len)
+        if query_lengths is not None:
+            chex.assert_shape(query_lengths, (b,))
+        mask = _key_mask(attention_mask, cache, cache_index, kv_len, query_lengths)
         inv_freq = rope_inv_freq(self.config)
         x = shard_activation(self.embed_tokens(tokens))
         kv = (cache.k, cache.v) if cache is not None else None
@@ -238,16 +238,19 @@ class CausalLM(nnx.Module):
         if not config.tie_word_embeddings:
             self.lm_head = _linear(config, config.hidden_size, config.vocab_size, False, rngs)
 
-    def hidden(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None):
+    def hidden(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None,
+               query_lengths=None):
         """tokens/positions [B, T] int32 -> (hidden [B, T, D] after the final norm, new_cache | None).
 
         attention_mask: [B, T] bool without a cache (False = padding key); with a cache, optionally
         [B, S] over cache slots. With a cache, row b's tokens go to slots cache_index[b]...; `kv_len`
         (static, optional) limits attention to the first kv_len slots, which must hold every token the
-        queries see: decoding then reads a window of the cache, not all of it.
+        queries see: decoding then reads a window of the cache, not all of it. query_lengths [B] int32
+        (optional): tokens t >= query_lengths[b] are padding whose hidden states are unspecified, so
+        attention may skip them (a prefill bucket's tail).
         """
         return self.model(tokens, positions, attention_mask=attention_mask, cache=cache, cache_index=cache_index,
-                          kv_len=kv_len)
+                          kv_len=kv_len, query_lengths=query_lengths)
 
     def lm_head_matrix(self) -> jax.Array:
         """Output projection [D, V] (the tied embedding transposed when tied)."""
@@ -264,10 +267,11 @@ class CausalLM(nnx.Module):
         w = self.lm_head.kernel[...].astype(h.dtype)
         return shard_activation(jnp.einsum("btd,dv->btv", h, w, preferred_element_type=jnp.float32), 2)
 
-    def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None):
+    def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None,
+                 query_lengths=None):
         """-> (logits [B, T, V] float32, new_cache | None)."""
         h, new_cache = self.hidden(tokens, positions, attention_mask=attention_mask, cache=cache,
-                                   cache_index=cache_index, kv_len=kv_len)
+                                   cache_index=cache_index, kv_len=kv_len, query_lengths=query_lengths)
         return self.logits(h), new_cache
 
 

@@ -3,8 +3,10 @@ the knob to turn when it will not fit.
 
 Params, grads and optimizer states are exact: the model is built abstractly (`nnx.eval_shape`) and
 every array's per-device shard comes from the partition rules on the mesh. Activations are a count of
-the tensors alive at the backward peak per token and layer (attention scores, MLP intermediates,
-hidden-sized tensors), calibrated against XLA's buffer assignment on CPU (docs/scaling.md).
+the tensors alive at the backward peak per token and layer (MLP intermediates, hidden-sized tensors,
+attention's queries, keys, values and output), calibrated against XLA's buffer assignment on CPU
+(docs/scaling.md). Attention is blockwise (ragen_jax.models.attention): O(T) per row plus one score block,
+never the [T, S] scores (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -19,18 +21,24 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import AbstractMesh
 
+from ragen_jax.algos.logprobs import REMAT_LOGITS_BYTES
 from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
+from ragen_jax.models.attention import BLOCK_K, BLOCK_Q
 from ragen_jax.models.lora import DEFAULT_TARGETS
 from ragen_jax.sharding.mesh import AXES, BATCH_AXES
 from ragen_jax.sharding.placement import sampling_rules
 from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, state_specs
 
 GiB = 1024**3
-# Tensors alive per token and layer at the backward peak without remat (from XLA:CPU buffer assignment):
-_SCORE_COPIES = 3  # [H, S] attention scores/probs and their gradients
+# Tensors alive per token and layer at the backward peak without remat (fitted to XLA:CPU's compiled bytes of
+# the tiny and an 8-layer 512-wide model at 512-2048 tokens, layer counts 2/4 and 4/8 to separate the terms):
 _MLP_COPIES = 8  # [I] gate, up, silu, product and their gradients
-_HIDDEN_COPIES = 6  # [D] residual stream, norms, attention/MLP outputs
-_LOGIT_COPIES = 4  # [chunk, V] f32 logits, softmax, and gradients per log-prob chunk
+_HIDDEN_COPIES = 2  # [D] residual stream and norm output
+_ATTENTION_COPIES = 1.2  # [(H + 2K) * hd] rotated q, k, v and the output, in the blocked layout (partly aliased)
+_OUTSIDE_COPIES = 10  # [D] f32 per token outside the layers: embeddings, final norm, hidden and their gradients
+_BLOCK_COPIES = 2  # [H, BLOCK_Q, BLOCK_K] f32 score blocks alive at once (one layer at a time)
+_LOGIT_COPIES = 4  # [chunk, V] f32 logits, softmax, and gradients per log-prob chunk (chunks rematerialised)
+_KEPT_LOGIT_COPIES = 3.5  # [T, V] f32 logits kept for the backward pass when small (algos.logprobs)
 
 
 class MemoryPlanError(ValueError):
@@ -113,30 +121,50 @@ def _per_device_rows(rows: int, mesh: AbstractMesh, what: str) -> int:
     return rows // shards
 
 
-def _layer_activation_elems(c: ModelConfig, seq_len: int, tensor: int) -> tuple[float, float]:
-    """(f32 elements, compute-dtype elements) alive per token and layer at the backward peak, no remat."""
-    heads = c.num_heads / tensor if c.num_heads % tensor == 0 else c.num_heads
-    inter = c.intermediate_size / tensor if c.intermediate_size % tensor == 0 else c.intermediate_size
-    return _SCORE_COPIES * heads * seq_len, _MLP_COPIES * inter + _HIDDEN_COPIES * c.hidden_size
+def _split(n: int, tensor: int) -> float:
+    """Per-device share of a dimension of size n sharded over `tensor` devices where it divides."""
+    return n / tensor if n % tensor == 0 else n
 
 
-def _activation_bytes(c: ModelConfig, rows: int, seq_len: int, tensor: int, remat: str, chunk: int) -> int:
-    """One micro-batch's training working set [rows per device x seq_len]."""
+def _layer_activation_elems(c: ModelConfig, tensor: int) -> float:
+    """Compute-dtype elements alive per token and layer at the backward peak, no remat."""
+    attention = (_split(c.num_heads, tensor) + 2 * _split(c.num_kv_heads, tensor)) * c.head_dim
+    return _MLP_COPIES * _split(c.intermediate_size, tensor) + _HIDDEN_COPIES * c.hidden_size + (
+        _ATTENTION_COPIES * attention)
+
+
+def _attention_block_bytes(c: ModelConfig, rows: int, seq_len: int, tensor: int) -> int:
+    """Blockwise attention's working set: a few float32 score blocks of one layer, independent of T beyond a block."""
+    block = min(BLOCK_Q, seq_len) * min(BLOCK_K, seq_len)
+    return int(_BLOCK_COPIES * rows * _split(c.num_heads, tensor) * block * 4)
+
+
+def _logit_bytes(c: ModelConfig, rows: int, global_rows: int, seq_len: int, tensor: int, chunk: int) -> int:
+    """The log-prob chunks' float32 logits: every chunk's kept for the backward pass while the whole [B, T, V]
+    (global shapes, as `token_logprobs_and_entropy` decides) stays below REMAT_LOGITS_BYTES, else one chunk's."""
+    chunk = min(chunk, seq_len)
+    padded = -(-(seq_len - 1) // chunk) * chunk
+    vocab = _split(c.vocab_size, tensor)
+    if global_rows * padded * c.vocab_size * 4 <= REMAT_LOGITS_BYTES:
+        return int(_KEPT_LOGIT_COPIES * rows * padded * vocab * 4)
+    return int(_LOGIT_COPIES * rows * chunk * vocab * 4)
+
+
+def _activation_bytes(c: ModelConfig, rows: int, global_rows: int, seq_len: int, tensor: int, remat: str,
+                      chunk: int) -> int:
+    """One micro-batch's training working set [rows per device (of global_rows) x seq_len]."""
     dsize = c.jnp_dtype.itemsize
-    f32_elems, dt_elems = _layer_activation_elems(c, seq_len, tensor)
-    per_layer = rows * seq_len * (4 * f32_elems + dsize * max(dt_elems, 0))
+    per_layer = rows * seq_len * dsize * _layer_activation_elems(c, tensor)
     if remat == "none":
         layers = per_layer * c.num_layers
-    elif remat == "dots":  # matmul outputs are kept (scores, q/k/v, gate/up, projections), elementwise recomputed
-        kept = rows * seq_len * (4 * f32_elems / _SCORE_COPIES + dsize * (2 * c.intermediate_size / tensor
-                                                                             + 4 * c.hidden_size))
+    elif remat == "dots":  # matmul outputs are kept (q/k/v, gate/up, projections), elementwise recomputed
+        kept = rows * seq_len * dsize * (2 * _split(c.intermediate_size, tensor) + 4 * c.hidden_size)
         layers = kept * c.num_layers + per_layer
     else:  # full: only each layer's input is kept; one layer is recomputed at a time
         layers = rows * seq_len * dsize * c.hidden_size * c.num_layers + per_layer
-    vocab = c.vocab_size / tensor if c.vocab_size % tensor == 0 else c.vocab_size
-    logits = _LOGIT_COPIES * rows * min(chunk, seq_len) * vocab * 4
-    hidden = 3 * rows * seq_len * c.hidden_size * 4
-    return int(layers + logits + hidden)
+    logits = _logit_bytes(c, rows, global_rows, seq_len, tensor, chunk)
+    outside = _OUTSIDE_COPIES * rows * seq_len * c.hidden_size * 4
+    return int(layers + logits + outside + _attention_block_bytes(c, rows, seq_len, tensor))
 
 
 def estimate_memory(
@@ -183,7 +211,7 @@ def estimate_memory(
         params += _shard_bytes(trainable, mesh, rules) + _shard_bytes(frozen, mesh, rules)
     rows = _per_device_rows(micro_batch_size, mesh, "trainer.micro_batch_size")
     mini_rows = _per_device_rows(mini_batch_size or micro_batch_size, mesh, "trainer.mini_batch_size")
-    activations = _activation_bytes(c, rows, seq_len, tensor, c.remat, logprob_chunk)
+    activations = _activation_bytes(c, rows, micro_batch_size, seq_len, tensor, c.remat, logprob_chunk)
     batch = mini_rows * seq_len * 4 * 8  # tokens, masks, log-probs, advantages, returns, values (4 bytes each)
 
     roll = _per_device_rows(rollout_batch_size or micro_batch_size, mesh, "the rollout batch (groups x group_size)")
@@ -193,10 +221,10 @@ def estimate_memory(
     s_rules = sampling_rules(rules, sampling_layout)
     full = nnx.merge_state(trainable, frozen)
     sampling_params = 0 if tuple(s_rules) == tuple(rules) else _shard_bytes(full, mesh, s_rules)
-    f32_elems, dt_elems = _layer_activation_elems(c, min(prefill_len, cache_len), tensor)
-    prefill = roll * min(prefill_len, cache_len) * (4 * f32_elems + c.jnp_dtype.itemsize * dt_elems) / 2
-    vocab = c.vocab_size / tensor if c.vocab_size % tensor == 0 else c.vocab_size
-    sampling_activations = int(prefill + 4 * roll * vocab * 4)
+    prefill_tokens = min(prefill_len, cache_len)
+    prefill = roll * prefill_tokens * c.jnp_dtype.itemsize * _layer_activation_elems(c, tensor) / 2 + (
+        _attention_block_bytes(c, roll, prefill_tokens, tensor))
+    sampling_activations = int(prefill + 4 * roll * _split(c.vocab_size, tensor) * 4)
     return MemoryPlan(params=params, grads=grads, optimizer=opt, activations=activations, batch=batch,
                       sampling_params=sampling_params, kv_cache=kv_cache, sampling_activations=sampling_activations,
                       mesh_shape=tuple(mesh.shape[a] for a in AXES))

@@ -1,0 +1,286 @@
+"""Causal grouped-query attention that never holds the [T, S] scores: blockwise over keys with an online
+softmax and a flash-attention backward that recomputes each block (plain JAX, so it runs on the CPU), cuDNN's
+fused kernel on NVIDIA GPUs where it applies, and the dense form for one-token decode steps.
+
+Which keys query t of row b sees: cache slot s with s <= offset[b] + t and key_valid[b, s]. Without a cache
+offset is 0 and key_valid is the [B, T] attention mask; with one, offset is cache_index [B] and key_valid
+the optional [B, S] slot mask. Both are O(T); the visibility of a block is an iota comparison inside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Queries and keys per block (a score block is [G*BLOCK_Q, BLOCK_K] per row and key head). Measured on a 2-core CPU,
+# the tiny model's attention at 4 x 3584, forward+backward wall seconds (min of 3, load ~1.6): 256x256 1.03-1.13,
+# 256x384 1.02, 256x128 1.26, 384x384 1.24, 512x256 1.31, 128x256 1.41, 128x128 1.61, 512x512 1.59. With only
+# one core free 128x128 was best (CPU seconds 1.32-1.38 vs 1.52-1.61): bigger blocks keep both threads busy.
+BLOCK_Q = 256
+BLOCK_K = 256
+_NEG = float(np.finfo(np.float32).min)  # score of a key the query may not see
+_M0 = _NEG / 2  # running max before any visible key: exp((_NEG - _M0) * scale) is exactly 0
+IMPLEMENTATIONS = ("dense", "blockwise", "cudnn")
+
+
+def choose_implementation(*, platform: str, dtype: Any, head_dim: int, q_len: int, from_cache: bool,
+                          compute_capability: str | None = None) -> str:
+    """Which attention applies: 'dense' for one query (decode), 'cudnn' on CUDA GPUs (sm80+) for bf16/fp16
+    without a cache offset and a head_dim cuDNN takes, 'blockwise' everywhere else (the CPU never gets cudnn)."""
+    if q_len == 1:
+        return "dense"
+    if platform != "gpu" or compute_capability is None or from_cache:
+        return "blockwise"
+    capability = tuple(int(x) for x in compute_capability.split("."))
+    head_max = 256 if capability >= (9, 0) else 128
+    if (capability >= (8, 0) and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+            and head_dim % 8 == 0 and head_dim <= head_max):
+        return "cudnn"
+    return "blockwise"
+
+
+def _device_facts() -> tuple[str, str | None]:
+    """(platform of the default device, its CUDA compute capability or None)."""
+    device = jax.devices()[0]
+    return device.platform, getattr(device, "compute_capability", None)
+
+
+def dense_attention(q, k, v, offset=None, key_valid=None) -> jax.Array:
+    """Reference form: q [B, T, H, hd], k/v [B, S, K, hd] -> [B, T, H, hd] through the full [B, K, G, T, S]
+    scores (float32) and a [B, T, S] mask. Used for decode steps (T = 1) and as the tests' reference."""
+    b, t, h, hd = q.shape
+    s, kh = k.shape[1], k.shape[2]
+    offset = jnp.zeros((b,), jnp.int32) if offset is None else offset
+    mask = jnp.arange(s)[None, None, :] <= offset[:, None, None] + jnp.arange(t)[None, :, None]
+    if key_valid is not None:
+        mask = mask & key_valid.astype(bool)[:, None, :]
+    qg = q.reshape(b, t, kh, h // kh, hd)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = scores * (1.0 / math.sqrt(hd))
+    scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, h, hd)
+
+
+# ----------------------------------------------------------------------------------------- blocked layout
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _to_query_blocks(q: jax.Array, kv_heads: int, bq: int) -> jax.Array:
+    """[B, T, H, hd] -> [nq, B, K, G*bq, hd] (T padded to whole blocks; a row is (group, query))."""
+    b, t, h, hd = q.shape
+    tp = _round_up(t, bq)
+    q = jnp.pad(q, ((0, 0), (0, tp - t), (0, 0), (0, 0)))
+    q = q.reshape(b, tp // bq, bq, kv_heads, h // kv_heads, hd).transpose(1, 0, 3, 4, 2, 5)
+    return q.reshape(tp // bq, b, kv_heads, h // kv_heads * bq, hd)
+
+
+def _from_query_blocks(x: jax.Array, t: int, heads: int) -> jax.Array:
+    """Inverse of _to_query_blocks: [nq, B, K, G*bq, hd] -> [B, T, H, hd]."""
+    nq, b, kh, gq, hd = x.shape
+    bq = gq // (heads // kh)
+    x = x.reshape(nq, b, kh, heads // kh, bq, hd).transpose(1, 0, 4, 2, 3, 5)
+    return x.reshape(b, nq * bq, heads, hd)[:, :t]
+
+
+def _to_key_blocks(k: jax.Array, bk: int) -> jax.Array:
+    """[B, S, K, hd] -> [nk, B, K, bk, hd] (S padded to whole blocks)."""
+    b, s, kh, hd = k.shape
+    sp = _round_up(s, bk)
+    k = jnp.pad(k, ((0, 0), (0, sp - s), (0, 0), (0, 0)))
+    return k.reshape(b, sp // bk, bk, kh, hd).transpose(1, 0, 3, 2, 4)
+
+
+def _valid_blocks(key_valid: jax.Array | None, b: int, s: int, bk: int) -> jax.Array:
+    """[nk, B, bk] bool: real (and, where given, unmasked) key slots; the padding to whole blocks is False."""
+    valid = jnp.ones((b, s), bool) if key_valid is None else key_valid.astype(bool)
+    sp = _round_up(s, bk)
+    valid = jnp.pad(valid, ((0, 0), (0, sp - s)))
+    return valid.reshape(b, sp // bk, bk).transpose(1, 0, 2)
+
+
+def _scores(qi, kj, offset, query_start, qrow, key_start, valid_j, unmasked) -> jax.Array:
+    """Unscaled float32 scores [B, K, G*bq, bk] of queries query_start + qrow[r] against key slots key_start + c,
+    invisible keys at _NEG; `unmasked` (scalar bool: every key visible to every query) skips the masking."""
+    s = jnp.einsum("bkqd,bksd->bkqs", qi, kj, preferred_element_type=jnp.float32)
+
+    def masked(s):
+        qpos = offset[:, None] + query_start + qrow[None, :]  # [B, G*bq]
+        slots = key_start + jnp.arange(valid_j.shape[-1], dtype=jnp.int32)  # [bk]
+        vis = (slots[None, None, :] <= qpos[:, :, None]) & valid_j[:, None, :]
+        return jnp.where(vis[:, None], s, _NEG)
+
+    return jax.lax.cond(unmasked, lambda s: s, masked, s)
+
+
+def _block_facts(offset, valid):
+    """(min offset, max offset, [nk] bool: key block j has no invalid slot), reduced over rows once, outside
+    the loops (under a mesh these are collectives)."""
+    return jnp.min(offset), jnp.max(offset), jnp.all(valid, axis=(1, 2))
+
+
+def _unmasked(min_offset, query_start, key_start, bk: int, full_j) -> jax.Array:
+    """Whether the first query of the block (hence every query) sees the block's last key in every row."""
+    return (key_start + bk - 1 <= min_offset + query_start) & full_j
+
+
+# -------------------------------------------------------------------------------- flash forward/backward
+def _flash_forward(qb, kb, vb, offset, valid, q_blocks, scale: float, bq: int):
+    """(out [nq, B, K, G*bq, hd] in q's dtype, logsumexp [nq, B, K, G*bq] f32); visits only the key blocks
+    at or below each query block's diagonal (for the row with the largest offset), and no key block for the
+    query blocks from `q_blocks` on (all padding: their output is 0)."""
+    nq, b, kh, gq, hd = qb.shape
+    nk, bk = kb.shape[0], kb.shape[3]
+    qrow = jnp.asarray(np.arange(gq) % bq, jnp.int32)
+    min_offset, max_offset, full = _block_facts(offset, valid)
+
+    def query_block(_, xs):
+        i, qi = xs
+        n_keys = jnp.where(i < q_blocks, jnp.minimum(nk, (max_offset + (i + 1) * bq - 1) // bk + 1), 0)
+
+        def key_block(j, carry):
+            m, l, acc = carry
+            s = _scores(qi, kb[j], offset, i * bq, qrow, j * bk, valid[j],
+                        _unmasked(min_offset, i * bq, j * bk, bk, full[j]))
+            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+            p = jnp.exp((s - m_new[..., None]) * scale)
+            alpha = jnp.exp((m - m_new) * scale)
+            pv = jnp.einsum("bkqs,bksd->bkqd", p.astype(vb.dtype), vb[j], preferred_element_type=jnp.float32)
+            return m_new, alpha * l + jnp.sum(p, axis=-1), alpha[..., None] * acc + pv
+
+        init = (jnp.full((b, kh, gq), _M0, jnp.float32), jnp.zeros((b, kh, gq), jnp.float32),
+                jnp.zeros((b, kh, gq, hd), jnp.float32))
+        m, l, acc = jax.lax.fori_loop(0, n_keys, key_block, init)
+        seen = l > 0  # a query that sees no key (left padding) gets 0, not NaN
+        safe = jnp.where(seen, l, 1.0)
+        out = (acc / safe[..., None]).astype(qb.dtype)
+        return None, (out, jnp.where(seen, m * scale + jnp.log(safe), 0.0))
+
+    _, (out, lse) = jax.lax.scan(query_block, None, (jnp.arange(nq, dtype=jnp.int32), qb))
+    return out, lse
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _flash(qb, kb, vb, offset, valid, q_blocks, scale: float, bq: int):
+    return _flash_forward(qb, kb, vb, offset, valid, q_blocks, scale, bq)[0]
+
+
+def _flash_fwd(qb, kb, vb, offset, valid, q_blocks, scale, bq):
+    out, lse = _flash_forward(qb, kb, vb, offset, valid, q_blocks, scale, bq)
+    return out, (qb, kb, vb, offset, valid, q_blocks, out, lse)
+
+
+def _flash_bwd(scale, bq, residuals, d_out):
+    """dQ, dK, dV by recomputing each visible block's probabilities from the saved logsumexp (FlashAttention-2:
+    dS = P * (dP - rowsum(dO * O))); key heads accumulate over the query heads of their group."""
+    qb, kb, vb, offset, valid, q_blocks, out, lse = residuals
+    nq, b, kh, gq, hd = qb.shape
+    nk, bk = kb.shape[0], kb.shape[3]
+    qrow = jnp.asarray(np.arange(gq) % bq, jnp.int32)
+    min_offset, max_offset, full = _block_facts(offset, valid)
+    delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)  # [nq, B, K, G*bq]
+
+    def key_block(dq, xs):
+        j, kj, vj, valid_j, full_j = xs
+        first = jnp.clip((j * bk - max_offset) // bq, 0, nq)  # earliest query block that sees key block j
+
+        def query_block(i, carry):
+            dq, dk, dv = carry
+            qi, doi = qb[i], d_out[i]
+            unmasked = _unmasked(min_offset, i * bq, j * bk, bk, full_j)
+            s = _scores(qi, kj, offset, i * bq, qrow, j * bk, valid_j, unmasked)
+            p = jnp.exp(s * scale - lse[i][..., None])
+            dv = dv + jnp.einsum("bkqs,bkqd->bksd", p.astype(doi.dtype), doi, preferred_element_type=jnp.float32)
+            dp = jnp.einsum("bkqd,bksd->bkqs", doi, vj, preferred_element_type=jnp.float32)
+            ds = p * (dp - delta[i][..., None])  # float32: rounding dS to bf16 would double dQ's error
+            dq_i = jnp.einsum("bkqs,bksd->bkqd", ds, kj.astype(jnp.float32))
+            dq = jax.lax.dynamic_update_index_in_dim(dq, dq[i] + dq_i * scale, i, 0)
+            dk = dk + jnp.einsum("bkqs,bkqd->bksd", ds, qi.astype(jnp.float32))
+            return dq, dk, dv
+
+        zeros = jnp.zeros((b, kh, bk, hd), jnp.float32)
+        dq, dk, dv = jax.lax.fori_loop(first, jnp.minimum(nq, q_blocks), query_block, (dq, zeros, zeros))
+        return dq, (dk * scale, dv)
+
+    xs = (jnp.arange(nk, dtype=jnp.int32), kb, vb, valid, full)
+    dq, (dk, dv) = jax.lax.scan(key_block, jnp.zeros(qb.shape, jnp.float32), xs)
+    return dq.astype(qb.dtype), dk.astype(kb.dtype), dv.astype(vb.dtype), None, None, None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None, *, block_q: int | None = None,
+                        block_k: int | None = None) -> jax.Array:
+    """q [B, T, H, hd], k/v [B, S, K, hd] -> [B, T, H, hd] in q's dtype, holding one [G*block_q, block_k] score
+    block per (row, key head) at a time (default BLOCK_Q, BLOCK_K). Gradients recompute blocks (custom VJP).
+    query_lengths [B] (optional): queries t >= query_lengths[b] are padding, whole blocks of them are skipped."""
+    b, t, h, hd = q.shape
+    s, kh = k.shape[1], k.shape[2]
+    bq, bk = min(block_q or BLOCK_Q, _round_up(t, 8)), min(block_k or BLOCK_K, _round_up(s, 8))
+    offset = jnp.zeros((b,), jnp.int32) if offset is None else offset.astype(jnp.int32)
+    nq = _round_up(t, bq) // bq
+    q_blocks = nq if query_lengths is None else (jnp.max(query_lengths).astype(jnp.int32) + bq - 1) // bq
+    out = _flash(_to_query_blocks(q, kh, bq), _to_key_blocks(k, bk), _to_key_blocks(v, bk), offset,
+                 _valid_blocks(key_valid, b, s, bk), jnp.asarray(q_blocks, jnp.int32), 1.0 / math.sqrt(hd), bq)
+    return _from_query_blocks(out, t, h)
+
+
+def right_padding(key_valid: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """key_valid [B, S] bool -> (lengths [B] int32, whether every row is a prefix of valid keys: scalar bool)."""
+    valid = key_valid.astype(bool)
+    lengths = jnp.sum(valid, axis=1, dtype=jnp.int32)
+    return lengths, jnp.all(valid == (jnp.arange(valid.shape[1])[None, :] < lengths[:, None]))
+
+
+def _cudnn_attention(q, k, v, key_valid) -> jax.Array:
+    """cuDNN's fused causal attention; right-padded rows by their lengths, any other mask through blockwise."""
+    if key_valid is None:
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+    lengths, right_padded = right_padding(key_valid)
+
+    def fused(q, k, v):  # an all-padding row attends to slot 0 rather than to nothing
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, key_value_seq_lengths=jnp.maximum(lengths, 1),
+                                            implementation="cudnn")
+
+    return jax.lax.cond(right_padded, fused, lambda q, k, v: blockwise_attention(q, k, v, None, key_valid), q, k, v)
+
+
+def attention(q, k, v, *, offset=None, key_valid=None, query_lengths=None,
+              implementation: str | None = None) -> jax.Array:
+    """Causal GQA: q [B, T, H, hd], k/v [B, S, K, hd] -> [B, T, H, hd]; query t of row b sees slots
+    s <= offset[b] + t (offset [B] int32, None = 0) with key_valid[b, s] ([B, S] bool, None = all).
+    query_lengths [B] int32 (optional): queries t >= query_lengths[b] are padding whose output is unspecified
+    (blockwise skips whole blocks of them). implementation: one of IMPLEMENTATIONS, or None to pick with
+    `choose_implementation`."""
+    chex.assert_rank([q, k, v], 4)
+    chex.assert_equal_shape([k, v])
+    b, t, h, hd = q.shape
+    if h % k.shape[2] or k.shape[0] != b or k.shape[3] != hd:
+        raise ValueError(f"q {q.shape} and k/v {k.shape} must be [B, T, H, hd] and [B, S, K, hd] with K dividing H.")
+    if offset is not None:
+        chex.assert_shape(offset, (b,))
+    if key_valid is not None:
+        chex.assert_shape(key_valid, (b, k.shape[1]))
+    if query_lengths is not None:
+        chex.assert_shape(query_lengths, (b,))
+    if implementation is None:
+        platform, capability = _device_facts()
+        implementation = choose_implementation(platform=platform, dtype=q.dtype, head_dim=hd, q_len=t,
+                                               from_cache=offset is not None, compute_capability=capability)
+    if implementation == "dense":
+        return dense_attention(q, k, v, offset, key_valid)
+    if implementation == "blockwise":
+        return blockwise_attention(q, k, v, offset, key_valid, query_lengths)
+    if implementation == "cudnn":
+        if offset is not None:
+            raise ValueError("implementation='cudnn' covers attention without a cache offset; use 'blockwise'.")
+        return _cudnn_attention(q, k, v, key_valid)
+    raise ValueError(f"implementation must be one of {IMPLEMENTATIONS} or None, got {implementation!r}.")

@@ -1,0 +1,265 @@
+"""Blockwise (flash) attention against the dense reference: outputs and gradients under causal masking, left
+and right padding and per-row KV-cache offsets, float32 and bfloat16, lengths that are not whole blocks; the
+implementation choice; and the models' forward, gradients and cached prefill with either implementation."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from ragen_jax.models import CausalLM, init_cache
+from ragen_jax.models import attention as attn
+from ragen_jax.models import transformer
+from ragen_jax.models.tiny import tiny_config
+from ragen_jax.trainer.steps import positions_from_mask
+
+
+def _inputs(b, t, s, heads, kv_heads, hd=16, dtype=jnp.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    q = jnp.asarray(rng.standard_normal((b, t, heads, hd)), dtype)
+    k = jnp.asarray(rng.standard_normal((b, s, kv_heads, hd)), dtype)
+    v = jnp.asarray(rng.standard_normal((b, s, kv_heads, hd)), dtype)
+    return q, k, v, rng
+
+
+def _padding(kind: str, b: int, t: int, s: int, rng):
+    """(offset [B] | None, key_valid [B, S] | None) for a masking case."""
+    if kind == "causal":
+        return None, None
+    lengths = rng.integers(max(1, s // 3), s + 1, size=b)
+    lengths[0] = s
+    if kind == "right":
+        return None, jnp.asarray(np.arange(s)[None] < lengths[:, None])
+    if kind == "left":
+        return None, jnp.asarray(np.arange(s)[None] >= (s - lengths)[:, None])
+    # cache: T new tokens written at per-row offsets into an S-slot window, some slots masked out (warm start)
+    offset = rng.integers(0, s - t + 1, size=b).astype(np.int32)
+    offset[0] = 0
+    valid = rng.random((b, s)) > 0.2
+    return jnp.asarray(offset), jnp.asarray(valid)
+
+
+def _seen(offset, key_valid, b, t, s) -> np.ndarray:
+    """[B, T] bool: queries that see at least one key (the others are padding; both sides leave them finite)."""
+    off = np.zeros(b, int) if offset is None else np.asarray(offset)
+    valid = np.ones((b, s), bool) if key_valid is None else np.asarray(key_valid)
+    vis = (np.arange(s)[None, None] <= off[:, None, None] + np.arange(t)[None, :, None]) & valid[:, None, :]
+    return vis.any(-1)
+
+
+def _run(fn, q, k, v, weight):
+    """(out, loss = sum(out * weight), grads of loss w.r.t. q, k, v), in one jitted call."""
+    def loss(q, k, v):
+        out = fn(q, k, v)
+        return jnp.sum(out.astype(jnp.float32) * weight), out
+    (value, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+    return np.asarray(out.astype(jnp.float32)), value, grads
+
+
+CASES = [  # (mask kind, B, T, S, heads, kv heads, block_q, block_k)
+    ("causal", 2, 37, 37, 4, 2, 16, 8),
+    ("causal", 2, 37, 37, 4, 4, 16, 16),
+    ("right", 3, 300, 300, 4, 2, 128, 64),
+    ("left", 3, 300, 300, 4, 2, 128, 256),
+    ("left", 2, 300, 300, 4, 4, 64, 128),
+    ("cache", 3, 20, 64, 4, 2, 8, 16),
+    ("cache", 3, 45, 200, 4, 4, 16, 64),
+    ("right", 2, 1000, 1000, 4, 2, 256, 256),
+]
+
+
+@pytest.mark.parametrize("kind,b,t,s,heads,kv_heads,bq,bk", CASES)
+def test_blockwise_matches_dense_in_float32(kind, b, t, s, heads, kv_heads, bq, bk):
+    q, k, v, rng = _inputs(b, t, s, heads, kv_heads)
+    offset, valid = _padding(kind, b, t, s, rng)
+    seen = _seen(offset, valid, b, t, s)
+    weight = jnp.asarray(rng.standard_normal(q.shape) * seen[:, :, None, None], jnp.float32)
+    blockwise = functools.partial(attn.blockwise_attention, offset=offset, key_valid=valid, block_q=bq, block_k=bk)
+    dense = functools.partial(attn.dense_attention, offset=offset, key_valid=valid)
+    (out_b, lb, gb), (out_d, ld, gd) = _run(blockwise, q, k, v, weight), _run(dense, q, k, v, weight)
+    np.testing.assert_allclose(out_b[seen], out_d[seen], atol=1e-5, rtol=0)
+    assert np.isfinite(out_b).all()
+    np.testing.assert_allclose(lb, ld, atol=1e-6 * float(jnp.abs(weight).sum()))  # a sum of signed terms
+    for got, want in zip(gb, gd):
+        scale = float(jnp.abs(want).max())
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5 * max(scale, 1.0), rtol=0)
+
+
+@pytest.mark.parametrize("kind,b,t,s,heads,kv_heads,bq,bk", [CASES[0], CASES[2], CASES[3], CASES[5]])
+def test_blockwise_bfloat16_is_as_accurate_as_dense(kind, b, t, s, heads, kv_heads, bq, bk):
+    """Both bf16 forms against float32 attention of the same bf16 inputs: scores, softmax statistics and dS are
+    float32 in blockwise, so it may not be less accurate than dense (measured on unit-variance inputs: output
+    error 5e-3..7e-3 vs dense's 7e-3..1.1e-2; gradient error at most 1.32x dense's, both ~1e-2 on gradients
+    of magnitude 2-5, which is bf16's rounding of the result)."""
+    q, k, v, rng = _inputs(b, t, s, heads, kv_heads, dtype=jnp.bfloat16)
+    offset, valid = _padding(kind, b, t, s, rng)
+    seen = _seen(offset, valid, b, t, s)
+    weight = jnp.asarray(rng.standard_normal(q.shape) * seen[:, :, None, None], jnp.float32)
+    blockwise = functools.partial(attn.blockwise_attention, offset=offset, key_valid=valid, block_q=bq, block_k=bk)
+    dense = functools.partial(attn.dense_attention, offset=offset, key_valid=valid)
+    assert jax.eval_shape(blockwise, q, k, v).dtype == jnp.bfloat16
+    ref, _, truth = _run(dense, *(x.astype(jnp.float32) for x in (q, k, v)), weight)
+    (out_b, _, gb), (out_d, _, gd) = _run(blockwise, q, k, v, weight), _run(dense, q, k, v, weight)
+    err_b = np.abs(out_b[seen] - ref[seen]).max()
+    err_d = np.abs(out_d[seen] - ref[seen]).max()
+    assert err_b <= 1.5 * err_d + 1e-3 and err_b < 2e-2, (err_b, err_d)
+    for got, dense_g, want in zip(gb, gd, truth):
+        assert got.dtype == jnp.bfloat16
+        err_b = float(jnp.abs(got.astype(jnp.float32) - want).max())
+        err_d = float(jnp.abs(dense_g.astype(jnp.float32) - want).max())
+        assert err_b <= 1.5 * err_d + 1e-3, (err_b, err_d)
+
+
+def test_query_lengths_skip_padding_queries_only():
+    """Queries past query_lengths (a prefill bucket's tail) may be skipped; every other output and gradient is
+    the dense one, with and without cache offsets."""
+    q, k, v, rng = _inputs(3, 70, 100, 4, 2)
+    lengths = jnp.asarray([5, 33, 17], jnp.int32)
+    offset = jnp.asarray([0, 30, 12], jnp.int32)
+    real = np.arange(70)[None] < np.asarray(lengths)[:, None]
+    weight = jnp.asarray(rng.standard_normal(q.shape) * real[:, :, None, None], jnp.float32)
+    blockwise = functools.partial(attn.blockwise_attention, offset=offset, query_lengths=lengths, block_q=16,
+                                  block_k=16)
+    dense = functools.partial(attn.dense_attention, offset=offset)
+    (out_b, _, gb), (out_d, _, gd) = _run(blockwise, q, k, v, weight), _run(dense, q, k, v, weight)
+    np.testing.assert_allclose(out_b[real], out_d[real], atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(out_b[:, 48:], 0.0)  # query blocks 3 and 4 (t >= 48 > every length) skipped
+    for got, want in zip(gb, gd):
+        np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(jnp.abs(want).max())), rtol=0)
+
+
+def test_queries_without_keys_and_empty_rows_stay_finite():
+    q, k, v, _ = _inputs(2, 24, 24, 4, 2)
+    valid = jnp.asarray(np.stack([np.zeros(24, bool), np.arange(24) >= 20]))  # all padding; left-padded
+    f = functools.partial(attn.blockwise_attention, key_valid=valid, block_q=8, block_k=8)
+    out = f(q, k, v)
+    np.testing.assert_array_equal(np.asarray(out[0]), 0.0)
+    np.testing.assert_array_equal(np.asarray(out[1, :20]), 0.0)
+    grads = jax.grad(lambda q, k, v: jnp.sum(f(q, k, v) ** 2), argnums=(0, 1, 2))(q, k, v)
+    assert all(np.isfinite(np.asarray(g)).all() for g in grads)
+
+
+def test_blockwise_never_holds_the_scores():
+    """The compiled forward+backward at T = S = 2048 needs far less than one [B, H, T, S] float32 score tensor."""
+    b, t, heads = 2, 2048, 4
+    q, k, v, rng = _inputs(b, t, t, heads, 2)
+    valid = jnp.asarray(np.arange(t)[None] < np.array([[t], [t // 2]]))
+    grad = lambda fn: jax.jit(jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v) ** 2), argnums=(0, 1, 2)))  # noqa: E731
+    scores_bytes = b * heads * t * t * 4
+    blockwise = grad(functools.partial(attn.blockwise_attention, key_valid=valid, block_q=256, block_k=256))
+    dense = grad(functools.partial(attn.dense_attention, key_valid=valid))
+    temp = lambda f: f.lower(q, k, v).compile().memory_analysis().temp_size_in_bytes  # noqa: E731
+    assert temp(blockwise) < scores_bytes / 8 < scores_bytes < temp(dense)
+
+
+def test_choose_implementation():
+    choose = functools.partial(attn.choose_implementation, head_dim=128, q_len=512, from_cache=False)
+    for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):  # the CPU never tries cuDNN
+        assert choose(platform="cpu", dtype=dtype) == "blockwise"
+    assert choose(platform="gpu", dtype=jnp.bfloat16, compute_capability="9.0") == "cudnn"
+    assert choose(platform="gpu", dtype=jnp.float16, compute_capability="8.0") == "cudnn"
+    assert choose(platform="gpu", dtype=jnp.float32, compute_capability="9.0") == "blockwise"
+    assert choose(platform="gpu", dtype=jnp.bfloat16, compute_capability="7.5") == "blockwise"
+    assert choose(platform="gpu", dtype=jnp.bfloat16, compute_capability=None) == "blockwise"  # not CUDA
+    assert choose(platform="gpu", dtype=jnp.bfloat16, compute_capability="9.0", from_cache=True) == "blockwise"
+    assert choose(platform="gpu", dtype=jnp.bfloat16, compute_capability="9.0", head_dim=256) == "cudnn"
+    assert choose(platform="gpu", dtype=jnp.bfloat16, compute_capability="8.6", head_dim=256) == "blockwise"
+    assert choose(platform="gpu", dtype=jnp.bfloat16, compute_capability="9.0", head_dim=60) == "blockwise"
+    assert choose(platform="gpu", dtype=jnp.bfloat16, compute_capability="9.0", q_len=1) == "dense"
+    assert choose(platform="cpu", dtype=jnp.float32, q_len=1, from_cache=True) == "dense"  # decode
+
+
+def test_right_padding_detects_prefix_masks():
+    lengths, ok = attn.right_padding(jnp.asarray([[1, 1, 0], [0, 0, 0], [1, 1, 1]], bool))
+    np.testing.assert_array_equal(lengths, [2, 0, 3])
+    assert bool(ok)
+    assert not bool(attn.right_padding(jnp.asarray([[0, 1, 1], [1, 0, 0]], bool))[1])
+
+
+def test_attention_rejects_bad_input():
+    q, k, v, _ = _inputs(2, 8, 8, 4, 2)
+    _, k3, v3, _ = _inputs(2, 8, 8, 4, 3)
+    with pytest.raises(ValueError, match="K dividing H"):
+        attn.attention(q, k3, v3)
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        attn.attention(q, k, v, implementation="flash")
+    with pytest.raises(ValueError, match="cache offset"):
+        attn.attention(q, k, v, offset=jnp.zeros(2, jnp.int32), implementation="cudnn")
+
+
+# ------------------------------------------------------------------------------------------ through the model
+def _use(monkeypatch, implementation: str, block: int = 32) -> None:
+    """Route the models' attention through one implementation, with small blocks so rows span several."""
+    monkeypatch.setattr(attn, "BLOCK_Q", block)
+    monkeypatch.setattr(attn, "BLOCK_K", block)
+    monkeypatch.setattr(transformer, "attention", functools.partial(attn.attention, implementation=implementation))
+
+
+def _model_loss_and_grads(model, tokens, mask):
+    graphdef, params = nnx.split(model)
+
+    @jax.jit
+    def loss(params):
+        logits, _ = nnx.merge(graphdef, params)(tokens, positions_from_mask(mask), attention_mask=mask)
+        logp = jax.nn.log_softmax(logits[:, :-1], axis=-1)
+        picked = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+        return -jnp.sum(picked * mask[:, 1:]), logits
+
+    (value, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    return value, logits, grads
+
+
+@pytest.mark.parametrize("remat", ["none", "full", "dots"])
+def test_model_loss_and_grads_match_dense(monkeypatch, remat):
+    model = CausalLM(tiny_config(num_layers=2, vocab_size=256, remat=remat), rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(1)
+    t = 75
+    tokens = jnp.asarray(rng.integers(0, 256, (3, t)), jnp.int32)
+    mask = jnp.asarray(np.arange(t)[None] < np.array([[t], [50], [9]]))
+    _use(monkeypatch, "dense")
+    want_loss, want_logits, want_grads = _model_loss_and_grads(model, tokens, mask)
+    _use(monkeypatch, "blockwise")
+    loss, logits, grads = _model_loss_and_grads(model, tokens, mask)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(logits)[np.asarray(mask)], np.asarray(want_logits)[np.asarray(mask)],
+                               atol=1e-5, rtol=0)
+    for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
+        np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(jnp.abs(want).max())), rtol=0)
+
+
+def test_model_prefill_at_row_offsets_matches_dense(monkeypatch):
+    """A second chunk of 40 tokens prefilled at per-row offsets 0/7/30 into a 96-slot cache, window 80."""
+    config = tiny_config(vocab_size=256)
+    model = CausalLM(config, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model)
+    rng = np.random.default_rng(2)
+    first = jnp.asarray(rng.integers(0, 256, (3, 30)), jnp.int32)
+    second = jnp.asarray(rng.integers(0, 256, (3, 40)), jnp.int32)
+    offsets = jnp.asarray([0, 7, 30], jnp.int32)
+
+    def run(query_lengths=None):
+        @jax.jit
+        def two_chunks(params):
+            m = nnx.merge(graphdef, params)
+            cache = init_cache(config, 3, 96)
+            zero = jnp.zeros((3,), jnp.int32)
+            _, cache = m(first, jnp.broadcast_to(jnp.arange(30), (3, 30)), cache=cache, cache_index=zero, kv_len=80)
+            pos = offsets[:, None] + jnp.arange(40)[None]
+            return m(second, pos, cache=cache, cache_index=offsets, kv_len=80, query_lengths=query_lengths)
+        return two_chunks(params)
+
+    _use(monkeypatch, "dense")
+    want, want_cache = run()
+    _use(monkeypatch, "blockwise", block=16)
+    got, got_cache = run()
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got_cache.k, want_cache.k, atol=1e-6, rtol=0)
+    lengths = jnp.asarray([19, 21, 3], jnp.int32)  # the rest of each chunk is padding; block 2 (t >= 32) skipped
+    got_short, _ = run(lengths)
+    real = np.arange(40)[None] < np.asarray(lengths)[:, None]
+    np.testing.assert_allclose(np.asarray(got_short)[real], np.asarray(want)[real], atol=1e-5, rtol=0)
