@@ -67,6 +67,10 @@ def get_base_config() -> ml_collections.ConfigDict:
         format_penalty=-0.1,
         reward_norm_method="identity",  # identity | mean_std | mean | asym_clip
         reward_norm_grouping="state",  # state | inductive | batch
+        engine="auto",  # continuous (episodes advance on their own) | lockstep (the reference) | auto: continuous
+        # on one process, lockstep across hosts; both give the same trajectories
+        slots=0,  # continuous: decode slots (0 = one per episode); fewer slots queue the episodes
+        chunk=8,  # continuous: decode steps per jitted chunk between the host's turn bookkeeping
     )
     c.filter = dict(
         strategy="top_p",  # top_p | top_k | top_k_abs | min_p

@@ -5,6 +5,7 @@ from __future__ import annotations
 CHOICES = {
     ("rollout", "context_mode"): ("full", "limited_multi_turn", "single_turn"),
     ("rollout", "prompt_style"): ("ragen", "compact"),
+    ("rollout", "engine"): ("auto", "continuous", "lockstep"),
     ("rollout", "reward_norm_method"): ("identity", "mean_std", "mean", "asym_clip"),
     ("rollout", "reward_norm_grouping"): ("state", "inductive", "batch"),
     ("model", "remat"): ("none", "full", "dots"),

@@ -269,6 +269,7 @@ def test_countdown_eval_with_a_scripted_policy_counts_successes(tmp_path):
 
     cfg = tiny_eval_config("countdown")
     cfg.rollout.response_length = 64
+    cfg.rollout.engine = "lockstep"  # the scripted sampler stands in for Sampler.generate
     right = generate_task(cfg.val.seed, ops="+-")
     wrong = generate_task(cfg.val.seed + 1, ops="+-")
     assert sum(wrong.nums) != wrong.target

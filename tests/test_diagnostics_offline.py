@@ -33,6 +33,7 @@ def _tiny_bandit_config():
     c.trainer.mini_batch_size = c.trainer.micro_batch_size = 8
     c.warmstart.enabled = False
     c.diagnostics.update(every=1, max_pairs=6, batch_size=8)  # 6 of the 8 episodes: the step's draw matters
+    c.rollout.engine = "lockstep"  # the scripted sampler stands in for Sampler.generate
     return c
 
 

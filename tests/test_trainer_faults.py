@@ -47,6 +47,7 @@ def _flaky_trainer(tmp_path, failing, monkeypatch):
     cfg = bandit_config(tmp_path, preset="grpo", adv_estimator="grpo", use_critic=False,
                         loss_agg_mode="seq-mean-token-mean", norm_adv_by_std_in_grpo=False)
     cfg.env.name = "test_trainer_faults:FlakyPick"
+    cfg.rollout.engine = "lockstep"  # the scripted answers are read in the order responses are decoded
     cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 0, 0, 0
     trainer = Trainer(cfg)
     said = iter(ANSWERS * 4)
@@ -107,3 +108,13 @@ def test_overflowing_updates_stop_the_run_with_a_reason(tmp_path, caplog):
     after = [np.asarray(x) for x in jax.tree.leaves(trainer.actor.trainable)]
     assert all(np.array_equal(a, b) for a, b in zip(before, after))  # never applied
     assert trainer.checkpointer.latest_step() is not None  # saving still works: the weights stayed finite
+
+
+def test_sampler_and_trainer_agree_on_the_sampled_tokens(tmp_path):
+    """The same model scores the tokens it sampled: in float32 the sampler's and the trainer's log-probs agree."""
+    cfg = bandit_config(tmp_path)
+    cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 0, 0, 0
+    metrics = Trainer(cfg).train_step(0)
+    assert metrics["rollout/logprob_abs_diff_mean"] < 1e-4 and metrics["rollout/logprob_abs_diff_max"] < 1e-3
+    assert abs(metrics["rollout/is_weight_mean"] - 1) < 1e-4
+    assert 0.999 < metrics["rollout/is_weight_min"] <= metrics["rollout/is_weight_max"] < 1.001

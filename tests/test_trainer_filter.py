@@ -21,6 +21,7 @@ def grpo_config(workdir, filter_value):
     c = bandit_config(workdir, preset="grpo", adv_estimator="grpo", use_critic=False,
                       loss_agg_mode="seq-mean-token-mean")
     c.env.name = "test_trainer_faults:FlakyPick"
+    c.rollout.engine = "lockstep"  # the scripted picks are read in the order responses are decoded
     c.env.groups, c.env.group_size = 4, 4
     c.trainer.mini_batch_size, c.trainer.micro_batch_size = 4, 2
     c.trainer.save_every, c.val.every, c.diagnostics.every = 0, 0, 0

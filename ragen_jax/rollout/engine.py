@@ -97,6 +97,7 @@ class RolloutEngine:
         cache_lens = np.array(cache_lens, np.int32)
         active = np.ones(B, bool)
         turn_times = []
+        slot_steps = generated = 0
 
         for _ in range(cfg.max_turn):
             if not agree_any(active.any()):  # every process makes the same generate calls
@@ -125,6 +126,8 @@ class RolloutEngine:
             play.timing["generate"] += time.perf_counter() - t0
 
             rows = np.nonzero(active)[0]
+            slot_steps += int(lengths[rows].max(initial=0)) * B  # every row rides the loop to the slowest one
+            generated += int(lengths[rows].sum())
             t0 = time.perf_counter()
             actions = [[] for _ in range(B)]
             for b in rows:
@@ -139,6 +142,7 @@ class RolloutEngine:
         result = finish_rollout(self.builder, cfg, self.tokenizer, episodes, logprobs, tag, play.timing, row_multiple)
         result.timing["glue"] += time.perf_counter() - t0
         result.extras["turn_times"] = turn_times
+        result.extras["decode_steps_per_token"] = slot_steps / max(generated, 1)
         return result
 
     # ----------------------------------------------------------------------------------------

@@ -141,32 +141,37 @@ def _token_keys(keys: jax.Array, step: jax.Array) -> jax.Array:
     return jax.vmap(jax.random.fold_in)(jax.random.wrap_key_data(keys), jnp.broadcast_to(step, keys.shape[:1]))
 
 
-def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, params, cache, state: TurnState, rows,
-           tokens, cache_index, new_lens, keys):
-    """Starts a turn for rows [R] (an entry B is padding, ignored): feeds their new tokens [R, Tb] into the
-    cache from cache_index [R] and samples token 0 with fold_in(keys[r], 0) (keys [R, k] raw). -> (cache, state)."""
+def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place: bool, params, cache,
+           state: TurnState, rows, source, prefill_rows, tokens, cache_index, new_lens, keys):
+    """Starts a turn for rows [R] (an entry B is padding, ignored).
+
+    Prefills U sequences: new tokens [U, Tb] from cache_index [U] into the cache rows prefill_rows [U] (a copy of
+    their first kv_len slots); row r then takes prefill source[r]'s cache slots and last hidden state (rows that
+    start from the same prompt share one prefill) and samples token 0 with fold_in(keys[r], 0) (keys [R, k] raw).
+    `in_place` (static): rows and prefills are every row in order (the lockstep case), so the cache is written
+    in place. -> (cache, state)."""
     model = nnx.merge(graphdef, params)
     batch = state.lengths.shape[0]
-    if rows.shape[0] == batch:  # every row (the lockstep case): no gather, the cache is written in place
+    if in_place:
         sub = cache
     else:
-        safe = jnp.minimum(rows, batch - 1)
+        safe = jnp.minimum(prefill_rows, batch - 1)
         sub = KVCache(k=cache.k[:, safe, :kv_len], v=cache.v[:, safe, :kv_len])
     positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
     hidden, sub = model.hidden(tokens, positions, cache=sub, cache_index=cache_index, kv_len=kv_len)
-    if rows.shape[0] == batch:
+    if in_place:
         cache = sub
     else:
-        cache = KVCache(k=cache.k.at[:, rows, :kv_len].set(sub.k, mode="drop"),
-                        v=cache.v.at[:, rows, :kv_len].set(sub.v, mode="drop"))
+        cache = KVCache(k=cache.k.at[:, rows, :kv_len].set(sub.k[:, source], mode="drop"),
+                        v=cache.v.at[:, rows, :kv_len].set(sub.v[:, source], mode="drop"))
     last = jnp.take_along_axis(hidden, jnp.maximum(new_lens - 1, 0)[:, None, None], axis=1)[:, 0]
     logits = model.logits(last[:, None, :].astype(model.config.jnp_dtype))[:, 0]
-    tok, lp, raw = sample_rows(_token_keys(keys, jnp.int32(0)), logits, config)
+    tok, lp, raw = sample_rows(_token_keys(keys, jnp.int32(0)), logits[source], config)
     state = state.replace(
         tokens=state.tokens.at[rows].set(pad_id, mode="drop"),
         logprobs=state.logprobs.at[rows].set(0.0, mode="drop"),
         raw_logprobs=state.raw_logprobs.at[rows].set(0.0, mode="drop"),
-        base=state.base.at[rows].set(cache_index + new_lens, mode="drop"),
+        base=state.base.at[rows].set((cache_index + new_lens)[source], mode="drop"),
         keys=state.keys.at[rows].set(keys, mode="drop"))
     return cache, _record(state, rows, jnp.int32(0), tok, lp, raw, config)
 
@@ -285,10 +290,11 @@ class Sampler:
         capped at cache_size, so a run compiles a few windows; cache_size without `kv_window`."""
         return min(self.cache_size, bucket_length(end, minimum=MIN_WINDOW)) if self.kv_window else self.cache_size
 
-    def _begin_fn(self, config: SamplingConfig, rows: int, bucket: int, kv_len: int):
-        build = lambda: jax.jit(functools.partial(_begin, self.graphdef, config, self.pad_id, kv_len),  # noqa: E731
-                                donate_argnums=(1, 2))
-        return self._program(("begin", config, rows, bucket, kv_len), build)
+    def _begin_fn(self, config: SamplingConfig, rows: int, prefills: int, bucket: int, kv_len: int,
+                  in_place: bool = False):
+        build = lambda: jax.jit(functools.partial(_begin, self.graphdef, config, self.pad_id, kv_len,  # noqa: E731
+                                                  in_place), donate_argnums=(1, 2))
+        return self._program(("begin", config, rows, prefills, bucket, in_place, kv_len), build)
 
     def _decode_fn(self, config: SamplingConfig, kv_len: int, steps: int):
         build = lambda: jax.jit(functools.partial(_decode, self.graphdef, config, kv_len, steps),  # noqa: E731
@@ -296,11 +302,14 @@ class Sampler:
         return self._program(("decode", config, steps, kv_len), build)  # the window last, as for begin
 
     def begin(self, params, cache: KVCache, state: TurnState, rows, new_tokens, new_lens, cache_lens, keys,
-              config: SamplingConfig) -> tuple[KVCache, TurnState]:
+              config: SamplingConfig, *, source=None) -> tuple[KVCache, TurnState]:
         """Starts a turn for the global rows `rows` [R]: appends new_tokens[r, :new_lens[r]] to row r's cached
         sequence (its first cache_lens[r] slots) and samples the turn's first token with keys[r] (raw key data
-        [R, k], e.g. `row_keys`). One process; the cache and state are donated. -> (cache, state).
-        The rows are padded to a power of two, so a run compiles a few programs."""
+        [R, k], e.g. `episode_turn_keys`). One process; the cache and state are donated. -> (cache, state).
+
+        source [R] (optional): row r reuses the prefill of row source[r] (an index into `rows`, whose new tokens
+        and cache length it shares), e.g. the episodes of a group starting from one prompt: prefilled once.
+        Rows and prefills are padded to powers of two, so a run compiles a few programs."""
         rows = np.asarray(rows, np.int32)
         r = len(rows)
         if r == 0:
@@ -310,18 +319,28 @@ class Sampler:
         if np.any(lens < 1):
             raise ValueError(f"Every row a turn begins for needs >= 1 new token (at least the last sampled one); "
                              f"got new_lens {lens}.")
-        size = min(bucket_length(r, minimum=1), self.batch_size)
-        bucket = bucket_length(int(lens.max()))
-        kv_len = self.window_length(int((index + lens).max()) + config.max_new_tokens)
-        pad = size - r
-        tokens = np.full((size, bucket), self.pad_id, np.int32)
-        given = np.asarray(new_tokens, np.int32)[:, :bucket]
-        tokens[:r, :given.shape[1]] = given
+        source = np.arange(r) if source is None else np.asarray(source, np.int64)
+        if source.shape != (r,) or np.any(source[source] != source):
+            raise ValueError("source must map each row to a row (of `rows`) that is its own source.")
+        sources, position = np.unique(source, return_inverse=True)  # the prefills, and which one each row takes
+        u = len(sources)
+        size, prefills = (min(bucket_length(n, minimum=1), self.batch_size) for n in (r, u))
+        bucket = bucket_length(int(lens[sources].max()))
+        kv_len = self.window_length(int((index + lens)[sources].max()) + config.max_new_tokens)
+        tokens = np.full((prefills, bucket), self.pad_id, np.int32)
+        given = np.asarray(new_tokens, np.int32)[sources, :bucket]
+        tokens[:u, :given.shape[1]] = given
         keys = np.asarray(keys, np.uint32)
-        args = (np.concatenate([rows, np.full(pad, self.batch_size, np.int32)]), tokens,
-                np.concatenate([index, np.zeros(pad, np.int32)]), np.concatenate([lens, np.ones(pad, np.int32)]),
+        pad, pad_u = size - r, prefills - u
+        args = (np.concatenate([rows, np.full(pad, self.batch_size, np.int32)]),
+                np.concatenate([position, np.zeros(pad, np.int64)]).astype(np.int32),
+                np.concatenate([rows[sources], np.full(pad_u, self.batch_size, np.int32)]), tokens,
+                np.concatenate([index[sources], np.zeros(pad_u, np.int32)]),
+                np.concatenate([lens[sources], np.ones(pad_u, np.int32)]),
                 np.concatenate([keys, np.zeros((pad, keys.shape[1]), np.uint32)]))
-        return self._begin_fn(config, size, bucket, kv_len)(params, cache, state, *map(jnp.asarray, args))
+        in_place = r == u == self.batch_size and np.array_equal(rows, np.arange(r)) and np.array_equal(sources, np.arange(r))
+        fn = self._begin_fn(config, size, prefills, bucket, kv_len, in_place)
+        return fn(params, cache, state, *map(jnp.asarray, args))
 
     def decode(self, params, cache: KVCache, state: TurnState, config: SamplingConfig, steps: int, *,
                end: int) -> tuple[KVCache, TurnState]:
@@ -394,9 +413,10 @@ class Sampler:
             padded = np.full((self.local_batch_size, bucket), self.pad_id, np.int32)
             padded[:, :min(bucket, tokens_np.shape[1])] = tokens_np[:, :bucket]
             put = self.to_global
-            fn = self._begin_fn(config, self.batch_size, bucket, self.window_length(end))
-            cache, state = fn(params, cache, state, put(np.arange(self.rows.start, self.rows.stop, dtype=np.int32)),
-                              put(padded), put(cache_lens_np), put(np.maximum(lens_np, 1)), put(keys))
+            fn = self._begin_fn(config, self.batch_size, self.batch_size, bucket, self.window_length(end), True)
+            rows = put(np.arange(self.rows.start, self.rows.stop, dtype=np.int32))
+            cache, state = fn(params, cache, state, rows, rows, rows, put(padded), put(cache_lens_np),
+                              put(np.maximum(lens_np, 1)), put(keys))
             state = _settle_idle(state, put(active_np), put(cache_lens_np), jnp.int32(self.pad_id))
         cache, state = self.decode(params, cache, state, config, config.max_new_tokens, end=end)
         return state_output(state, cache)

@@ -25,7 +25,8 @@ from ragen_jax import sharding
 from ragen_jax.checkpoint import Checkpointer
 from ragen_jax.filtering import FilterConfig, advantage_scale, compact, filter_rollouts, update_empty_streak
 from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
-from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds
+from ragen_jax.rollout import RolloutConfig, group_seeds
+from ragen_jax.rollout.continuous import make_engine
 from ragen_jax.rollout.dump import write_jsonl
 from ragen_jax.trainer import report
 from ragen_jax.trainer import setup as setup_lib
@@ -105,6 +106,19 @@ def _masked_means(arrays: dict[str, jax.Array], mask: jax.Array) -> dict[str, ja
 
 
 @jax.jit
+def sampler_agreement(old_logprobs: jax.Array, sample_logprobs: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
+    """How far the trainer's log-probs of the sampled tokens are from the sampler's, over mask [B, T]:
+    mean and max |difference| and the importance weight exp(trainer - sampler) (mean, min, max)."""
+    on = mask > 0
+    diff = jnp.where(on, jnp.abs(old_logprobs - sample_logprobs), 0.0)
+    weight = jnp.exp(jnp.clip(old_logprobs - sample_logprobs, -20.0, 20.0))
+    return {"rollout/logprob_abs_diff_mean": masked_mean(diff, mask), "rollout/logprob_abs_diff_max": diff.max(),
+            "rollout/is_weight_mean": masked_mean(weight, mask),
+            "rollout/is_weight_min": jnp.where(on, weight, jnp.inf).min(),
+            "rollout/is_weight_max": jnp.where(on, weight, -jnp.inf).max()}
+
+
+@jax.jit
 def _take_rows(arrays: dict[str, jax.Array], rows: jax.Array) -> dict[str, jax.Array]:
     """One mini-batch: rows [m] of every [B, ...] array in one program, the result split over the batch axes."""
     return {k: sharding.constrain_rows(jnp.take(v, rows, axis=0)) for k, v in arrays.items()}
@@ -148,10 +162,11 @@ class Trainer:
 
         self.rollout_cfg = rollout_config(cfg)
         # each process plays the episodes of the rows its devices hold, with its own envs
-        self.engine = RolloutEngine(self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.batch_size,
-                                    mesh=self.mesh)
-        self.val_engine = RolloutEngine(self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.val_batch,
-                                        mesh=self.mesh)
+        r = cfg.rollout
+        self.engine = make_engine(r.engine, self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.batch_size,
+                                  slots=r.slots, chunk=r.chunk, mesh=self.mesh)
+        self.val_engine = make_engine(r.engine, self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.val_batch,
+                                      slots=r.slots, chunk=r.chunk, mesh=self.mesh)
 
         updates = t.total_steps * t.epochs * max(self.batch_size // t.mini_batch_size, 1)
         self.actor_tx, self.actor_lr = make_optimizer(cfg.optim.actor, updates)
@@ -329,6 +344,8 @@ class Trainer:
         arrays["positions"] = scored_positions(arrays["loss_mask"])  # log-probs are needed only where trained
         dev = sharding.shard_batch(arrays, self.mesh)
         dev["old_logprobs"] = self._score_rows(self.fns["score_policy"], self.actor.trainable, self.actor.frozen, dev)
+        metrics.update({k: float(v) for k, v in sampler_agreement(dev["old_logprobs"], dev["sample_logprobs"],
+                                                                  dev["loss_mask"]).items()})
         if self.need_ref:
             dev["ref_logprobs"] = self._score_rows(self.fns["score_policy"], *self._ref_split(), dev)
         values = (self._score_rows(self.fns["score_values"], self.critic.trainable, self.critic.frozen, dev)

@@ -1,0 +1,169 @@
+"""The continuous rollout engine: episodes advance on their own through a fixed number of decode slots.
+
+Each slot holds one episode (its KV cache stays in the slot across turns). Decoding runs in jitted chunks of
+K steps over every slot; between chunks the host takes the slots whose turn ended, books the responses, steps
+those episodes' envs, and begins their next turns (prefilling only the new tokens, into those slots only)
+while the other slots keep decoding in the next chunk. An episode that ends frees its slot for the next
+waiting one, so a rollout can hold more episodes than slots. The episodes of a group start from the same
+prompt: it is prefilled once and its KV copied into the members' slots.
+
+Token n of an episode's turn t is drawn with the key of (episode, t) folded with n, as the lockstep engine
+(`RolloutEngine`) draws it: both give the same trajectories, whatever the slot count, chunk size or finishing
+order. One process (the lockstep engine plays across hosts).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs.protocols import EnvBatch
+from ragen_jax.rollout.context import ContextBuilder
+from ragen_jax.rollout.engine import EpisodeBook, RolloutConfig, finish_rollout
+from ragen_jax.rollout.types import RolloutResult
+from ragen_jax.sampling import Sampler, episode_turn_keys
+
+
+@jax.jit
+def _rows_of(state, rows):
+    """The finished rows' tokens, log-probs and lengths [R, ...] (a small transfer instead of the whole state)."""
+    return (jnp.take(state.tokens, rows, axis=0), jnp.take(state.logprobs, rows, axis=0),
+            jnp.take(state.raw_logprobs, rows, axis=0), jnp.take(state.lengths, rows), jnp.take(state.cache_lens, rows))
+
+
+def make_engine(kind: str, graphdef, tokenizer, config: RolloutConfig, batch_size: int, *, slots: int = 0,
+                chunk: int = 8, mesh=None):
+    """The rollout engine a config names: "continuous", "lockstep", or "auto" (continuous on one process,
+    lockstep across hosts). Both play the same trajectories."""
+    from ragen_jax.rollout.engine import RolloutEngine
+
+    if kind not in ("auto", "continuous", "lockstep"):
+        raise ValueError(f"rollout.engine={kind!r} must be 'auto', 'continuous' or 'lockstep'.")
+    if kind == "lockstep" or (kind == "auto" and jax.process_count() > 1):
+        return RolloutEngine(graphdef, tokenizer, config, batch_size, mesh=mesh)
+    return ContinuousEngine(graphdef, tokenizer, config, batch_size, slots=slots, chunk=chunk, mesh=mesh)
+
+
+class ContinuousEngine:
+    """Plays `batch_size` episodes through `slots` decode slots (default: one per episode), K steps a chunk."""
+
+    def __init__(self, graphdef, tokenizer, config: RolloutConfig, batch_size: int, *, slots: int = 0,
+                 chunk: int = 8, share_prompts: bool = True, mesh=None):
+        if jax.process_count() > 1:
+            raise ValueError("The continuous rollout engine plays on one process; across hosts use "
+                             "rollout.engine='lockstep'.")
+        if chunk < 1:
+            raise ValueError(f"rollout.chunk must be >= 1 decode steps, got {chunk}.")
+        self.config, self.tokenizer = config, tokenizer
+        self.batch_size = self.local_batch_size = batch_size
+        self.rows = slice(0, batch_size)
+        self.slots = min(slots or batch_size, batch_size)
+        self.chunk, self.share_prompts = int(chunk), share_prompts
+        self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
+        self.sampler = Sampler(graphdef, cache_size=config.max_model_len, pad_id=tokenizer.pad_token_id,
+                               batch_size=self.slots, mesh=mesh)
+
+    def run(self, params: Any, env: EnvBatch, seeds: Sequence[int], group_ids: Sequence[int],
+            key: jax.Array, *, tag: str, temperature: float | None = None, greedy: bool = False,
+            row_multiple: int = 1) -> RolloutResult:
+        """Play one episode per seed (episodes of a group share a seed) and build the batch (as RolloutEngine.run)."""
+        cfg = self.config
+        play = EpisodeBook.start(self, env, seeds, group_ids, tag)
+        sampling = cfg.sampling(self.tokenizer, temperature=temperature, greedy=greedy)
+        cache, _ = self.sampler.init_cache()
+        state = self.sampler.idle_state(sampling)
+        episode_of = np.full(self.slots, -1)  # the episode each slot holds
+        cache_len = np.zeros(self.slots, np.int32)  # that episode's tokens in the slot's cache
+        end = np.zeros(self.slots, np.int64)  # the last cache slot its current turn can reach
+        decoding = np.zeros(self.slots, bool)
+        waiting = collections.deque(range(self.batch_size))
+        starting = list(range(self.slots))  # slots whose episode's next turn begins before the next chunk
+        active = np.ones(self.batch_size, bool)
+        stats = collections.Counter()
+
+        while True:
+            for slot in starting:
+                if episode_of[slot] < 0 and waiting:
+                    episode_of[slot], cache_len[slot] = waiting.popleft(), 0
+            starting = [s for s in starting if episode_of[s] >= 0]
+            if starting:
+                cache, state = self._begin_turns(params, cache, state, play, starting, episode_of, cache_len, end,
+                                                 key, sampling, stats)
+                decoding[starting] = True
+            if not decoding.any():
+                break
+            t0 = time.perf_counter()
+            before = np.asarray(state.lengths)
+            cache, state = self.sampler.decode(params, cache, state, sampling, self.chunk, end=int(end[decoding].max()))
+            done, lengths = (np.asarray(x) for x in (state.done, state.lengths))
+            play.timing["generate"] += time.perf_counter() - t0
+            grown = np.where(decoding, lengths - before, 0)
+            stats["decode_steps"] += int(grown.max(initial=0)) * self.slots
+            stats["tokens"] += int(grown.sum())
+            finished = np.flatnonzero(decoding & done)
+            decoding[finished] = False
+            starting = self._end_turns(play, state, finished, episode_of, cache_len, active) if finished.size else []
+
+        t0 = time.perf_counter()
+        result = finish_rollout(self.builder, cfg, self.tokenizer, play.episodes, play.logprobs, tag, play.timing,
+                                row_multiple)
+        result.timing["glue"] += time.perf_counter() - t0
+        generated = stats["tokens"] + stats["first_tokens"]
+        result.extras["decode_steps_per_token"] = (stats["decode_steps"] + stats["first_tokens"]) / max(generated, 1)
+        result.extras["stats"] = dict(stats)
+        return result
+
+    def _begin_turns(self, params, cache, state, play: EpisodeBook, slots: list[int], episode_of, cache_len, end,
+                     key, sampling, stats):
+        """Begin the current turn of the episodes in `slots`: feed their new tokens and sample each first token.
+        Episodes that start from the same prompt with an empty cache share one prefill."""
+        t0 = time.perf_counter()
+        episodes = [int(episode_of[s]) for s in slots]
+        feeds = []
+        for slot, ep in zip(slots, episodes):
+            cache_len[slot], new = play.next_context(ep, int(cache_len[slot]))
+            feeds.append(new)
+        source = list(range(len(slots)))
+        if self.share_prompts:
+            first = {}
+            for i, (slot, new) in enumerate(zip(slots, feeds)):
+                if cache_len[slot] == 0:
+                    source[i] = first.setdefault(tuple(new.tolist()), i)
+        lens = np.array([len(f) for f in feeds], np.int32)
+        tokens = np.full((len(slots), int(lens.max())), self.tokenizer.pad_token_id, np.int32)
+        for i, f in enumerate(feeds):
+            tokens[i, :len(f)] = f
+        keys = episode_turn_keys(key, episodes, play.turns(episodes))
+        play.timing["glue"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cache, state = self.sampler.begin(params, cache, state, np.asarray(slots), tokens, lens, cache_len[slots],
+                                          keys, sampling, source=np.asarray(source))
+        play.timing["generate"] += time.perf_counter() - t0
+        end[slots] = cache_len[slots] + lens + sampling.max_new_tokens
+        stats["first_tokens"] += len(slots)
+        stats["prefills"] += len(set(source))
+        stats["prefill_tokens"] += int(sum(lens[i] for i in set(source)))
+        return cache, state
+
+    def _end_turns(self, play: EpisodeBook, state, slots: np.ndarray, episode_of, cache_len, active) -> list[int]:
+        """Book the responses of the turns that ended in `slots`, step their envs; -> slots to begin next
+        (continuing episodes, and freed slots a waiting episode can take)."""
+        t0 = time.perf_counter()
+        tokens, sample_lp, raw_lp, lengths, kept = (np.asarray(x) for x in _rows_of(state, jnp.asarray(slots)))
+        episodes = [int(episode_of[s]) for s in slots]
+        actions = [[] for _ in range(self.batch_size)]
+        for i, (slot, ep) in enumerate(zip(slots, episodes)):
+            n = lengths[i]
+            actions[ep] = play.record_response(ep, tokens[i, :n], sample_lp[i, :n], raw_lp[i, :n])
+            cache_len[slot] = kept[i]
+        play.timing["glue"] += time.perf_counter() - t0
+        ended = set(play.step_envs(np.asarray(episodes), actions, active))
+        for slot, ep in zip(slots, episodes):
+            if ep in ended:
+                episode_of[slot] = -1
+        return [int(s) for s in slots]
