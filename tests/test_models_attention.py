@@ -188,7 +188,7 @@ def test_attention_rejects_bad_input():
         attn.attention(q, k3, v3)
     with pytest.raises(ValueError, match="implementation must be one of"):
         attn.attention(q, k, v, implementation="flash")
-    with pytest.raises(ValueError, match="cache offset"):
+    with pytest.raises(ValueError, match="without a cache"):
         attn.attention(q, k, v, offset=jnp.zeros(2, jnp.int32), implementation="cudnn")
 
 
@@ -263,3 +263,17 @@ def test_model_prefill_at_row_offsets_matches_dense(monkeypatch):
     got_short, _ = run(lengths)
     real = np.arange(40)[None] < np.asarray(lengths)[:, None]
     np.testing.assert_allclose(np.asarray(got_short)[real], np.asarray(want)[real], atol=1e-5, rtol=0)
+
+
+
+@pytest.mark.parametrize("t", [1, 45])
+def test_heads_major_keys_give_the_same_attention(t):
+    """The KV cache's layout ([B, K, S, hd]) attends exactly as [B, S, K, hd], decode (dense) and prefill
+    (blockwise, from a cache offset)."""
+    q, k, v, _ = _inputs(2, t, 64, 4, 2)
+    offset = jnp.asarray([3, 19 - t if t < 19 else 0], jnp.int32)
+    valid = jnp.arange(64)[None, :] < jnp.asarray([40, 64])[:, None]
+    want = attn.attention(q, k, v, offset=offset, key_valid=valid)
+    got = attn.attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), offset=offset, key_valid=valid,
+                         heads_major=True)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)

@@ -146,6 +146,7 @@ def test_loss_mask_covers_exactly_the_responses(tok, sokoban_eps, mode):
 def test_demo_contexts_are_what_the_engine_would_prompt(tok, sokoban_eps, mode):
     """Every trained response follows exactly the context the rollout engine builds for that turn."""
     from ragen_jax.rollout import RolloutEngine
+    from ragen_jax.rollout.engine import fit_context
     from ragen_jax.rollout.types import Episode
 
     model, _ = make_tiny_model(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
@@ -162,7 +163,7 @@ def test_demo_contexts_are_what_the_engine_would_prompt(tok, sokoban_eps, mode):
             partial = Episode(env_tag=ep.env_tag, seed=ep.seed, group_id=0, system=ep.system,
                               history=[dataclasses.replace(r) for r in ep.history[: t + 1]])
             partial.history[-1].response_text = partial.history[-1].response_tokens = None
-            contexts.append(engine._fit_context(partial))
+            contexts.append(fit_context(engine.builder, engine.config, partial))
     assert len(contexts) == rows.num_rows
     for i, ctx in enumerate(contexts):
         np.testing.assert_array_equal(rows.tokens[i, :starts[i]], ctx)

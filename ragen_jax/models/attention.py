@@ -51,21 +51,23 @@ def _device_facts() -> tuple[str, str | None]:
     return device.platform, getattr(device, "compute_capability", None)
 
 
-def dense_attention(q, k, v, offset=None, key_valid=None) -> jax.Array:
-    """Reference form: q [B, T, H, hd], k/v [B, S, K, hd] -> [B, T, H, hd] through the full [B, K, G, T, S]
-    scores (float32) and a [B, T, S] mask. Used for decode steps (T = 1) and as the tests' reference."""
+def dense_attention(q, k, v, offset=None, key_valid=None, heads_major: bool = False) -> jax.Array:
+    """Reference form: q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd], the cache's layout) ->
+    [B, T, H, hd] through the full [B, K, G, T, S] scores (float32) and a [B, T, S] mask. Used for decode steps
+    (T = 1) and as the tests' reference."""
     b, t, h, hd = q.shape
-    s, kh = k.shape[1], k.shape[2]
+    kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
+    kv = "bksd" if heads_major else "bskd"
     offset = jnp.zeros((b,), jnp.int32) if offset is None else offset
     mask = jnp.arange(s)[None, None, :] <= offset[:, None, None] + jnp.arange(t)[None, :, None]
     if key_valid is not None:
         mask = mask & key_valid.astype(bool)[:, None, :]
     qg = q.reshape(b, t, kh, h // kh, hd)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = jnp.einsum(f"btkgd,{kv}->bkgts", qg, k, preferred_element_type=jnp.float32)
     scores = scores * (1.0 / math.sqrt(hd))
     scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, h, hd)
+    return jnp.einsum(f"bkgts,{kv}->btkgd", probs, v).reshape(b, t, h, hd)
 
 
 # ----------------------------------------------------------------------------------------- blocked layout
@@ -90,8 +92,13 @@ def _from_query_blocks(x: jax.Array, t: int, heads: int) -> jax.Array:
     return x.reshape(b, nq * bq, heads, hd)[:, :t]
 
 
-def _to_key_blocks(k: jax.Array, bk: int) -> jax.Array:
-    """[B, S, K, hd] -> [nk, B, K, bk, hd] (S padded to whole blocks)."""
+def _to_key_blocks(k: jax.Array, bk: int, heads_major: bool = False) -> jax.Array:
+    """[B, S, K, hd] (heads_major: [B, K, S, hd]) -> [nk, B, K, bk, hd] (S padded to whole blocks)."""
+    if heads_major:
+        b, kh, s, hd = k.shape
+        sp = _round_up(s, bk)
+        k = jnp.pad(k, ((0, 0), (0, 0), (0, sp - s), (0, 0)))
+        return k.reshape(b, kh, sp // bk, bk, hd).transpose(2, 0, 1, 3, 4)
     b, s, kh, hd = k.shape
     sp = _round_up(s, bk)
     k = jnp.pad(k, ((0, 0), (0, sp - s), (0, 0), (0, 0)))
@@ -218,17 +225,19 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
 def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None, *, block_q: int | None = None,
-                        block_k: int | None = None) -> jax.Array:
-    """q [B, T, H, hd], k/v [B, S, K, hd] -> [B, T, H, hd] in q's dtype, holding one [G*block_q, block_k] score
-    block per (row, key head) at a time (default BLOCK_Q, BLOCK_K). Gradients recompute blocks (custom VJP).
-    query_lengths [B] (optional): queries t >= query_lengths[b] are padding, whole blocks of them are skipped."""
+                        block_k: int | None = None, heads_major: bool = False) -> jax.Array:
+    """q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd]) -> [B, T, H, hd] in q's dtype, holding one
+    [G*block_q, block_k] score block per (row, key head) at a time (default BLOCK_Q, BLOCK_K). Gradients recompute
+    blocks (custom VJP). query_lengths [B] (optional): queries t >= query_lengths[b] are padding, whole blocks of
+    them are skipped."""
     b, t, h, hd = q.shape
-    s, kh = k.shape[1], k.shape[2]
+    kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
     bq, bk = min(block_q or BLOCK_Q, _round_up(t, 8)), min(block_k or BLOCK_K, _round_up(s, 8))
     offset = jnp.zeros((b,), jnp.int32) if offset is None else offset.astype(jnp.int32)
     nq = _round_up(t, bq) // bq
     q_blocks = nq if query_lengths is None else (jnp.max(query_lengths).astype(jnp.int32) + bq - 1) // bq
-    out = _flash(_to_query_blocks(q, kh, bq), _to_key_blocks(k, bk), _to_key_blocks(v, bk), offset,
+    out = _flash(_to_query_blocks(q, kh, bq), _to_key_blocks(k, bk, heads_major), _to_key_blocks(v, bk, heads_major),
+                 offset,
                  _valid_blocks(key_valid, b, s, bk), jnp.asarray(q_blocks, jnp.int32), 1.0 / math.sqrt(hd), bq)
     return _from_query_blocks(out, t, h)
 
@@ -254,8 +263,9 @@ def _cudnn_attention(q, k, v, key_valid) -> jax.Array:
 
 
 def attention(q, k, v, *, offset=None, key_valid=None, query_lengths=None,
-              implementation: str | None = None) -> jax.Array:
-    """Causal GQA: q [B, T, H, hd], k/v [B, S, K, hd] -> [B, T, H, hd]; query t of row b sees slots
+              implementation: str | None = None, heads_major: bool = False) -> jax.Array:
+    """Causal GQA: q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd], the KV cache's layout) ->
+    [B, T, H, hd]; query t of row b sees slots
     s <= offset[b] + t (offset [B] int32, None = 0) with key_valid[b, s] ([B, S] bool, None = all).
     query_lengths [B] int32 (optional): queries t >= query_lengths[b] are padding whose output is unspecified
     (blockwise skips whole blocks of them). implementation: one of IMPLEMENTATIONS, or None to pick with
@@ -263,12 +273,14 @@ def attention(q, k, v, *, offset=None, key_valid=None, query_lengths=None,
     chex.assert_rank([q, k, v], 4)
     chex.assert_equal_shape([k, v])
     b, t, h, hd = q.shape
-    if h % k.shape[2] or k.shape[0] != b or k.shape[3] != hd:
-        raise ValueError(f"q {q.shape} and k/v {k.shape} must be [B, T, H, hd] and [B, S, K, hd] with K dividing H.")
+    kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
+    if h % kh or k.shape[0] != b or k.shape[3] != hd:
+        layout = "[B, K, S, hd]" if heads_major else "[B, S, K, hd]"
+        raise ValueError(f"q {q.shape} and k/v {k.shape} must be [B, T, H, hd] and {layout} with K dividing H.")
     if offset is not None:
         chex.assert_shape(offset, (b,))
     if key_valid is not None:
-        chex.assert_shape(key_valid, (b, k.shape[1]))
+        chex.assert_shape(key_valid, (b, s))
     if query_lengths is not None:
         chex.assert_shape(query_lengths, (b,))
     if implementation is None:
@@ -276,11 +288,11 @@ def attention(q, k, v, *, offset=None, key_valid=None, query_lengths=None,
         implementation = choose_implementation(platform=platform, dtype=q.dtype, head_dim=hd, q_len=t,
                                                from_cache=offset is not None, compute_capability=capability)
     if implementation == "dense":
-        return dense_attention(q, k, v, offset, key_valid)
+        return dense_attention(q, k, v, offset, key_valid, heads_major)
     if implementation == "blockwise":
-        return blockwise_attention(q, k, v, offset, key_valid, query_lengths)
+        return blockwise_attention(q, k, v, offset, key_valid, query_lengths, heads_major=heads_major)
     if implementation == "cudnn":
-        if offset is not None:
-            raise ValueError("implementation='cudnn' covers attention without a cache offset; use 'blockwise'.")
+        if offset is not None or heads_major:
+            raise ValueError("implementation='cudnn' covers attention without a cache; use 'blockwise'.")
         return _cudnn_attention(q, k, v, key_valid)
     raise ValueError(f"implementation must be one of {IMPLEMENTATIONS} or None, got {implementation!r}.")

@@ -25,14 +25,15 @@ _INIT = nnx.initializers.normal(0.02)
 
 @flax.struct.dataclass
 class KVCache:
-    """Keys and values of every layer; row b's sequence lies in slots 0.. of axis 2."""
+    """Keys and values of every layer; row b's sequence lies in slots 0.. of axis 3. Key heads come before slots,
+    the layout attention reads, so a decode step reads the cache without re-laying it out."""
 
-    k: jax.Array  # [num_layers, B, S, num_kv_heads, head_dim]
-    v: jax.Array  # [num_layers, B, S, num_kv_heads, head_dim]
+    k: jax.Array  # [num_layers, B, num_kv_heads, S, head_dim]
+    v: jax.Array  # [num_layers, B, num_kv_heads, S, head_dim]
 
     @property
     def max_len(self) -> int:
-        return self.k.shape[2]
+        return self.k.shape[3]
 
 
 @flax.struct.dataclass
@@ -46,8 +47,8 @@ class KeyMask:
 
 
 def init_cache(config: ModelConfig, batch_size: int, max_len: int, dtype: Any = None) -> KVCache:
-    """A zero KV cache [num_layers, B, max_len, num_kv_heads, head_dim] in the compute dtype by default."""
-    shape = (config.num_layers, batch_size, max_len, config.num_kv_heads, config.head_dim)
+    """A zero KV cache [num_layers, B, num_kv_heads, max_len, head_dim] in the compute dtype by default."""
+    shape = (config.num_layers, batch_size, config.num_kv_heads, max_len, config.head_dim)
     dtype = jnp.dtype(dtype) if dtype is not None else config.jnp_dtype
     return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
 
@@ -120,7 +121,7 @@ class Attention(nnx.Module):
         self.qk_norm = cfg.qk_norm
 
     def __call__(self, x, positions, inv_freq, mask: KeyMask, cache, cache_index, layer):
-        """x [B, T, D], cache (k, v) [L, B, S, K, hd] or None -> (out [B, T, D], new (k, v))."""
+        """x [B, T, D], cache (k, v) [L, B, K, S, hd] or None -> (out [B, T, D], new (k, v))."""
         b, t, _ = x.shape
         q = shard_activation(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), 2)
         k = shard_activation(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), 2)
@@ -133,11 +134,14 @@ class Attention(nnx.Module):
             ck, cv = cache
             rows = jnp.arange(b)[:, None]
             slots = cache_index[:, None] + jnp.arange(t)[None, :]
-            ck = ck.at[layer, rows, slots].set(k.astype(ck.dtype), mode="drop")
-            cv = cv.at[layer, rows, slots].set(v.astype(cv.dtype), mode="drop")
+            ck = ck.at[layer, rows, :, slots].set(k.astype(ck.dtype), mode="drop")  # k [B, T, K, hd]
+            cv = cv.at[layer, rows, :, slots].set(v.astype(cv.dtype), mode="drop")
             new_cache = (ck, cv)  # attend over the first `window` slots only (see `kv_len`)
-            k, v = ck[layer, :, :mask.window].astype(q.dtype), cv[layer, :, :mask.window].astype(q.dtype)
-        out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid, query_lengths=mask.query_lengths)
+            k, v = ck[layer, :, :, :mask.window].astype(q.dtype), cv[layer, :, :, :mask.window].astype(q.dtype)
+            out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid, query_lengths=mask.query_lengths,
+                            heads_major=True)
+        else:
+            out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid, query_lengths=mask.query_lengths)
         out = out.reshape(b, t, self.num_heads * self.head_dim)
         return self.o_proj(shard_activation(out, 2)), new_cache
 

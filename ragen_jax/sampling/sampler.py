@@ -156,14 +156,15 @@ def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place:
         sub = cache
     else:
         safe = jnp.minimum(prefill_rows, batch - 1)
-        sub = KVCache(k=cache.k[:, safe, :kv_len], v=cache.v[:, safe, :kv_len])
+        sub = KVCache(k=cache.k[:, safe, :, :kv_len], v=cache.v[:, safe, :, :kv_len])
     positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
-    hidden, sub = model.hidden(tokens, positions, cache=sub, cache_index=cache_index, kv_len=kv_len)
+    hidden, sub = model.hidden(tokens, positions, cache=sub, cache_index=cache_index, kv_len=kv_len,
+                               query_lengths=new_lens)  # the bucket's padded tail is skipped
     if in_place:
         cache = sub
     else:
-        cache = KVCache(k=cache.k.at[:, rows, :kv_len].set(sub.k[:, source], mode="drop"),
-                        v=cache.v.at[:, rows, :kv_len].set(sub.v[:, source], mode="drop"))
+        cache = KVCache(k=cache.k.at[:, rows, :, :kv_len].set(sub.k[:, source], mode="drop"),
+                        v=cache.v.at[:, rows, :, :kv_len].set(sub.v[:, source], mode="drop"))
     last = jnp.take_along_axis(hidden, jnp.maximum(new_lens - 1, 0)[:, None, None], axis=1)[:, 0]
     logits = model.logits(last[:, None, :].astype(model.config.jnp_dtype))[:, 0]
     tok, lp, raw = sample_rows(_token_keys(keys, jnp.int32(0)), logits[source], config)
@@ -258,7 +259,7 @@ class Sampler:
         return len(self._programs)
 
     def init_cache(self) -> tuple[KVCache, np.ndarray]:
-        """An empty cache [L, B, cache_size, kv_heads, head_dim] (rows over the mesh's (data, fsdp), kv heads
+        """An empty cache [L, B, kv_heads, cache_size, head_dim] (rows over the mesh's (data, fsdp), kv heads
         over tensor) and this process's cache_lens, zeros [local_batch_size]."""
         make = functools.partial(init_cache, self.model_config, self.batch_size, self.cache_size, self.dtype)
         lens = np.zeros((self.local_batch_size,), np.int32)
@@ -389,8 +390,8 @@ class Sampler:
             raise ValueError("Pass cache and cache_lens together (both from Sampler.init_cache or a SampleOutput).")
         if cache is None:
             cache, cache_lens = self.init_cache()
-        if cache.k.shape[1:3] != (self.batch_size, self.cache_size):
-            raise ValueError(f"cache has [B, S] = {cache.k.shape[1:3]}, this sampler expects "
+        if (cache.k.shape[1], cache.max_len) != (self.batch_size, self.cache_size):
+            raise ValueError(f"cache has [B, S] = {(cache.k.shape[1], cache.max_len)}, this sampler expects "
                              f"{(self.batch_size, self.cache_size)}; create it with Sampler.init_cache().")
         tokens_np = np.asarray(new_tokens, dtype=np.int32)
         lens_np = np.asarray(new_lens, dtype=np.int32)

@@ -143,8 +143,8 @@ def batch_spec(rank: int) -> P:
 
 
 def cache_spec() -> P:
-    """KV cache [L, B, S, kv_heads, head_dim]: rows over (data, fsdp), kv heads over tensor."""
-    return P(None, BATCH_AXES, None, "tensor", None)
+    """KV cache [L, B, kv_heads, S, head_dim]: rows over (data, fsdp), kv heads over tensor."""
+    return P(None, BATCH_AXES, "tensor", None, None)
 
 
 def shard_cache(cache: Any, mesh: Mesh) -> Any:
