@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from experiments.compute_bound import bound_line, forward_flops  # noqa: E402
 from ragen_jax.algos.presets import get_preset  # noqa: E402
 from ragen_jax.models import CausalLM, save_pretrained  # noqa: E402
 from ragen_jax.models.tiny import tiny_config  # noqa: E402
@@ -215,6 +216,8 @@ def bench_size(name: str, args) -> float:
     print(f"  torch {m_theirs:8.3f} s/update (median of {len(t_theirs)}: {', '.join(f'{t:.2f}' for t in t_theirs)})  "
           f"{tokens / m_theirs:10.0f} tokens/s  peak {torch_peak / 2**20:8.1f} MiB (maxrss growth over one update)"
           f"  (torch {torch.__version__}, {torch.get_num_threads()} threads)")
+    flops = 3.0 * forward_flops(cfg, tokens, (length + 1) / 2)  # forward + backward (2x) over every position
+    print(f"  matmul FLOPs of a full-sequence update: ours {bound_line(flops, m_ours)}; torch {bound_line(flops, m_theirs)}")
     print(f"  ratio ours/torch tokens/s: {ratio:.2f}", flush=True)
     return ratio
 

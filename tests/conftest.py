@@ -1,4 +1,4 @@
-"""Shared test setup: CPU-only JAX, deterministic and quiet."""
+"""Shared test setup: CPU-only JAX, deterministic and quiet, and one persistent compilation cache per session."""
 
 import os
 
@@ -6,3 +6,26 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_compilation_cache(tmp_path_factory):
+    """Programs with the same HLO compile once per test session: many tests build their own Trainer, Sampler or
+    engine around the same tiny model, and each would otherwise compile the same programs again. The cache
+    starts empty each session (a fresh temporary folder), so no test depends on an earlier run."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")
+    saved = {n: getattr(jax.config, n) for n in names}
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    compilation_cache.reset_cache()
+    yield
+    for n, v in saved.items():
+        jax.config.update(n, v)
+    compilation_cache.reset_cache()

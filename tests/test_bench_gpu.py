@@ -60,6 +60,7 @@ def test_bench_gpu_smoke_figures_follow_from_its_measurements():
     assert 0.5 < r["planned_over_xla"] < 2.0
 
 
+@pytest.mark.slow
 def test_bench_kv_window_reports_both_and_the_same_tokens():
     from bench_kv_window import main
 

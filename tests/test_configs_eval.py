@@ -8,9 +8,7 @@ import importlib
 import json
 import math
 
-import jax
 import pytest
-from jax.experimental.compilation_cache import compilation_cache
 
 from ragen_jax.config_check import validate_config
 from ragen_jax.rollout.dump import read_jsonl
@@ -22,23 +20,6 @@ VAL_TAGS = {"frozenlake": "FrozenLake", "bandit": "Bandit", "countdown": "Countd
             "sudoku": "SimpleSudoku", "webshop": "WebShop", "searchqa": "SearchQA", "deepcoder": "DeepCoder",
             "lean": "Lean"}
 METADATA_KEYS = {"env_id", "env_tag", "seed", "group_id", "num_turns", "num_actions", "total_reward", "success"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def shared_compilation_cache(tmp_path_factory):
-    """A persistent compilation cache for this module only: every env's run reuses the same sampler
-    programs (same model, batch, cache size, sampling settings) instead of compiling its own."""
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
-    saved = {n: getattr(jax.config, n) for n in names}
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    compilation_cache.reset_cache()
-    yield
-    for n, v in saved.items():
-        jax.config.update(n, v)
-    compilation_cache.reset_cache()
 
 
 def tiny_eval_config(module: str, variants: str = "tiny"):

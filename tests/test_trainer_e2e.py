@@ -2,6 +2,8 @@
 
 import glob
 
+import pytest
+
 import jax
 import numpy as np
 
@@ -38,6 +40,7 @@ def _leaves(tree):
     return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
+@pytest.mark.slow  # the default run checks exact resume in test_trainer_resume.py
 def test_train_writes_events_checkpoints_and_resumes_exactly(tmp_path):
     full = Trainer(bandit_config(tmp_path / "full"))
     summary = full.train()
