@@ -18,7 +18,7 @@ quickstart: $(INSTALLED)
 
 # pytest's exit code 5 (no tests collected) is a failure too.
 test: $(TEST_INSTALLED)
-	@rc=0; $(PY) -m pytest -q -n 2 -m "not slow" tests || rc=$$?; \
+	@rc=0; $(PY) -m pytest -q -n 2 --dist worksteal -m "not slow" tests || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 install: $(INSTALLED)

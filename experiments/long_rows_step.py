@@ -1,9 +1,10 @@
 """RAGEN's full-size Sokoban step through run.py with a 2-layer random checkpoint: where a long-row step's time goes.
 
-Writes a random Hugging Face checkpoint with Qwen2.5-0.5B's widths but 2 layers and the built-in tiny tokenizer
-(no downloads), then runs `run.py --config configs/sokoban.py` (CoordSokoban, PPO with a critic, RAGEN's prompts,
-response_length 400, max_model_len 3600) on 8 episodes for `--steps` steps. The random model writes to the cap,
-so rows reach ~3,600 tokens. Prints, per step, the rollout, scoring and update seconds and the trained tokens,
+Writes a random Hugging Face checkpoint of the tiny preset's shapes (Qwen2, 2 layers, 128 wide) with the built-in
+1,119-token BPE (no downloads), then runs `run.py --config configs/sokoban.py` (CoordSokoban, PPO with a critic,
+RAGEN's prompts, full-history context, max_model_len 3600) on 8 episodes with response_length 64 for `--steps`
+steps. RAGEN's prompts in a small byte-level vocabulary and a model that writes to the cap make rows of ~3,600
+tokens (perf-facts' setup). Prints, per step, the rollout, scoring and update seconds and the trained tokens,
 read back from the run's TensorBoard events. The first step includes compilation; later steps do not.
 
     .venv/bin/python experiments/long_rows_step.py [--steps 2] [--repo PATH]   # PATH: another checkout's run.py
@@ -31,8 +32,7 @@ def write_checkpoint(folder: str) -> None:
     from ragen_jax.models import CausalLM, save_pretrained, tiny_config
     from ragen_jax.models.tiny import load_tiny_tokenizer
 
-    config = tiny_config(hidden_size=896, intermediate_size=4864, num_layers=2, num_heads=14, num_kv_heads=2,
-                         head_dim=64, rope_theta=1_000_000.0, max_position_embeddings=32768)
+    config = tiny_config()
     save_pretrained(CausalLM(config, rngs=nnx.Rngs(0)), folder)
     load_tiny_tokenizer().save(folder)
 
@@ -56,7 +56,7 @@ def main() -> None:
         write_checkpoint(model)
         cmd = [sys.executable, "run.py", "--config", "configs/sokoban.py", f"--workdir={workdir}",
                f"--config.model.path={model}", "--config.model.param_dtype=float32",
-               "--config.env.groups=1", "--config.env.group_size=8",
+               "--config.env.groups=1", "--config.env.group_size=8", "--config.rollout.response_length=64",
                "--config.trainer.mini_batch_size=8", "--config.trainer.micro_batch_size=4",
                f"--config.trainer.total_steps={args.steps}", "--config.val.every=0", "--config.val.at_start=False",
                "--config.trainer.save_every=0", "--config.diagnostics.every=0"]

@@ -29,3 +29,17 @@ def shared_compilation_cache(tmp_path_factory):
     for n, v in saved.items():
         jax.config.update(n, v)
     compilation_cache.reset_cache()
+
+
+# The longest tests (tens of seconds each) start first, so that with several workers (`-n 2 --dist worksteal`)
+# the run does not end with one worker busy on a long test while the other idles.
+LONG_FIRST = ("test_trainer_resume.py", "test_rollout_continuous.py", "test_trainer_faults.py",
+              "test_trainer_filter.py", "test_rollout_engine.py", "test_warmstart.py", "test_sampling_generate.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        name = item.path.name
+        return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: the order within each file is kept

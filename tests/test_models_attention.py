@@ -214,7 +214,8 @@ def _model_loss_and_grads(model, tokens, mask):
     return value, logits, grads
 
 
-@pytest.mark.parametrize("remat", ["none", "full", "dots"])
+@pytest.mark.parametrize("remat", ["dots", pytest.param("none", marks=pytest.mark.slow),
+                                   pytest.param("full", marks=pytest.mark.slow)])
 def test_model_loss_and_grads_match_dense(monkeypatch, remat):
     model = CausalLM(tiny_config(num_layers=2, vocab_size=256, remat=remat), rngs=nnx.Rngs(0))
     rng = np.random.default_rng(1)

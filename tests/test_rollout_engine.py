@@ -121,6 +121,7 @@ def _cfg(**kw):
     return RolloutConfig(**base)
 
 
+@pytest.mark.slow  # default run: the real sampler's log-probs vs a fresh forward in every context mode (below)
 def test_real_sampler_masks_and_logprobs_match_fresh_forward(tiny):
     graphdef, params, tok = tiny
     cfg = _cfg()

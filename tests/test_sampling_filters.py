@@ -96,7 +96,8 @@ def tiny():
 
 
 @pytest.mark.parametrize(
-    "temperature,top_k,top_p", [(0.6, 0, 1.0), (1.0, 2, 1.0), (1.3, 5, 0.75)]
+    "temperature,top_k,top_p", [(1.3, 5, 0.75), pytest.param(0.6, 0, 1.0, marks=pytest.mark.slow),
+                                pytest.param(1.0, 2, 1.0, marks=pytest.mark.slow)]
 )
 def test_generate_samples_the_configured_distribution(tiny, temperature, top_k, top_p):
     graphdef, params = tiny

@@ -73,6 +73,7 @@ def doubled_ppo(logprobs, old_logprobs, advantages, response_mask, **kw):
     return 2.0 * loss, metrics
 
 
+@pytest.mark.slow  # default run: custom losses in test_trainer_steps.py, LoRA training in test_models_lora.py
 def test_grpo_lora_and_custom_loss_train_only_adapters(tmp_path):
     cfg = bandit_config(tmp_path, preset="grpo", adv_estimator="grpo", use_critic=False,
                         loss_agg_mode="seq-mean-token-mean",
@@ -92,6 +93,7 @@ def test_grpo_lora_and_custom_loss_train_only_adapters(tmp_path):
     assert sum(x.size for x in trainable_before) < sum(x.size for x in frozen_before) / 4
 
 
+@pytest.mark.slow  # default run: whole mini-batches of kept rows in test_trainer_filter.py
 def test_unfiltered_multi_turn_rows_fill_whole_mini_batches(tmp_path):
     """single_turn mode gives one row per turn: 4 episodes x 3 turns = 12 rows, not a multiple of the
     mini-batch (8). With no filter the batch must still be padded to whole mini-batches."""
