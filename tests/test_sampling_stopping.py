@@ -47,3 +47,6 @@ def test_config_is_hashable_and_normalises_lists():
 
 def test_bucket_length():
     assert [bucket_length(n) for n in (0, 1, 16, 17, 100, 128, 129)] == [16, 16, 16, 32, 128, 128, 256]
+    assert [bucket_length(n) for n in (1000, 1024, 1025, 1536, 1537, 3072, 3600)] == [1024, 1024, 1536, 1536, 2048,
+                                                                                      3072, 3584 + 512]
+    assert bucket_length(300, minimum=256) == 512 and bucket_length(2100, minimum=256) == 2560
