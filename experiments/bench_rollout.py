@@ -137,12 +137,14 @@ def bench_workload(name: str, args) -> dict:
                           waste=result.extras["decode_steps_per_token"],
                           same=trajectories(result) == reference,
                           response=result.metrics["response_length"])
+        print(f"  [{name}] warm-up {label}: {out[label]['warmup']:.1f} s, {tokens} tokens", flush=True)
     for _ in range(args.repeats):  # interleaved timed runs
         for label, engine in engines.items():
             programs = engine.sampler.num_programs
             t0 = time.perf_counter()
             engine.run(params, env, seeds, group_ids, key, tag=name)
             out[label]["times"].append(time.perf_counter() - t0)
+            print(f"  [{name}] {label}: {out[label]['times'][-1]:.2f} s", flush=True)
             if engine.sampler.num_programs != programs:
                 print(f"  warning: {label} compiled {engine.sampler.num_programs - programs} program(s) while timed")
     print(f"\n{name}: {batch} episodes, {rollout.max_turn} turns, response_length {rollout.response_length}, "
