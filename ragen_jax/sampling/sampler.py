@@ -288,7 +288,8 @@ class Sampler:
 
     def window_length(self, end: int) -> int:
         """Cache slots attention reads when the longest row ends at slot `end`: its bucket_length (>= 256;
-        powers of two, multiples of 512 above 1024) capped at cache_size, so a run compiles a few windows; cache_size without `kv_window`."""
+        powers of two, multiples of 512 above 1024) capped at cache_size, so a run compiles a few windows;
+        cache_size without `kv_window`."""
         return min(self.cache_size, bucket_length(end, minimum=MIN_WINDOW)) if self.kv_window else self.cache_size
 
     def _begin_fn(self, config: SamplingConfig, rows: int, prefills: int, bucket: int, kv_len: int,
