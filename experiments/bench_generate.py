@@ -6,7 +6,8 @@ new tokens (`min_new_tokens` for transformers; no EOS for ours). Compile time an
 excluded by one warm-up call per side. Cases: (a) the built-in tiny config at batch 64, (b) Qwen2.5-0.5B's
 shapes at batch 8, (c) `prefill-long`: the tiny config at batch 8 with 3072-token prompts and one new token,
 i.e. the prefill (its tokens/s counts prompt tokens). The two sides alternate call by call over --repeats
-calls and medians are reported, with the 1-minute load average (a warning above 0.5) and peak memory: ours
+calls and medians are reported, with the 1-minute load average at the start and the CPU other processes used
+during the timed calls (`experiments/quiet.py`; a warning when the machine was not quiet), and peak memory: ours
 is XLA's compiled bytes of the prefill forward into the KV cache (`memory_analysis`), transformers' the growth of the peak
 resident set (getrusage maxrss) over one generate call in a fresh subprocess. Prints per-case figures and,
 on the last line, the ratios ours/theirs.
@@ -35,6 +36,7 @@ import transformers  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from experiments.compute_bound import bound_line, forward_flops  # noqa: E402
+from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models import init_cache, load_model, tiny_config  # noqa: E402
 from ragen_jax.sampling import Sampler, SamplingConfig  # noqa: E402
 from ragen_jax.sampling.sampler import model_config_of  # noqa: E402
@@ -68,12 +70,6 @@ def hf_config(case: str) -> tuple[transformers.Qwen2Config, int]:
         )
         return cfg, 8
     raise ValueError(f"unknown case {case!r}; use tiny, qwen2.5-0.5b or prefill-long")
-
-
-def load_line() -> str:
-    load = os.getloadavg()[0]
-    warn = "  WARNING: busy machine (load > 0.5), timings are not trustworthy" if load > 0.5 else ""
-    return f"1-minute load average {load:.2f}{warn}"
 
 
 def theirs_runner(model, prompts: np.ndarray, new_tokens: int):
@@ -162,13 +158,13 @@ def run_case(case: str, repeats: int) -> float:
         del ours
         ours_call, ours_peak = ours_runner(graphdef, params, prompts, new_tokens)
     theirs_call = theirs_runner(hf_model, prompts, new_tokens)
-    print(f"[{case}] {load_line()}", flush=True)
     t_ours, t_theirs = [], []
-    for _ in range(repeats):  # alternate the two sides call by call
-        elapsed, ours_tokens = ours_call()
-        t_ours.append(elapsed)
-        elapsed, theirs_tokens = theirs_call()
-        t_theirs.append(elapsed)
+    with OtherCpu() as other:
+        for _ in range(repeats):  # alternate the two sides call by call
+            elapsed, ours_tokens = ours_call()
+            t_ours.append(elapsed)
+            elapsed, theirs_tokens = theirs_call()
+            t_theirs.append(elapsed)
     counted = batch * (prompt_len if case in LENGTHS else new_tokens)  # prefill cases count prompt tokens
     ours_tps, theirs_tps = counted / float(np.median(t_ours)), counted / float(np.median(t_theirs))
     agree = float(np.mean(ours_tokens[:, :new_tokens] == theirs_tokens))
@@ -180,7 +176,7 @@ def run_case(case: str, repeats: int) -> float:
           f"ours {ours_tps:.1f}, transformers {theirs_tps:.1f} {what}, ratio {ours_tps / theirs_tps:.2f}x; "
           f"greedy tokens identical: {agree:.1%}\n"
           f"[{case}] peak memory: ours {ours_peak / 2**20:.1f} MiB (compiled prefill), transformers "
-          f"{theirs_peak / 2**20:.1f} MiB (maxrss growth over one generate); {load_line()}\n"
+          f"{theirs_peak / 2**20:.1f} MiB (maxrss growth over one generate); {other.line()}\n"
           f"[{case}] matmul FLOPs of the call (prefill + decode): ours {bound_line(flops, float(np.median(t_ours)))}; "
           f"transformers {bound_line(flops, float(np.median(t_theirs)))}", flush=True)
     return ours_tps / theirs_tps
@@ -195,7 +191,8 @@ def main() -> None:
     if args.torch_peak:
         return torch_peak_main(args.torch_peak, args.cases)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, {os.cpu_count()} CPUs")
+          f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, {os.cpu_count()} CPUs; "
+          f"at the start: {load_line()}", flush=True)
     ratios = {case: run_case(case, args.repeats) for case in args.cases.split(",")}
     print("ratios ours/transformers: " + ", ".join(f"{c}={r:.2f}x" for c, r in ratios.items()))
 

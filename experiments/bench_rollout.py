@@ -41,6 +41,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds  # noqa: E402
 from ragen_jax.rollout.continuous import ContinuousEngine  # noqa: E402
 from ragen_jax.trainer import setup as setup_lib  # noqa: E402
@@ -138,15 +139,16 @@ def bench_workload(name: str, args) -> dict:
                           same=trajectories(result) == reference,
                           response=result.metrics["response_length"])
         print(f"  [{name}] warm-up {label}: {out[label]['warmup']:.1f} s, {tokens} tokens", flush=True)
-    for _ in range(args.repeats):  # interleaved timed runs
-        for label, engine in engines.items():
-            programs = engine.sampler.num_programs
-            t0 = time.perf_counter()
-            engine.run(params, env, seeds, group_ids, key, tag=name)
-            out[label]["times"].append(time.perf_counter() - t0)
-            print(f"  [{name}] {label}: {out[label]['times'][-1]:.2f} s", flush=True)
-            if engine.sampler.num_programs != programs:
-                print(f"  warning: {label} compiled {engine.sampler.num_programs - programs} program(s) while timed")
+    with OtherCpu() as other:
+        for _ in range(args.repeats):  # interleaved timed runs
+            for label, engine in engines.items():
+                programs = engine.sampler.num_programs
+                t0 = time.perf_counter()
+                engine.run(params, env, seeds, group_ids, key, tag=name)
+                out[label]["times"].append(time.perf_counter() - t0)
+                print(f"  [{name}] {label}: {out[label]['times'][-1]:.2f} s", flush=True)
+                if engine.sampler.num_programs != programs:
+                    print(f"  warning: {label} compiled {engine.sampler.num_programs - programs} program(s) while timed")
     print(f"\n{name}: {batch} episodes, {rollout.max_turn} turns, response_length {rollout.response_length}, "
           f"context {rollout.context_mode}, prompt {rollout.prompt_style}; mean response "
           f"{out['lockstep']['response']:.1f} tokens")
@@ -157,6 +159,7 @@ def bench_workload(name: str, args) -> dict:
         print(f"  {label:24s} wall {med:7.2f} s (min {min(r['times']):.2f}, max {max(r['times']):.2f}; warm-up "
               f"{r['warmup']:.1f}) | {r['tokens']} tokens, {r['tokens'] / med:8.0f} tok/s | decode steps per token "
               f"{r['waste']:.2f} | same trajectories as lockstep: {r['same']} | lockstep/this {base / med:.2f}x")
+    print(f"  {other.line()}")
     return out
 
 
@@ -169,9 +172,8 @@ def main() -> None:
     parser.add_argument("--tiny_model", default=None, help="model folder for the tiny workload (default: random tiny)")
     args = parser.parse_args()
     args.slots = [int(s) for s in args.slots.split(",")]
-    load = os.getloadavg()[0]
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cores; 1-minute load {load:.2f}"
-          + ("  WARNING: above 0.5, ratios are not trustworthy" if load > 0.5 else ""))
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cores; at the start: {load_line()}",
+          flush=True)
     ratios = {}
     for name in args.workloads.split(","):
         out = bench_workload(name, args)
@@ -180,8 +182,6 @@ def main() -> None:
             print(f"  WARNING: {name}: an engine's trajectories differ from the lockstep engine's")
         ratios[name] = out["lockstep"]["median"] / out[best]["median"]
         print(f"  best continuous: {best}")
-    load = os.getloadavg()[0]
-    print(f"1-minute load at the end {load:.2f}" + ("  WARNING: above 0.5" if load > 0.5 else ""))
     print("RATIO continuous/lockstep wall: " + " ".join(f"{k}={v:.2f}x" for k, v in ratios.items()))
 
 

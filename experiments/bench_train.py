@@ -14,7 +14,8 @@ times are medians of --steps interleaved repeats. `long` is RAGEN's row length (
 micro-batch 4). Peak memory: ours is XLA's compiled bytes of the update (arguments + outputs - aliased +
 temporaries, `memory_analysis`); PyTorch's is the growth of the peak resident set (getrusage maxrss) over
 one update in a fresh subprocess (so it counts gradients, AdamW state and activations, not the loaded
-weights). The 1-minute load average is printed, with a warning above 0.5. Last line: ours/PyTorch per size.
+weights). The 1-minute load average at the start and the CPU other processes used during the timed updates are
+printed (`experiments/quiet.py`), with a warning when the machine was not quiet. Last line: ours/PyTorch per size.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import torch  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from experiments.compute_bound import bound_line, forward_flops  # noqa: E402
+from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.algos.presets import get_preset  # noqa: E402
 from ragen_jax.models import CausalLM, save_pretrained  # noqa: E402
 from ragen_jax.models.tiny import tiny_config  # noqa: E402
@@ -152,12 +154,6 @@ def torch_runner(folder: str, batch: dict, micro: int):
 
 
 # ------------------------------------------------------------------------------------------------
-def load_line() -> str:
-    load = os.getloadavg()[0]
-    warn = "  WARNING: busy machine (load > 0.5), timings are not trustworthy" if load > 0.5 else ""
-    return f"1-minute load average {load:.2f}{warn}"
-
-
 def time_interleaved(ours, theirs, warmup: int, repeats: int) -> tuple[list[float], list[float], dict, dict]:
     """Per-update times of ours and theirs, alternating update by update after `warmup` untimed updates
     each, and both sides' first-update metrics."""
@@ -204,9 +200,9 @@ def bench_size(name: str, args) -> float:
         theirs = torch_runner(folder, batch, micro)
     ours, ours_peak = ours_runner(model, batch, micro, args.chunk)
     del model
-    print(f"  {load_line()}", flush=True)
-    t_ours, t_theirs, first_ours, first_theirs = time_interleaved(ours, theirs, args.warmup, args.steps)
-    print(f"  {load_line()}")
+    with OtherCpu() as other:
+        t_ours, t_theirs, first_ours, first_theirs = time_interleaved(ours, theirs, args.warmup, args.steps)
+    print(f"  {other.line()} (warm-up updates included)")
     print(f"  first update  ours loss {first_ours['loss']:+.6f} grad_norm {first_ours['grad_norm']:.6f} | "
           f"torch loss {first_theirs['loss']:+.6f} grad_norm {first_theirs['grad_norm']:.6f}")
     m_ours, m_theirs = float(np.median(t_ours)), float(np.median(t_theirs))
@@ -243,7 +239,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.torch_peak:
         return torch_peak_main(args.torch_peak, args.sizes, args.remat)
-    print(f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__}, float32")
+    print(f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__}, float32; at the start: {load_line()}", flush=True)
     ratios = {name: bench_size(name, args) for name in args.sizes.split(",")}
     print("ratio ours/torch tokens/s: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
 

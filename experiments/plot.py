@@ -2,10 +2,14 @@
 
   python experiments/plot.py runs/a runs/b --out curves.png
   python experiments/plot.py runs/sweep/* --metrics val/SimpleSokoban/success,rollout/in_group_reward_std
+  python experiments/plot.py runs/ablation/* --regime collapse_first_turn_sample --out docs/img/regimes.png
 
 Each run folder is searched recursively for event files, which are read with TensorBoard's own
 reader (EventAccumulator). `--metrics` takes tags or fnmatch patterns (`val/*/success`), one
-panel each; one that matches no scalar of any run is an error that lists the known tags.
+panel each; one that matches no scalar of any run is an error that lists the known tags. `--regime PREFIX`
+draws instead each run's path on RAGEN-2's (H(Z|X), MI) regime plane from its logged
+`PREFIX/conditional_entropy_est` and `PREFIX/mi_estimate` (the run's own thresholds from its config.json when
+it has one), the runs side by side in one PNG.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ import argparse
 import fnmatch
 import glob
 import os
+import sys
 from collections import defaultdict
 
 import matplotlib
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -96,15 +102,45 @@ def plot_runs(run_dirs: list[str], out: str, panels: dict[str, list[str]] | None
     return out
 
 
+def plot_regimes(run_dirs: list[str], out: str, prefix: str) -> str:
+    """Each run's (H(Z|X), MI) path on the regime plane, side by side -> the PNG path."""
+    import numpy as np
+
+    from ragen_jax.diagnostics.offline import run_settings
+    from ragen_jax.diagnostics.plots import regime_plane_image
+
+    tags = [f"{prefix}/conditional_entropy_est", f"{prefix}/mi_estimate"]
+    runs = {os.path.basename(os.path.normpath(d)) or d: (d, read_scalars(d)) for d in run_dirs}
+    check_metrics({name: scalars for name, (_, scalars) in runs.items()}, tags)
+    images = []
+    for name, (folder, scalars) in runs.items():
+        if not all(t in scalars for t in tags):
+            continue
+        h, mi = (dict(scalars[t]) for t in tags)
+        steps = sorted(set(h) & set(mi))
+        bound = dict(scalars.get(f"{prefix}/mi_upper_bound", []))
+        images.append(regime_plane_image([h[s] for s in steps], [mi[s] for s in steps], steps=steps,
+                                         thresholds=run_settings(folder).get("thresholds"), mi_upper_bound=bound.get(steps[-1]),
+                                         title=name))
+    height = max(i.shape[0] for i in images)
+    row = np.concatenate([np.pad(i, ((0, height - i.shape[0]), (0, 0), (0, 0)), constant_values=255)
+                          for i in images], axis=1)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    plt.imsave(out, row)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run folders (workdirs)")
     parser.add_argument("--out", default="curves.png")
     parser.add_argument("--metrics", default="", help="comma-separated tags/patterns, one panel each")
+    parser.add_argument("--regime", metavar="PREFIX", default="",
+                        help="draw the regime plane of PREFIX (e.g. collapse_first_turn_sample) instead")
     args = parser.parse_args(argv)
     panels = {m: [m] for m in args.metrics.split(",") if m} or None
     try:
-        print(plot_runs(args.runs, args.out, panels))
+        print(plot_regimes(args.runs, args.out, args.regime) if args.regime else plot_runs(args.runs, args.out, panels))
     except ValueError as e:
         parser.exit(2, f"plot.py: error: {e}\n")
     return 0

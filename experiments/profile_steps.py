@@ -133,16 +133,9 @@ def _sampler_hlo(graphdef, params, prompts, new) -> str:
     batch, prompt_len = prompts.shape
     sampler = Sampler(graphdef, cache_size=prompt_len + new, pad_id=0, batch_size=batch)
     config = SamplingConfig(max_new_tokens=new, greedy=True)
-    cache, lens = sampler.init_cache()
-    kv = sampler.window_length(prompt_len + new)
-    hidden = jnp.zeros((batch, graphdef_dim(params)), jnp.float32)
-    decode = sampler._decode_fn(config, kv)
-    base = jnp.full((batch,), prompt_len, jnp.int32)
-    return decode.lower(params, cache, hidden, base, jnp.ones((batch,), bool), jax.random.key(0)).compile().as_text()
-
-
-def graphdef_dim(params) -> int:
-    return int(params["model"]["embed_tokens"]["embedding"][...].shape[1])
+    cache, _ = sampler.init_cache()
+    decode = sampler._decode_fn(config, sampler.decode_window(prompt_len + new), new)
+    return decode.lower(params, cache, sampler.idle_state(config)).compile().as_text()
 
 
 def profile_update(size: str, runs: int, top: int) -> None:

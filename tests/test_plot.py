@@ -59,3 +59,28 @@ def test_a_folder_without_event_files_is_an_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="No TensorBoard scalars"):
         plot.plot_runs([str(tmp_path / "empty")], str(tmp_path / "c.png"))
+
+
+def test_regime_plane_of_each_run_side_by_side(tmp_path):
+    """--regime draws each run's logged (H(Z|X), MI) path; a run's own thresholds come from its config.json."""
+    import json
+
+    import matplotlib.image
+
+    prefix = "collapse_first_turn_sample"
+    for run, shift in (("filter", 0.0), ("no_filter", 0.5)):
+        m = Monitor(str(tmp_path / run / "tb"))
+        for step in (1, 6, 11):
+            m.scalars({f"{prefix}/conditional_entropy_est": 1.0 + shift, f"{prefix}/mi_estimate": 0.3 - step / 100,
+                       f"{prefix}/mi_upper_bound": 4.1}, step)
+        m.close()
+    (tmp_path / "filter" / "config.json").write_text(json.dumps({"diagnostics": {"entropy_threshold": 0.8,
+                                                                                  "mi_threshold": 0.1}}))
+    runs = [str(tmp_path / "filter"), str(tmp_path / "no_filter")]
+    out = plot.main([*runs, "--regime", prefix, "--out", str(tmp_path / "r.png")])
+    assert out == 0
+    image = matplotlib.image.imread(str(tmp_path / "r.png"))
+    single = plot.plot_regimes(runs[:1], str(tmp_path / "one.png"), prefix)
+    assert image.shape[1] == 2 * matplotlib.image.imread(single).shape[1]
+    with pytest.raises(ValueError, match="collapse_trajectory_sample/mi_estimate"):
+        plot.plot_regimes(runs, str(tmp_path / "x.png"), "collapse_trajectory_sample")

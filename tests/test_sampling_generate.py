@@ -219,8 +219,10 @@ def test_attention_window_over_the_cache_changes_nothing(model):
         msgs, msg_lens = _prompts(rng, [150, 10, 60])
         new_toks, new_lens = _concat([[_generated(w, b)[-1:], msgs[b, : msg_lens[b]]] for b in range(3)])
         new_lens = new_lens.sum(1)
-    windows = sorted({key[-1] for key in windowed._programs})
-    assert windows == [256, 512], windows  # the second turn's rows end past slot 256
+    begin = sorted({key[-1] for key in windowed._programs if key[0] == "begin"})
+    decode = sorted({key[-1] for key in windowed._programs if key[0] == "decode"})
+    assert begin == [256, 512], begin  # the second turn's prefill ends past slot 256
+    assert decode == [256, 1024], decode  # past 512 slots each row reads its own length (ragged) of the whole cache
     assert {key[-1] for key in full._programs} == {1024}
     assert windowed.window_length(1) == 256 and windowed.window_length(700) == 1024
 

@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from ragen_jax.models.attention import attention
+from ragen_jax.models.decode_attention import RAGGED_MIN_WINDOW, ragged_decode_attention
 from ragen_jax.models.config import ModelConfig
 from ragen_jax.models.partitioning import shard_activation
 
@@ -136,10 +137,13 @@ class Attention(nnx.Module):
             slots = cache_index[:, None] + jnp.arange(t)[None, :]
             ck = ck.at[layer, rows, :, slots].set(k.astype(ck.dtype), mode="drop")  # k [B, T, K, hd]
             cv = cv.at[layer, rows, :, slots].set(v.astype(cv.dtype), mode="drop")
-            new_cache = (ck, cv)  # attend over the first `window` slots only (see `kv_len`)
-            k, v = ck[layer, :, :, :mask.window].astype(q.dtype), cv[layer, :, :, :mask.window].astype(q.dtype)
-            out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid, query_lengths=mask.query_lengths,
-                            heads_major=True)
+            new_cache = (ck, cv)
+            if _ragged_decode(t, mask):
+                out = ragged_decode_attention(q, ck, cv, layer, mask.offset + 1)  # each row reads its own length
+            else:  # attend over the first `window` slots only (see `kv_len`)
+                k, v = ck[layer, :, :, :mask.window].astype(q.dtype), cv[layer, :, :, :mask.window].astype(q.dtype)
+                out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid,
+                                query_lengths=mask.query_lengths, heads_major=True)
         else:
             out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid, query_lengths=mask.query_lengths)
         out = out.reshape(b, t, self.num_heads * self.head_dim)
@@ -177,6 +181,14 @@ class DecoderLayer(nnx.Module):
 
 def _remat_policy(name: str):
     return {"full": None, "dots": jax.checkpoint_policies.checkpoint_dots}[name]
+
+
+def _ragged_decode(t: int, mask: KeyMask) -> bool:
+    """Whether a cache step reads each row's own length (ragged) rather than a shared window: one query per row, no
+    slot mask, a window long enough for it to pay, and one device (under a mesh of several the dense form shards)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return (t == 1 and mask.key_valid is None and mask.window >= RAGGED_MIN_WINDOW
+            and (mesh.empty or mesh.size == 1))
 
 
 def _key_mask(attention_mask, cache, cache_index, window: int | None = None, query_lengths=None) -> KeyMask:

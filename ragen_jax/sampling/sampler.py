@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from ragen_jax.models import KVCache, ModelConfig, init_cache
+from ragen_jax.models.decode_attention import RAGGED_MIN_WINDOW
 from ragen_jax.sampling.buckets import bucket_length
 from ragen_jax.sampling.config import SamplingConfig
 from ragen_jax.sampling.filters import sample_rows
@@ -328,7 +329,7 @@ class Sampler:
         u = len(sources)
         size, prefills = (min(bucket_length(n, minimum=1), self.batch_size) for n in (r, u))
         bucket = bucket_length(int(lens[sources].max()))
-        kv_len = self.window_length(int((index + lens)[sources].max()) + config.max_new_tokens)
+        kv_len = self.window_length(int((index + lens)[sources].max()))  # what the prefill reads and writes
         tokens = np.full((prefills, bucket), self.pad_id, np.int32)
         given = np.asarray(new_tokens, np.int32)[sources, :bucket]
         tokens[:u, :given.shape[1]] = given
@@ -344,10 +345,18 @@ class Sampler:
         fn = self._begin_fn(config, size, prefills, bucket, kv_len, in_place)
         return fn(params, cache, state, *map(jnp.asarray, args))
 
+    def decode_window(self, end: int) -> int:
+        """The cache slots a decode program is compiled for when rows reach slot `end`: its window_length, or the
+        whole cache once that is long enough for the model's ragged decode attention (each row reads only its own
+        length there, so one program serves every long window)."""
+        window = self.window_length(end)
+        one_device = self.mesh is None or self.mesh.size == 1
+        return self.cache_size if window >= RAGGED_MIN_WINDOW and one_device else window
+
     def decode(self, params, cache: KVCache, state: TurnState, config: SamplingConfig, steps: int, *,
                end: int) -> tuple[KVCache, TurnState]:
         """Advances unfinished rows by up to `steps` tokens; `end` bounds the slot any row reaches (its window)."""
-        return self._decode_fn(config, self.window_length(end), steps)(params, cache, state)
+        return self._decode_fn(config, self.decode_window(end), steps)(params, cache, state)
 
     def _check(self, new_tokens, new_lens, cache_lens, active, config: SamplingConfig) -> None:
         b = self.local_batch_size

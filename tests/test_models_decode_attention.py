@@ -1,0 +1,102 @@
+"""Ragged decode attention: each row reads only its own cache length, and gets what the dense form gives."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from ragen_jax.models import CausalLM, init_cache, transformer
+from ragen_jax.models.attention import dense_attention
+from ragen_jax.models.decode_attention import RAGGED_MIN_WINDOW, ragged_decode_attention
+from ragen_jax.models.tiny import tiny_config
+
+
+def _cache(layers, b, kv_heads, s, hd, heads, dtype=jnp.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    ck, cv = (jnp.asarray(rng.standard_normal((layers, b, kv_heads, s, hd)), dtype) for _ in range(2))
+    q = jnp.asarray(rng.standard_normal((b, 1, heads, hd)), dtype)
+    return q, ck, cv
+
+
+def _dense(q, ck, cv, layer, lengths):
+    return dense_attention(q, ck[layer], cv[layer], offset=lengths - 1, heads_major=True)
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 2), (3, 3)])
+@pytest.mark.parametrize("s,block,items", [(600, 256, 16), (600, 64, 3), (97, 32, 4)])
+def test_matches_dense_for_every_length(heads, kv_heads, s, block, items):
+    """Lengths of 1, at and around block edges and the whole cache; S not a multiple of the block; GQA and MHA."""
+    edges = [1, 2, block - 1, block, block + 1, 2 * block, s - 1, s]
+    lengths = jnp.asarray([n for n in edges if n <= s] + [s // 3, s // 2], jnp.int32)
+    q, ck, cv = _cache(2, len(lengths), kv_heads, s, 16, heads)
+    fn = jax.jit(lambda q, ck, cv, n: ragged_decode_attention(q, ck, cv, 1, n, block=block, items=items))
+    np.testing.assert_allclose(np.asarray(fn(q, ck, cv, lengths)), np.asarray(_dense(q, ck, cv, 1, lengths)),
+                               atol=2e-6, rtol=1e-5)
+
+
+def test_reads_nothing_past_a_rows_length():
+    """Slots at and past lengths[b] (here NaN) never reach the output."""
+    q, ck, cv = _cache(1, 3, 2, 300, 8, 4)
+    lengths = jnp.asarray([5, 256, 299], jnp.int32)
+    poison = jnp.arange(300)[None, None, None, :, None] >= lengths[None, :, None, None, None]
+    bad_k, bad_v = jnp.where(poison, jnp.nan, ck), jnp.where(poison, jnp.nan, cv)
+    out = ragged_decode_attention(q, bad_k, bad_v, 0, lengths, block=64, items=2)
+    assert np.isfinite(np.asarray(out)).all()
+    np.testing.assert_allclose(np.asarray(out), np.asarray(_dense(q, ck, cv, 0, lengths)), atol=2e-6)
+
+
+def test_a_row_gets_the_same_bits_whatever_the_batch():
+    """The continuous engine's promise: a row's attention does not depend on the rows beside it."""
+    q, ck, cv = _cache(2, 6, 2, 700, 16, 4, seed=3)
+    lengths = jnp.asarray([700, 3, 512, 256, 90, 431], jnp.int32)
+    fn = jax.jit(lambda q, ck, cv, n: ragged_decode_attention(q, ck, cv, 0, n))
+    full = np.asarray(fn(q, ck, cv, lengths))
+    for rows in ([2], [5, 0], [4, 3, 1]):
+        idx = jnp.asarray(rows)
+        part = np.asarray(fn(q[idx], ck[:, idx], cv[:, idx], lengths[idx]))
+        np.testing.assert_array_equal(part, full[rows])
+
+
+def test_bfloat16_cache_is_as_accurate_as_dense():
+    q, ck, cv = _cache(1, 4, 2, 520, 32, 4, dtype=jnp.bfloat16, seed=5)
+    lengths = jnp.asarray([520, 17, 300, 257], jnp.int32)
+    exact = _dense(q.astype(jnp.float32), ck.astype(jnp.float32), cv.astype(jnp.float32), 0, lengths)
+    ragged = ragged_decode_attention(q, ck, cv, 0, lengths)
+    dense = _dense(q, ck, cv, 0, lengths)
+    assert ragged.dtype == jnp.bfloat16
+    err = lambda x: float(jnp.max(jnp.abs(x.astype(jnp.float32) - exact)))  # noqa: E731
+    assert err(ragged) <= 1.5 * err(dense) + 1e-3
+
+
+def test_bad_shapes_are_named():
+    q, ck, cv = _cache(1, 2, 2, 64, 8, 4)
+    with pytest.raises(ValueError, match=r"\[B, 1, H, hd\]"):
+        ragged_decode_attention(jnp.concatenate([q, q], axis=1), ck, cv, 0, jnp.asarray([3, 4]))
+
+
+def test_model_decode_step_uses_it_and_matches_the_window(monkeypatch):
+    """A cache step with a long window goes ragged and gives the windowed dense step's logits and cache."""
+    model = CausalLM(tiny_config(), rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(1)
+    b, s = 3, 2 * RAGGED_MIN_WINDOW
+    prompt = jnp.asarray(rng.integers(1, 100, (b, 40)), jnp.int32)
+    lens = jnp.asarray([40, 7, 23], jnp.int32)
+    cache = init_cache(model.config, b, s)
+    positions = jnp.broadcast_to(jnp.arange(40), (b, 40))
+    _, cache = model(prompt, positions, cache=cache, cache_index=jnp.zeros(b, jnp.int32), kv_len=RAGGED_MIN_WINDOW,
+                     query_lengths=lens)
+    token = jnp.asarray([[5], [9], [11]], jnp.int32)
+    calls = []
+    real = transformer.ragged_decode_attention
+    monkeypatch.setattr(transformer, "ragged_decode_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    step = lambda window: model(token, lens[:, None], cache=cache, cache_index=lens, kv_len=window)  # noqa: E731
+    ragged_logits, ragged_cache = step(s)
+    assert calls, "a decode step over a long window should read each row's own length"
+    monkeypatch.setattr(transformer, "RAGGED_MIN_WINDOW", 10 * s)
+    dense_logits, dense_cache = step(RAGGED_MIN_WINDOW)
+    np.testing.assert_allclose(np.asarray(ragged_logits), np.asarray(dense_logits), atol=1e-5, rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(ragged_cache.k[0]), np.asarray(dense_cache.k[0]))  # before attention
+    np.testing.assert_allclose(np.asarray(ragged_cache.v), np.asarray(dense_cache.v), atol=1e-5)
