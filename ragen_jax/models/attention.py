@@ -1,6 +1,7 @@
 """Causal grouped-query attention that never holds the [T, S] scores: blockwise over keys with an online
 softmax and a flash-attention backward that recomputes each block (plain JAX, so it runs on the CPU), cuDNN's
-fused kernel on NVIDIA GPUs where it applies, and the dense form for one-token decode steps.
+fused kernel on NVIDIA GPUs where it applies, and the dense form for one-token decode steps over a short window
+(over a long one the model reads each row's own cache length instead: `decode_attention.py`).
 
 Which keys query t of row b sees: cache slot s with s <= offset[b] + t and key_valid[b, s]. Without a cache
 offset is 0 and key_valid is the [B, T] attention mask; with one, offset is cache_index [B] and key_valid

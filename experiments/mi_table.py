@@ -1,0 +1,83 @@
+"""RAGEN-2's collapse diagnostics of finished runs, step by step, next to their success (from the event files).
+
+  python experiments/mi_table.py runs/reasoning_ablation/* [--prefix collapse_first_turn_sample]
+
+For every diagnostics step of each run: the MI estimate (and its log N bound), H(Z|X) per token, retrieval
+accuracy against its chance level, the regime, the training success of that step and the latest validation
+success. Then, per run, whether MI fell while H(Z|X) held (template collapse) and which moved first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot  # noqa: E402
+
+from ragen_jax.diagnostics.regimes import REGIMES  # noqa: E402
+
+
+def _series(scalars: dict, pattern: str) -> dict[int, float]:
+    tag = next((t for t in sorted(scalars) if fnmatch.fnmatch(t, pattern)), None)
+    return dict(scalars[tag]) if tag else {}
+
+
+def _latest(series: dict[int, float], step: int) -> float:
+    known = [s for s in series if s <= step]
+    return series[max(known)] if known else float("nan")
+
+
+def run_table(run_dir: str, prefix: str) -> list[dict]:
+    """One row per diagnostics step: step, mi, bound, h, retrieval, chance, regime, train/val success."""
+    s = plot.read_scalars(run_dir)
+    mi = _series(s, f"{prefix}/mi_estimate")
+    if not mi:
+        raise ValueError(f"{run_dir}: no {prefix}/mi_estimate scalars (were the diagnostics on?)")
+    cols = {name: _series(s, f"{prefix}/{tag}") for name, tag in (
+        ("bound", "mi_upper_bound"), ("h", "conditional_entropy_est"), ("retrieval", "retrieval_accuracy"),
+        ("chance", "retrieval_chance_level"), ("regime", "regime"))}
+    train, val = _series(s, "train/*/success"), _series(s, "val/*/success")
+    rows = []
+    for step in sorted(mi):
+        row = dict(step=step, mi=mi[step], train=train.get(step, float("nan")), val=_latest(val, step))
+        row.update({name: series.get(step, float("nan")) for name, series in cols.items()})
+        rows.append(row)
+    return rows
+
+
+def summary(rows: list[dict]) -> str:
+    """Did MI fall while H(Z|X) held, and did MI move before success did?"""
+    first, last = rows[0], rows[-1]
+    d_mi, d_h, d_val = last["mi"] - first["mi"], last["h"] - first["h"], last["val"] - first["val"]
+    template = d_mi < -0.1 * max(first["mi"], 1e-6) and d_h > -0.1 * max(first["h"], 1e-6)
+    return (f"MI {first['mi']:.3f} -> {last['mi']:.3f} ({d_mi:+.3f}), H(Z|X) {first['h']:.3f} -> {last['h']:.3f} "
+            f"({d_h:+.3f}), validation success {first['val']:.3f} -> {last['val']:.3f} ({d_val:+.3f}); "
+            f"template collapse (MI down >10% with H(Z|X) held): {'yes' if template else 'no'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+")
+    parser.add_argument("--prefix", default="collapse_first_turn_sample")
+    args = parser.parse_args(argv)
+    for run in args.runs:
+        try:
+            rows = run_table(run, args.prefix)
+        except ValueError as e:
+            parser.exit(2, f"mi_table.py: error: {e}\n")
+        print(f"\n{run}")
+        print(f"  {'step':>4} {'MI':>6} {'logN':>5} {'H(Z|X)':>7} {'retr':>5} {'chance':>6} {'regime':<20} "
+              f"{'train':>5} {'val':>5}")
+        for r in rows:
+            regime = REGIMES[int(r["regime"])] if r["regime"] == r["regime"] else "?"
+            print(f"  {r['step']:>4} {r['mi']:6.3f} {r['bound']:5.2f} {r['h']:7.3f} {r['retrieval']:5.2f} "
+                  f"{r['chance']:6.3f} {regime:<20} {r['train']:5.2f} {r['val']:5.2f}")
+        print("  " + summary(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

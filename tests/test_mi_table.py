@@ -1,0 +1,40 @@
+"""experiments/mi_table.py lists a run's collapse diagnostics step by step and names template collapse."""
+
+import importlib.util
+import os
+
+import pytest
+
+from ragen_jax.monitoring import Monitor
+
+SPEC = importlib.util.spec_from_file_location(
+    "mi_table", os.path.join(os.path.dirname(__file__), "..", "experiments", "mi_table.py"))
+mi_table = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(mi_table)
+P = "collapse_first_turn_sample"
+
+
+def _run(path, mi, h):
+    m = Monitor(str(path / "tb"))
+    m.scalars({"val/Sokoban/success": 0.5}, 0)
+    for i, step in enumerate((1, 5, 10)):
+        m.scalars({f"{P}/mi_estimate": mi[i], f"{P}/conditional_entropy_est": h[i], f"{P}/mi_upper_bound": 2.77,
+                   f"{P}/retrieval_accuracy": 0.5, f"{P}/retrieval_chance_level": 0.06, f"{P}/regime": 0.0,
+                   "train/Sokoban/success": 0.1 * step}, step)
+    m.scalars({"val/Sokoban/success": 0.7}, 10)
+    m.close()
+    return str(path)
+
+
+def test_table_rows_and_the_collapse_verdict(tmp_path, capsys):
+    collapsing = _run(tmp_path / "a", mi=[1.5, 1.0, 0.4], h=[1.0, 1.1, 1.0])
+    steady = _run(tmp_path / "b", mi=[1.5, 1.6, 1.5], h=[0.02, 0.02, 0.03])
+    rows = mi_table.run_table(collapsing, P)
+    assert [r["step"] for r in rows] == [1, 5, 10]
+    assert rows[0]["val"] == 0.5 and rows[-1]["val"] == pytest.approx(0.7) and rows[1]["train"] == pytest.approx(0.5)
+    assert "template collapse (MI down >10% with H(Z|X) held): yes" in mi_table.summary(rows)
+    assert mi_table.summary(mi_table.run_table(steady, P)).endswith("no")
+    assert mi_table.main([collapsing, steady]) == 0
+    assert capsys.readouterr().out.count("diverse") == 6
+    with pytest.raises(SystemExit):
+        mi_table.main([collapsing, "--prefix", "collapse_trajectory_sample"])
