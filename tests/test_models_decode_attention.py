@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ragen_jax.models import CausalLM, init_cache, transformer
+from ragen_jax.models import CausalLM, decode_attention, init_cache, transformer
 from ragen_jax.models.attention import dense_attention
-from ragen_jax.models.decode_attention import RAGGED_MIN_WINDOW, ragged_decode_attention
+from ragen_jax.models.decode_attention import RAGGED_MIN_WINDOW, ragged_decode_attention, uses_ragged_decode
 from ragen_jax.models.tiny import tiny_config
 
 
@@ -95,8 +95,19 @@ def test_model_decode_step_uses_it_and_matches_the_window(monkeypatch):
     step = lambda window: model(token, lens[:, None], cache=cache, cache_index=lens, kv_len=window)  # noqa: E731
     ragged_logits, ragged_cache = step(s)
     assert calls, "a decode step over a long window should read each row's own length"
-    monkeypatch.setattr(transformer, "RAGGED_MIN_WINDOW", 10 * s)
+    monkeypatch.setattr(decode_attention, "RAGGED_MIN_WINDOW", 10 * s)
     dense_logits, dense_cache = step(RAGGED_MIN_WINDOW)
     np.testing.assert_allclose(np.asarray(ragged_logits), np.asarray(dense_logits), atol=1e-5, rtol=1e-5)
     np.testing.assert_array_equal(np.asarray(ragged_cache.k[0]), np.asarray(dense_cache.k[0]))  # before attention
     np.testing.assert_allclose(np.asarray(ragged_cache.v), np.asarray(dense_cache.v), atol=1e-5)
+
+
+def test_where_it_applies():
+    """The CPU on one device past RAGGED_MIN_WINDOW; never under several devices (rows shard) or on a GPU."""
+    assert uses_ragged_decode(RAGGED_MIN_WINDOW) and not uses_ragged_decode(RAGGED_MIN_WINDOW - 1)
+    assert not uses_ragged_decode(4 * RAGGED_MIN_WINDOW, devices=2)
+
+
+def test_not_on_a_gpu(monkeypatch):
+    monkeypatch.setattr(decode_attention.jax, "default_backend", lambda: "gpu")
+    assert not uses_ragged_decode(4 * RAGGED_MIN_WINDOW)

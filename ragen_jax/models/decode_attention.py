@@ -24,6 +24,13 @@ DECODE_ITEMS = 16  # items gathered and scored per loop iteration
 RAGGED_MIN_WINDOW = 512  # below this window the dense form (one einsum over the window) is as fast
 
 
+def uses_ragged_decode(window: int, devices: int = 1) -> bool:
+    """Whether a decode step over `window` cache slots reads each row's own length instead: on the CPU, where a
+    loop of small gathers pays (a GPU keeps the dense window, whose few large kernels suit it), on one device
+    (the dense form shards by rows), for windows of at least RAGGED_MIN_WINDOW slots."""
+    return jax.default_backend() == "cpu" and devices == 1 and window >= RAGGED_MIN_WINDOW
+
+
 def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array, layer: int, lengths: jax.Array,
                             *, block: int = DECODE_BLOCK, items: int = DECODE_ITEMS) -> jax.Array:
     """One query per row against its own first lengths[b] cache slots of layer `layer`.

@@ -17,7 +17,7 @@ import numpy as np
 from flax import nnx
 
 from ragen_jax.models.attention import attention
-from ragen_jax.models.decode_attention import RAGGED_MIN_WINDOW, ragged_decode_attention
+from ragen_jax.models.decode_attention import ragged_decode_attention, uses_ragged_decode
 from ragen_jax.models.config import ModelConfig
 from ragen_jax.models.partitioning import shard_activation
 
@@ -184,11 +184,10 @@ def _remat_policy(name: str):
 
 
 def _ragged_decode(t: int, mask: KeyMask) -> bool:
-    """Whether a cache step reads each row's own length (ragged) rather than a shared window: one query per row, no
-    slot mask, a window long enough for it to pay, and one device (under a mesh of several the dense form shards)."""
+    """Whether a cache step reads each row's own length rather than a shared window (`uses_ragged_decode`): one
+    query per row and no slot mask."""
     mesh = jax.sharding.get_abstract_mesh()
-    return (t == 1 and mask.key_valid is None and mask.window >= RAGGED_MIN_WINDOW
-            and (mesh.empty or mesh.size == 1))
+    return t == 1 and mask.key_valid is None and uses_ragged_decode(mask.window, 1 if mesh.empty else mesh.size)
 
 
 def _key_mask(attention_mask, cache, cache_index, window: int | None = None, query_lengths=None) -> KeyMask:

@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from ragen_jax.models import KVCache, ModelConfig, init_cache
-from ragen_jax.models.decode_attention import RAGGED_MIN_WINDOW
+from ragen_jax.models.decode_attention import uses_ragged_decode
 from ragen_jax.sampling.buckets import bucket_length
 from ragen_jax.sampling.config import SamplingConfig
 from ragen_jax.sampling.filters import sample_rows
@@ -347,11 +347,10 @@ class Sampler:
 
     def decode_window(self, end: int) -> int:
         """The cache slots a decode program is compiled for when rows reach slot `end`: its window_length, or the
-        whole cache once that is long enough for the model's ragged decode attention (each row reads only its own
+        whole cache where the model's decode attention is ragged (`uses_ragged_decode`: each row reads only its own
         length there, so one program serves every long window)."""
         window = self.window_length(end)
-        one_device = self.mesh is None or self.mesh.size == 1
-        return self.cache_size if window >= RAGGED_MIN_WINDOW and one_device else window
+        return self.cache_size if uses_ragged_decode(window, 1 if self.mesh is None else self.mesh.size) else window
 
     def decode(self, params, cache: KVCache, state: TurnState, config: SamplingConfig, steps: int, *,
                end: int) -> tuple[KVCache, TurnState]:
