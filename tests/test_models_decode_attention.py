@@ -10,7 +10,7 @@ from flax import nnx
 
 from ragen_jax.models import CausalLM, decode_attention, init_cache, transformer
 from ragen_jax.models.attention import dense_attention
-from ragen_jax.models.decode_attention import RAGGED_MIN_WINDOW, ragged_decode_attention, uses_ragged_decode
+from ragen_jax.models.decode_attention import ragged_decode_attention, uses_ragged_decode
 from ragen_jax.models.tiny import tiny_config
 
 
@@ -79,15 +79,15 @@ def test_bad_shapes_are_named():
 
 
 def test_model_decode_step_uses_it_and_matches_the_window(monkeypatch):
-    """A cache step with a long window goes ragged and gives the windowed dense step's logits and cache."""
+    """A cache step goes ragged on the CPU and gives the windowed dense step's logits and cache."""
     model = CausalLM(tiny_config(), rngs=nnx.Rngs(0))
     rng = np.random.default_rng(1)
-    b, s = 3, 2 * RAGGED_MIN_WINDOW
+    b, s, window = 3, 1024, 512
     prompt = jnp.asarray(rng.integers(1, 100, (b, 40)), jnp.int32)
     lens = jnp.asarray([40, 7, 23], jnp.int32)
     cache = init_cache(model.config, b, s)
     positions = jnp.broadcast_to(jnp.arange(40), (b, 40))
-    _, cache = model(prompt, positions, cache=cache, cache_index=jnp.zeros(b, jnp.int32), kv_len=RAGGED_MIN_WINDOW,
+    _, cache = model(prompt, positions, cache=cache, cache_index=jnp.zeros(b, jnp.int32), kv_len=window,
                      query_lengths=lens)
     token = jnp.asarray([[5], [9], [11]], jnp.int32)
     calls = []
@@ -95,20 +95,20 @@ def test_model_decode_step_uses_it_and_matches_the_window(monkeypatch):
     monkeypatch.setattr(transformer, "ragged_decode_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
     step = lambda window: model(token, lens[:, None], cache=cache, cache_index=lens, kv_len=window)  # noqa: E731
     ragged_logits, ragged_cache = step(s)
-    assert calls, "a decode step over a long window should read each row's own length"
-    monkeypatch.setattr(decode_attention, "RAGGED_MIN_WINDOW", 10 * s)
-    dense_logits, dense_cache = step(RAGGED_MIN_WINDOW)
+    assert calls, "a decode step on the CPU should read each row's own length"
+    monkeypatch.setattr(transformer, "uses_ragged_decode", lambda devices=1: False)
+    dense_logits, dense_cache = step(window)
     np.testing.assert_allclose(np.asarray(ragged_logits), np.asarray(dense_logits), atol=1e-5, rtol=1e-5)
     np.testing.assert_array_equal(np.asarray(ragged_cache.k[0]), np.asarray(dense_cache.k[0]))  # before attention
     np.testing.assert_allclose(np.asarray(ragged_cache.v), np.asarray(dense_cache.v), atol=1e-5)
 
 
 def test_where_it_applies():
-    """The CPU on one device past RAGGED_MIN_WINDOW; never under several devices (rows shard) or on a GPU."""
-    assert uses_ragged_decode(RAGGED_MIN_WINDOW) and not uses_ragged_decode(RAGGED_MIN_WINDOW - 1)
-    assert not uses_ragged_decode(4 * RAGGED_MIN_WINDOW, devices=2)
+    """The CPU on one device; never under several devices (rows shard) or on a GPU."""
+    assert uses_ragged_decode() and uses_ragged_decode(devices=1)
+    assert not uses_ragged_decode(devices=2)
 
 
 def test_not_on_a_gpu(monkeypatch):
     monkeypatch.setattr(decode_attention.jax, "default_backend", lambda: "gpu")
-    assert not uses_ragged_decode(4 * RAGGED_MIN_WINDOW)
+    assert not uses_ragged_decode()

@@ -10,6 +10,8 @@ import pytest
 from flax import nnx
 
 from ragen_jax.models import CausalLM, ModelConfig
+from ragen_jax.models import transformer as transformer_module
+from ragen_jax.sampling import sampler as sampler_module
 from ragen_jax.sampling import Sampler, SamplingConfig, score_tokens
 
 PAD = 0
@@ -194,9 +196,14 @@ def test_rewound_cache_ignores_the_stale_slots_past_cache_lens(model):
     np.testing.assert_array_equal(np.asarray(out.cache_lens), np.asarray(scratch.cache_lens))
 
 
-def test_attention_window_over_the_cache_changes_nothing(model):
+@pytest.mark.parametrize("ragged", [True, False], ids=["ragged-decode", "dense-decode"])
+def test_attention_window_over_the_cache_changes_nothing(model, monkeypatch, ragged):
     """Reading only the first window_length(...) slots (256, then 512 as the rows grow) of a 1024-slot cache
-    gives what attending over every slot gives, turn after turn."""
+    gives what attending over every slot gives, turn after turn; decode steps either read each row's own length
+    of the whole cache (ragged, the CPU's default) or the dense window (as on a GPU or under a mesh)."""
+    if not ragged:
+        for module in (sampler_module, transformer_module):
+            monkeypatch.setattr(module, "uses_ragged_decode", lambda devices=1: False)
     graphdef, params = model
     rng = np.random.RandomState(11)
     config = SamplingConfig(max_new_tokens=40, temperature=0.8)
@@ -222,7 +229,7 @@ def test_attention_window_over_the_cache_changes_nothing(model):
     begin = sorted({key[-1] for key in windowed._programs if key[0] == "begin"})
     decode = sorted({key[-1] for key in windowed._programs if key[0] == "decode"})
     assert begin == [256, 512], begin  # the second turn's prefill ends past slot 256
-    assert decode == [256, 1024], decode  # past 512 slots each row reads its own length (ragged) of the whole cache
+    assert decode == ([1024] if ragged else [256, 512]), decode  # ragged: one program over the whole cache
     assert {key[-1] for key in full._programs} == {1024}
     assert windowed.window_length(1) == 256 and windowed.window_length(700) == 1024
 
@@ -289,3 +296,17 @@ def test_score_tokens_is_padding_invariant(model):
     np.testing.assert_allclose(lp_r[0, :9], lp_l[0, 3:], atol=1e-5)
     assert lp_r[0, 0] == 0 and np.all(lp_r[0, 9:] == 0) and np.all(lp_l[0, :4] == 0)
     assert np.all(lp_r[0, 1:9] < 0)
+
+
+def test_a_repeated_call_compiles_nothing(model, caplog):
+    """The second call with the same shapes reuses every program, the empty cache and idle state included (a
+    fresh jit of the idle state used to compile on every call: ~0.1 s each)."""
+    graphdef, params = model
+    sampler = Sampler(graphdef, cache_size=48, pad_id=PAD, batch_size=3)
+    config = SamplingConfig(max_new_tokens=4, greedy=True)
+    prompts, lens = _prompts(np.random.RandomState(3), [5, 7, 2])
+    sampler.generate(params, prompts, lens, jax.random.key(0), config)
+    with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles():
+        sampler.generate(params, prompts, lens, jax.random.key(1), config)
+    compiled = [r.getMessage() for r in caplog.records if "Finished XLA compilation" in r.getMessage()]
+    assert compiled == []

@@ -187,7 +187,7 @@ def _ragged_decode(t: int, mask: KeyMask) -> bool:
     """Whether a cache step reads each row's own length rather than a shared window (`uses_ragged_decode`): one
     query per row and no slot mask."""
     mesh = jax.sharding.get_abstract_mesh()
-    return t == 1 and mask.key_valid is None and uses_ragged_decode(mask.window, 1 if mesh.empty else mesh.size)
+    return t == 1 and mask.key_valid is None and uses_ragged_decode(1 if mesh.empty else mesh.size)
 
 
 def _key_mask(attention_mask, cache, cache_index, window: int | None = None, query_lengths=None) -> KeyMask:

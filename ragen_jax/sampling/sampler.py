@@ -242,6 +242,7 @@ class Sampler:
         self.kv_window = kv_window
         self.rows = process_rows(mesh, batch_size)
         self._programs: dict[tuple, Any] = {}
+        self._makers: dict[tuple, Any] = {}  # the jitted empty cache and idle state (not counted in num_programs)
 
     @property
     def local_batch_size(self) -> int:
@@ -262,22 +263,32 @@ class Sampler:
     def init_cache(self) -> tuple[KVCache, np.ndarray]:
         """An empty cache [L, B, kv_heads, cache_size, head_dim] (rows over the mesh's (data, fsdp), kv heads
         over tensor) and this process's cache_lens, zeros [local_batch_size]."""
-        make = functools.partial(init_cache, self.model_config, self.batch_size, self.cache_size, self.dtype)
         lens = np.zeros((self.local_batch_size,), np.int32)
         if self.mesh is None:
-            return make(), lens
-        shardings = jax.tree.map(
-            lambda a: jax.sharding.NamedSharding(self.mesh, fit_spec(cache_spec(), a.shape, self.mesh)),
-            jax.eval_shape(make))
-        return jax.jit(make, out_shardings=shardings)(), lens
+            return init_cache(self.model_config, self.batch_size, self.cache_size, self.dtype), lens
+
+        def build():
+            make = functools.partial(init_cache, self.model_config, self.batch_size, self.cache_size, self.dtype)
+            shardings = jax.tree.map(
+                lambda a: jax.sharding.NamedSharding(self.mesh, fit_spec(cache_spec(), a.shape, self.mesh)),
+                jax.eval_shape(make))
+            return jax.jit(make, out_shardings=shardings)
+        return self._maker(("init_cache",), build)(), lens
 
     def idle_state(self, config: SamplingConfig) -> TurnState:
         """Every row idle: the state `begin` and `decode` carry between calls (rows over the mesh)."""
-        make = functools.partial(idle_state, self.batch_size, config.max_new_tokens, self.pad_id, KEY_WIDTH)
-        if self.mesh is None:
-            return jax.jit(make)()
-        shardings = jax.tree.map(lambda a: row_sharding(self.mesh, a.shape), jax.eval_shape(make))
-        return jax.jit(make, out_shardings=shardings)()
+        def build():  # one program per width: a fresh jit of a fresh partial would compile on every call
+            make = functools.partial(idle_state, self.batch_size, config.max_new_tokens, self.pad_id, KEY_WIDTH)
+            if self.mesh is None:
+                return jax.jit(make)
+            shardings = jax.tree.map(lambda a: row_sharding(self.mesh, a.shape), jax.eval_shape(make))
+            return jax.jit(make, out_shardings=shardings)
+        return self._maker(("idle_state", config.max_new_tokens), build)()
+
+    def _maker(self, key: tuple, build):
+        if key not in self._makers:
+            self._makers[key] = build()
+        return self._makers[key]
 
     def _program(self, key: tuple, build):
         fn = self._programs.get(key)
@@ -348,9 +359,9 @@ class Sampler:
     def decode_window(self, end: int) -> int:
         """The cache slots a decode program is compiled for when rows reach slot `end`: its window_length, or the
         whole cache where the model's decode attention is ragged (`uses_ragged_decode`: each row reads only its own
-        length there, so one program serves every long window)."""
+        length there, so one program serves every window)."""
         window = self.window_length(end)
-        return self.cache_size if uses_ragged_decode(window, 1 if self.mesh is None else self.mesh.size) else window
+        return self.cache_size if uses_ragged_decode(1 if self.mesh is None else self.mesh.size) else window
 
     def decode(self, params, cache: KVCache, state: TurnState, config: SamplingConfig, steps: int, *,
                end: int) -> tuple[KVCache, TurnState]:
