@@ -86,3 +86,26 @@ def test_same_trajectories_as_lockstep_whatever_the_schedule(tiny, ragged_turns,
     assert queued >= 1.0
     if not greedy:
         assert queued < reference.extras["decode_steps_per_token"]
+
+
+def test_host_helpers_compile_a_few_shapes():
+    """The per-turn helpers take row sets of every size from 1 to the slot count; padded to powers of two they
+    compile a few programs (one per size compiled ~40 programs, ~1.5 s, per quickstart RL step)."""
+    from ragen_jax.rollout.continuous import _rows_of, finished_rows
+    from ragen_jax.sampling.sampler import _episode_turn_keys, episode_turn_keys, idle_state
+
+    key = jax.random.key(5)
+    state = idle_state(12, 4, 0, 2)
+    state = state.replace(tokens=state.tokens + np.arange(12, dtype=np.int32)[:, None],
+                          lengths=np.arange(12, dtype=np.int32))
+    keys_before, rows_before = _episode_turn_keys._cache_size(), _rows_of._cache_size()
+    for n in range(1, 10):
+        episodes, turns = np.arange(n) * 3 + 1, np.arange(n) % 4
+        want = [jax.random.key_data(jax.random.fold_in(jax.random.fold_in(key, e), t)) for e, t in zip(episodes, turns)]
+        np.testing.assert_array_equal(episode_turn_keys(key, episodes, turns), np.stack(want))
+        slots = np.arange(n)[::-1] + 2
+        tokens, _, _, lengths, _ = finished_rows(state, slots)
+        np.testing.assert_array_equal(tokens, np.asarray(state.tokens)[slots])
+        np.testing.assert_array_equal(lengths, slots)
+    assert _episode_turn_keys._cache_size() - keys_before <= 5  # sizes 1, 2, 4, 8, 16
+    assert _rows_of._cache_size() - rows_before <= 5

@@ -27,6 +27,7 @@ from ragen_jax.rollout.context import ContextBuilder
 from ragen_jax.rollout.engine import EpisodeBook, RolloutConfig, finish_rollout
 from ragen_jax.rollout.types import RolloutResult
 from ragen_jax.sampling import Sampler, episode_turn_keys
+from ragen_jax.sampling.buckets import bucket_length
 
 
 @jax.jit
@@ -34,6 +35,15 @@ def _rows_of(state, rows):
     """The finished rows' tokens, log-probs and lengths [R, ...] (a small transfer instead of the whole state)."""
     return (jnp.take(state.tokens, rows, axis=0), jnp.take(state.logprobs, rows, axis=0),
             jnp.take(state.raw_logprobs, rows, axis=0), jnp.take(state.lengths, rows), jnp.take(state.cache_lens, rows))
+
+
+def finished_rows(state, slots) -> tuple[np.ndarray, ...]:
+    """(tokens [R, N], sample log-probs [R, N], raw log-probs [R, N], lengths [R], cache lengths [R]) of the slots
+    [R], on the host. The slots are padded to a power of two, so a run compiles a few programs, not one per R."""
+    slots = np.asarray(slots, np.int32)
+    padded = np.zeros(bucket_length(len(slots), minimum=1), np.int32)
+    padded[:len(slots)] = slots
+    return tuple(np.asarray(x)[:len(slots)] for x in _rows_of(state, padded))
 
 
 def make_engine(kind: str, graphdef, tokenizer, config: RolloutConfig, batch_size: int, *, slots: int = 0,
@@ -154,7 +164,7 @@ class ContinuousEngine:
         """Book the responses of the turns that ended in `slots`, step their envs; -> slots to begin next
         (continuing episodes, and freed slots a waiting episode can take)."""
         t0 = time.perf_counter()
-        tokens, sample_lp, raw_lp, lengths, kept = (np.asarray(x) for x in _rows_of(state, jnp.asarray(slots)))
+        tokens, sample_lp, raw_lp, lengths, kept = finished_rows(state, slots)
         episodes = [int(episode_of[s]) for s in slots]
         actions = [[] for _ in range(self.batch_size)]
         for i, (slot, ep) in enumerate(zip(slots, episodes)):

@@ -111,7 +111,13 @@ def episode_turn_keys(key: Any, episodes, turns) -> np.ndarray:
     these makes every token depend only on (key, episode, turn, position), whatever the batch or schedule."""
     if not jax.dtypes.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(jnp.asarray(key))
-    return np.asarray(_episode_turn_keys(key, jnp.asarray(episodes, jnp.int32), jnp.asarray(turns, jnp.int32)))
+    episodes, turns = (np.asarray(x, np.int32).reshape(-1) for x in (episodes, turns))
+    n = len(episodes)
+    if turns.shape != (n,):
+        raise ValueError(f"episodes and turns must have the same length, got {n} and {len(turns)}.")
+    padded = [np.zeros(bucket_length(n, minimum=1), np.int32) for _ in range(2)]  # a few shapes, a few programs
+    padded[0][:n], padded[1][:n] = episodes, turns
+    return np.asarray(_episode_turn_keys(key, *padded))[:n]
 
 
 def idle_state(batch: int, max_new_tokens: int, pad_id: int, key_width: int) -> TurnState:
