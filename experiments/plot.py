@@ -119,9 +119,14 @@ def plot_regimes(run_dirs: list[str], out: str, prefix: str) -> str:
         h, mi = (dict(scalars[t]) for t in tags)
         steps = sorted(set(h) & set(mi))
         bound = dict(scalars.get(f"{prefix}/mi_upper_bound", []))
+        if not steps:
+            continue
         images.append(regime_plane_image([h[s] for s in steps], [mi[s] for s in steps], steps=steps,
-                                         thresholds=run_settings(folder).get("thresholds"), mi_upper_bound=bound.get(steps[-1]),
-                                         title=name))
+                                         thresholds=run_settings(folder).get("thresholds"),
+                                         mi_upper_bound=bound.get(steps[-1]), title=name))
+    if not images:
+        raise ValueError(f"No run of {', '.join(runs)} logged both {tags[0]} and {tags[1]} at the same step: "
+                         "nothing to draw (the diagnostics log them every `diagnostics.every` steps).")
     height = max(i.shape[0] for i in images)
     row = np.concatenate([np.pad(i, ((0, height - i.shape[0]), (0, 0), (0, 0)), constant_values=255)
                           for i in images], axis=1)

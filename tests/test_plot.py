@@ -84,3 +84,14 @@ def test_regime_plane_of_each_run_side_by_side(tmp_path):
     assert image.shape[1] == 2 * matplotlib.image.imread(single).shape[1]
     with pytest.raises(ValueError, match="collapse_trajectory_sample/mi_estimate"):
         plot.plot_regimes(runs, str(tmp_path / "x.png"), "collapse_trajectory_sample")
+
+
+def test_regime_plane_needs_a_run_with_both_tags(tmp_path):
+    """One run logged only the entropy and another only the MI: a clear error, not a numpy one."""
+    prefix = "collapse_first_turn_sample"
+    for run, tag in (("a", "conditional_entropy_est"), ("b", "mi_estimate")):
+        m = Monitor(str(tmp_path / run / "tb"))
+        m.scalars({f"{prefix}/{tag}": 1.0}, 1)
+        m.close()
+    with pytest.raises(ValueError, match="logged both"):
+        plot.plot_regimes([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "x.png"), prefix)
