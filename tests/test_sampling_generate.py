@@ -198,7 +198,8 @@ def test_rewound_cache_ignores_the_stale_slots_past_cache_lens(model):
 
 # The dense-window decode (GPUs, meshes) runs with -m slow; the default run's model-step test in
 # test_models_decode_attention.py compares it with the ragged step on every push.
-@pytest.mark.parametrize("ragged", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["ragged-decode", "dense-decode"])
+@pytest.mark.parametrize("ragged", [True, pytest.param(False, marks=pytest.mark.slow)],
+                         ids=["ragged-decode", "dense-decode"])
 def test_attention_window_over_the_cache_changes_nothing(model, monkeypatch, ragged):
     """Reading only the first window_length(...) slots (256, then 512 as the rows grow) of a 1024-slot cache
     gives what attending over every slot gives, turn after turn; decode steps either read each row's own length
