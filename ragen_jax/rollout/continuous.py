@@ -27,7 +27,7 @@ from ragen_jax.rollout.context import ContextBuilder
 from ragen_jax.rollout.engine import EpisodeBook, RolloutConfig, finish_rollout
 from ragen_jax.rollout.types import RolloutResult
 from ragen_jax.sampling import Sampler, episode_turn_keys
-from ragen_jax.sampling.buckets import bucket_length
+from ragen_jax.sampling.buckets import pad_rows
 
 
 @jax.jit
@@ -40,10 +40,7 @@ def _rows_of(state, rows):
 def finished_rows(state, slots) -> tuple[np.ndarray, ...]:
     """(tokens [R, N], sample log-probs [R, N], raw log-probs [R, N], lengths [R], cache lengths [R]) of the slots
     [R], on the host. The slots are padded to a power of two, so a run compiles a few programs, not one per R."""
-    slots = np.asarray(slots, np.int32)
-    padded = np.zeros(bucket_length(len(slots), minimum=1), np.int32)
-    padded[:len(slots)] = slots
-    return tuple(np.asarray(x)[:len(slots)] for x in _rows_of(state, padded))
+    return tuple(np.asarray(x)[:len(slots)] for x in _rows_of(state, pad_rows(slots)))
 
 
 def make_engine(kind: str, graphdef, tokenizer, config: RolloutConfig, batch_size: int, *, slots: int = 0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 MIN_BUCKET = 16
 LONG = 1024  # above this, buckets are multiples of LONG_STEP instead of powers of two
 LONG_STEP = 512
@@ -19,3 +21,12 @@ def bucket_length(n: int, *, minimum: int = MIN_BUCKET) -> int:
     if target > LONG:
         return -(-target // LONG_STEP) * LONG_STEP
     return 1 << (target - 1).bit_length()
+
+
+def pad_rows(values) -> np.ndarray:
+    """values [R] int32 -> [bucket_length(R, minimum=1)] with zeros after them, so a jitted function of a row set
+    compiles a few programs (powers of two), not one per R; slice its results back to [:R]."""
+    values = np.asarray(values, np.int32).reshape(-1)
+    padded = np.zeros(bucket_length(len(values), minimum=1), np.int32)
+    padded[:len(values)] = values
+    return padded

@@ -25,7 +25,7 @@ from flax import nnx
 
 from ragen_jax.models import KVCache, ModelConfig, init_cache
 from ragen_jax.models.decode_attention import uses_ragged_decode
-from ragen_jax.sampling.buckets import bucket_length
+from ragen_jax.sampling.buckets import bucket_length, pad_rows
 from ragen_jax.sampling.config import SamplingConfig
 from ragen_jax.sampling.filters import sample_rows
 from ragen_jax.sampling.stopping import INACTIVE, stop_reason
@@ -115,9 +115,7 @@ def episode_turn_keys(key: Any, episodes, turns) -> np.ndarray:
     n = len(episodes)
     if turns.shape != (n,):
         raise ValueError(f"episodes and turns must have the same length, got {n} and {len(turns)}.")
-    padded = [np.zeros(bucket_length(n, minimum=1), np.int32) for _ in range(2)]  # a few shapes, a few programs
-    padded[0][:n], padded[1][:n] = episodes, turns
-    return np.asarray(_episode_turn_keys(key, *padded))[:n]
+    return np.asarray(_episode_turn_keys(key, pad_rows(episodes), pad_rows(turns)))[:n]
 
 
 def idle_state(batch: int, max_new_tokens: int, pad_id: int, key_width: int) -> TurnState:
