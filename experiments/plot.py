@@ -4,9 +4,9 @@
   python experiments/plot.py runs/sweep/* --metrics val/SimpleSokoban/success,rollout/in_group_reward_std
   python experiments/plot.py runs/ablation/* --regime collapse_first_turn_sample --out docs/img/regimes.png
 
-Each run folder is searched recursively for event files, which are read with TensorBoard's own
-reader (EventAccumulator). `--metrics` takes tags or fnmatch patterns (`val/*/success`), one
-panel each; one that matches no scalar of any run is an error that lists the known tags. `--regime PREFIX`
+Each run folder is searched recursively for event files (its `eval/` outputs of `run.py --mode=eval` aside),
+which are read with TensorBoard's own reader (EventAccumulator). `--metrics` takes tags or fnmatch patterns
+(`val/*/success`), one panel each; one that matches no scalar of any run is an error that lists the known tags. `--regime PREFIX`
 draws instead each run's path on RAGEN-2's (H(Z|X), MI) regime plane from its logged
 `PREFIX/conditional_entropy_est` and `PREFIX/mi_estimate` (the run's own thresholds from its config.json when
 it has one), the runs side by side in one PNG.
@@ -38,9 +38,12 @@ DEFAULT_PANELS = {
 
 
 def event_dirs(run_dir: str) -> list[str]:
-    """Every folder under run_dir (itself included) that holds TensorBoard event files."""
+    """Every folder under run_dir (itself included) that holds TensorBoard event files, except the
+    `eval/` outputs of `run.py --mode=eval` (their validation scalars would join the run's own curves;
+    pass `RUN/eval/step_N` to plot one)."""
     files = glob.glob(os.path.join(run_dir, "**", "events.out.tfevents.*"), recursive=True)
-    return sorted({os.path.dirname(f) for f in files})
+    folders = {os.path.dirname(f) for f in files}
+    return sorted(f for f in folders if os.path.relpath(f, run_dir).split(os.sep)[0] != "eval")
 
 
 def read_scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:

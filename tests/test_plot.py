@@ -95,3 +95,18 @@ def test_regime_plane_needs_a_run_with_both_tags(tmp_path):
         m.close()
     with pytest.raises(ValueError, match="logged both"):
         plot.plot_regimes([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "x.png"), prefix)
+
+
+def test_a_runs_eval_outputs_stay_out_of_its_curves(tmp_path):
+    """`run.py --mode=eval` writes RUN/eval/step_N/tb with the same val/* tags: plotting RUN keeps only the run's."""
+    run = tmp_path / "run"
+    m = Monitor(str(run / "tb"))
+    for step in range(3):
+        m.scalars({"val/Bandit/success": 0.1 * step}, step)
+    m.close()
+    m = Monitor(str(run / "eval" / "step_1" / "tb"))
+    m.scalars({"val/Bandit/success": 0.9}, 1)
+    m.close()
+    assert [s for s, _ in plot.read_scalars(str(run))["val/Bandit/success"]] == [0, 1, 2]
+    evaluated = plot.read_scalars(str(run / "eval" / "step_1"))["val/Bandit/success"]
+    assert [(s, round(v, 6)) for s, v in evaluated] == [(1, 0.9)]
