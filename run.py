@@ -49,6 +49,7 @@ def main(argv):
     except ValueError as e:
         sys.exit(f"FATAL {e}")
     workdir = _WORKDIR.value or cfg.workdir
+    cfg.workdir = workdir  # config.json, the hparams and --print_config record where this run writes
     from ragen_jax.sharding import maybe_initialize_distributed
 
     maybe_initialize_distributed(cfg)  # multi-host: join the other processes before any device is touched

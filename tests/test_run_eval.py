@@ -75,3 +75,12 @@ def test_train_then_eval_the_checkpoint_and_the_export(tmp_path):
     assert os.path.isfile(tmp_path / "elsewhere" / "eval" / "hf_export" / "rollouts.jsonl")
     proc = run_cli(*tiny, f"--checkpoint={tmp_path / 'nothing'}", workdir=wd)
     assert proc.returncode != 0 and proc.stderr.count("FATAL") == 1
+
+
+def test_the_resolved_config_records_the_workdir_given_on_the_command_line(tmp_path):
+    """config.json and the TensorBoard hparams are written from the resolved config: its workdir is --workdir's."""
+    wd = tmp_path / "elsewhere"
+    proc = run_cli("--config=configs/sokoban.py:tiny", "--print_config", workdir=wd, mode="train")
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads(proc.stdout[:proc.stdout.index("\n}\n") + 2])
+    assert config["workdir"] == str(wd)
