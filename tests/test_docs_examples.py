@@ -1,10 +1,11 @@
 """The code in docs/custom_envs.md and docs/custom_losses.md runs as written, so the docs cannot rot.
 
 A fenced block right after `<!-- doc-test: NAME -->` is a file the reader saves as NAME, or, for
-NAME "run", the command they run from the folder holding those files.
+a NAME starting with "run", a command they run from the folder holding those files.
 """
 
 import importlib
+import json
 import os
 import re
 import shlex
@@ -25,6 +26,10 @@ BUDGET = ["--config.trainer.total_steps=1", "--config.val.every=0", "--config.wa
           "--config.trainer.micro_batch_size=4", "--config.rollout.response_length=16",
           "--config.diagnostics.every=0", "--config.trainer.export_hf=False", "--config.model.tiny.num_layers=1",
           "--config.model.tiny.hidden_size=64", "--config.model.tiny.intermediate_size=128"]
+# The same with a one-step warm start instead of none, for a command whose own flags must turn the warm start off.
+WARMSTART_BUDGET = [a for a in BUDGET if a != "--config.warmstart.enabled=False"] + [
+    "--config.warmstart.steps=1", "--config.warmstart.num_demos=2", "--config.val.groups=2",
+    "--config.val.batch_size=2"]
 
 
 def doc_blocks(doc: str) -> dict[str, str]:
@@ -35,13 +40,13 @@ def doc_blocks(doc: str) -> dict[str, str]:
     return blocks
 
 
-def save_files(doc: str, folder) -> list[str]:
-    """Write the doc's file blocks into `folder` -> the doc's run command as an argv list (run.py from ROOT)."""
+def save_files(doc: str, folder, command: str = "run") -> list[str]:
+    """Write the doc's file blocks into `folder` -> its `command` block as an argv list (run.py from ROOT)."""
     blocks = doc_blocks(doc)
     for name, text in blocks.items():
-        if name != "run":
+        if not name.startswith("run"):
             (folder / name).write_text(text)
-    argv = shlex.split(blocks["run"].replace("\\\n", " "))
+    argv = shlex.split(blocks[command].replace("\\\n", " "))
     assert argv[:2] == ["python", "run.py"], argv
     return [sys.executable, os.path.join(ROOT, "run.py"),
             *[a.replace("configs/", os.path.join(ROOT, "configs") + "/", 1) if a.startswith("--config=configs/")
@@ -115,16 +120,19 @@ def test_custom_losses_doc_example_registers_and_computes(doc_module):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("doc, tag", [("custom_envs.md", "GuessNumber"), ("custom_losses.md", "SimpleSokoban")])
-def test_the_docs_run_command_trains_one_step(doc, tag, tmp_path):
+@pytest.mark.parametrize("doc, command, tag, budget", [
+    ("custom_envs.md", "run", "GuessNumber", BUDGET), ("custom_losses.md", "run", "SimpleSokoban", BUDGET),
+    ("custom_envs.md", "run_override", "GuessNumber", WARMSTART_BUDGET)])
+def test_the_docs_run_command_trains_one_step(doc, command, tag, budget, tmp_path):
     """The doc's own command (plus a one-step budget) from the folder holding its files; every metric it
-    logs keeps its name in TensorBoard (no renaming message)."""
+    logs keeps its name in TensorBoard (no renaming message); a custom env's instruction reaches the prompt."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    argv = save_files(doc, tmp_path)
+    argv = save_files(doc, tmp_path, command)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)  # run.py itself puts the current folder on the import path
-    proc = subprocess.run([*argv, *BUDGET], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([*argv, *budget, "--config.trainer.dump_rollouts_every=1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "is illegal" not in out and "not a valid TensorBoard tag" not in out
@@ -135,3 +143,7 @@ def test_the_docs_run_command_trains_one_step(doc, tag, tmp_path):
     tags = acc.Tags()["scalars"]
     assert f"train/{tag}/success" in tags and f"train/{tag}/pass_at_2" in tags
     assert [t for t in tags if not is_valid_tag(t)] == []
+    if tag == "GuessNumber":
+        with open(tmp_path / workdir / "rollouts" / "train_step0.jsonl") as f:
+            system = json.loads(f.readline())["messages"][0]["content"]
+        assert "Guess the secret number" in system, system
