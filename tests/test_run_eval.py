@@ -4,8 +4,9 @@ import json
 import os
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from ragen_jax.trainer.evaluate import eval_target
+from ragen_jax.trainer.evaluate import EvalTarget, eval_target
 from test_run_cli import run_cli
 
 
@@ -37,6 +38,12 @@ def test_eval_target_finds_the_latest_checkpoint_then_the_export(tmp_path):
         eval_target(str(other), str(tmp_path / "nothing"))
 
 
+def test_an_orbax_target_says_how_many_rl_steps_its_checkpoint_ran():
+    target = EvalTarget("orbax", "/r/checkpoints", 1, "/w/eval/step_1")
+    assert target.describe(2) == "checkpoint step 1 (/r/checkpoints/1, after 2 RL steps)"
+    assert target.describe() == "checkpoint step 1 (/r/checkpoints/1)"
+
+
 def test_print_config_shows_the_config_and_the_memory_plan_then_exits(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/sokoban.py:tiny", "--config.algo.custom_policy_loss=ragen_jax.algos.policy_loss:"
@@ -66,6 +73,10 @@ def test_train_then_eval_the_checkpoint_and_the_export(tmp_path):
     proc = run_cli(*tiny, workdir=wd)
     assert proc.returncode == 0, proc.stderr
     assert "Evaluated checkpoint step 0" in proc.stdout and "eval/step_0/rollouts.jsonl" in proc.stdout
+    assert "after 1 RL steps" in proc.stdout  # checkpoint 0 is the state after the first step
+    acc = EventAccumulator(str(wd / "eval" / "step_0" / "tb"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("val/Bandit/success")] == [1]  # the RL steps it ran, as training logs them
     for name in ("config.json", "metrics.json", "rollouts.jsonl", "rollouts.pkl"):
         assert os.path.isfile(wd / "eval" / "step_0" / name)
     assert sorted(os.listdir(wd / "tb")) == events  # the training run's files are untouched

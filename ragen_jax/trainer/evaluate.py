@@ -28,9 +28,11 @@ class EvalTarget:
     step: int | None
     out_dir: str
 
-    def describe(self) -> str:
+    def describe(self, rl_steps: int | None = None) -> str:
+        """What was evaluated; `rl_steps`: the RL steps the checkpoint had run (checkpoint N follows step N + 1)."""
         if self.kind == "orbax":
-            return f"checkpoint step {self.step} ({self.path}/{self.step})"
+            after = "" if rl_steps is None else f", after {rl_steps} RL steps"
+            return f"checkpoint step {self.step} ({self.path}/{self.step}{after})"
         if self.kind == "hf":
             return f"Hugging Face folder {self.path}"
         return "the freshly initialised model (no checkpoint found)"
@@ -89,8 +91,10 @@ def run_eval(trainer, target: EvalTarget | None = None) -> dict[str, float]:
     from ragen_jax.trainer.loop import write_config_json
 
     target = target or EvalTarget("init", "", None, os.path.join(trainer.workdir, "eval", "init"))
+    rl_steps = None
     if target.kind == "orbax":
         trainer.restore(target.path, target.step)
+        rl_steps = int(trainer.counters["steps_run"])  # the step the training run's TensorBoard shows
     elif target.kind == "init":
         logger.warning("Evaluating the freshly initialised model: no checkpoint in %s (train first, or pass "
                        "--checkpoint=PATH).", trainer.workdir)
@@ -103,9 +107,9 @@ def run_eval(trainer, target: EvalTarget | None = None) -> dict[str, float]:
         write_pkl(os.path.join(target.out_dir, "rollouts.pkl"),
                   RolloutResult(episodes=episodes, batch=None, metrics=metrics, timing={}))
         with open(os.path.join(target.out_dir, "metrics.json"), "w") as f:
-            json.dump({"evaluated": target.describe(), **metrics}, f, indent=2)
-        trainer.monitor.scalars(metrics, target.step or 0)
+            json.dump({"evaluated": target.describe(rl_steps), **metrics}, f, indent=2)
+        trainer.monitor.scalars(metrics, rl_steps or 0)
         trainer.monitor.flush()
-        print(f"Evaluated {target.describe()} on {len(episodes)} episodes.\nRollouts: {jsonl} (and rollouts.pkl); "
-              f"metrics: {os.path.join(target.out_dir, 'metrics.json')}")
+        print(f"Evaluated {target.describe(rl_steps)} on {len(episodes)} episodes.\nRollouts: {jsonl} "
+              f"(and rollouts.pkl); metrics: {os.path.join(target.out_dir, 'metrics.json')}")
     return metrics
