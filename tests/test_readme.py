@@ -1,0 +1,38 @@
+"""README.md, as a newcomer reads it: its eval command scores what its training commands trained, and every
+doc in docs/ is reachable from it."""
+
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def readme() -> str:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        return f.read()
+
+
+def run_commands(text: str) -> list[str]:
+    return [line.split("#")[0].strip() for line in text.splitlines() if line.strip().startswith("python run.py")]
+
+
+def workdir(command: str) -> str | None:
+    found = re.search(r"--workdir[= ](\S+)", command)
+    return found.group(1) if found else None
+
+
+def test_the_eval_command_names_a_workdir_a_training_command_writes():
+    commands = run_commands(readme())
+    trained = {workdir(c) for c in commands if "--mode=" not in c} - {None}
+    evals = [c for c in commands if "--mode=eval" in c]
+    assert evals and trained
+    for command in evals:
+        assert workdir(command) in trained, (
+            f"{command!r} evaluates no workdir that a README training command writes ({sorted(trained)}): "
+            "without --workdir it scores config.workdir, which the quickstart does not write")
+
+
+def test_every_doc_is_linked_from_the_readme():
+    text = readme()
+    docs = sorted(f for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
+    assert [d for d in docs if f"docs/{d}" not in text] == []
