@@ -35,9 +35,12 @@ def validate_config(cfg, mode: str = "train") -> None:
         name = cfg[section][key]
         if name:
             try:
-                get_spec(name)
+                spec = get_spec(name)
             except KeyError as e:
                 errors.append(f"config.{section}.{key}: {e.args[0]}")
+                continue
+            if section == "env":
+                errors += _warmstart_errors(cfg.warmstart, spec, mode)
     algo = cfg.algo
     try:
         ADVANTAGE_ESTIMATORS.get(algo.custom_adv_estimator or algo.adv_estimator)
@@ -74,5 +77,22 @@ def validate_config(cfg, mode: str = "train") -> None:
         errors.append("config.rollout.response_length must be < config.rollout.max_model_len")
     if algo.adv_estimator == "gae" and not algo.use_critic:
         errors.append("config.algo.adv_estimator='gae' needs config.algo.use_critic=True")
+    if len(errors) == 1:
+        raise ValueError(f"Invalid config: {errors[0]}")
     if errors:
         raise ValueError("Invalid config:\n  - " + "\n  - ".join(errors))
+
+
+PLAYED_DEMO_SOURCES = ("oracle", "random")  # played in a JAX env batch (rollout.demos.play_oracle_episodes)
+
+
+def _warmstart_errors(warmstart, spec, mode: str) -> list[str]:
+    """An oracle or random warm start plays its demos in a JAX env batch, whose states the policy reads;
+    `spec.kind` is what envs.batch.make_env_batch builds the batch from. A host env needs a JSONL of demos."""
+    runs = mode == "sft" or (mode == "train" and warmstart.enabled)
+    if not runs or spec.kind == "jax" or warmstart.source not in PLAYED_DEMO_SOURCES:
+        return []
+    jsonl = "config.warmstart.source to a JSONL file of demonstrations"
+    fix = f"set {jsonl}" if mode == "sft" else f"set config.warmstart.enabled=False, or {jsonl}"
+    return [f"config.warmstart.source={warmstart.source!r} plays demonstrations in a JAX env batch, but "
+            f"config.env.name={spec.name!r} is a host env: {fix}"]

@@ -96,6 +96,15 @@ def test_bad_values_are_all_reported_at_once(tmp_path):
                          "Unknown environment 'NoSuchEnv'", "response_length must be < config.rollout.max_model_len")
 
 
+def test_an_oracle_warm_start_on_a_host_env_is_one_fatal_line(tmp_path):
+    """sokoban.py:tiny warm-starts on oracle play; on a host env that fails before any model work, with the fix."""
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/sokoban.py:tiny", "--config.env.name=envs.serve.toy:CounterEnv",
+                   workdir=wd, mode="train")
+    assert_one_fatal_line(proc, wd, "config.env.name='envs.serve.toy:CounterEnv' is a host env",
+                          "config.warmstart.enabled=False")
+
+
 def test_unknown_variant_lists_the_known_ones(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/sudoku.py:tiny,nosuch", workdir=wd)

@@ -1,0 +1,39 @@
+"""validate_config: combinations that cannot run fail before anything is built, in one line naming the fix."""
+
+import pytest
+
+from configs.base import apply_tiny, get_base_config
+from ragen_jax.config_check import validate_config
+
+
+def _config(env_name: str, *, warmstart: bool, source: str = "oracle"):
+    cfg = get_base_config()
+    apply_tiny(cfg)
+    cfg.env.name = env_name
+    cfg.warmstart.enabled, cfg.warmstart.source = warmstart, source
+    return cfg
+
+
+@pytest.mark.parametrize("env_name", ["Countdown", "envs.serve.toy:CounterEnv"])
+@pytest.mark.parametrize("source", ["oracle", "random"])
+def test_a_played_warm_start_on_a_host_env_is_refused_with_the_fix(env_name, source):
+    """Oracle/random demos are played in a JAX env batch; a host env (registered or by import path) fails here,
+    not with 'Oracle demos need a JAX env batch' after the model is built."""
+    with pytest.raises(ValueError) as info:
+        validate_config(_config(env_name, warmstart=True, source=source))
+    lines = [line for line in str(info.value).splitlines() if "warmstart" in line]
+    assert len(lines) == 1, str(info.value)
+    assert f"config.env.name={env_name!r} is a host env" in lines[0]
+    assert "config.warmstart.enabled=False" in lines[0] and "JSONL" in lines[0]
+    with pytest.raises(ValueError, match="JSONL"):  # --mode=sft always warm-starts: only the JSONL fix applies
+        validate_config(_config(env_name, warmstart=False, source=source), mode="sft")
+
+
+def test_host_envs_accept_a_jsonl_warm_start_or_none_and_jax_envs_the_oracle(tmp_path):
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text("")
+    validate_config(_config("Countdown", warmstart=False))
+    validate_config(_config("Countdown", warmstart=True, source=str(demos)))
+    validate_config(_config("Countdown", warmstart=True), mode="eval")  # eval never warm-starts
+    validate_config(_config("SimpleSokoban", warmstart=True))
+    validate_config(_config("SimpleSokoban", warmstart=False), mode="sft")
