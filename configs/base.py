@@ -102,8 +102,9 @@ def get_base_config() -> ml_collections.ConfigDict:
         keep_checkpoints=2,
         resume=False,
         export_hf=True,  # write the final policy as a Hugging Face folder
-        log_samples_every=10,
-        dump_rollouts_every=0,  # write a JSONL of training rollouts every N steps (0 = never)
+        log_samples_every=10,  # a sample trajectory as TensorBoard text every N steps (0 = never)
+        dump_rollouts_every=0,  # every N steps write rollouts/train_step{n}.jsonl, and at every validation
+        # rollouts/val_step{n}.jsonl; n is the step TensorBoard and the console show (1 = the first RL step; 0 = never)
         seed=0,
         early_stop=dict(
             reward_std_patience=0,  # stop after N steps of zero in-group reward std (0 = off)

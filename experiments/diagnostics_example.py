@@ -2,7 +2,7 @@
 
   python run.py --config configs/bandit.py:tiny --config.trainer.total_steps=2 \\
       --config.trainer.dump_rollouts_every=1 --config.diagnostics.every=1 --workdir runs/diag
-  python experiments/diagnostics_example.py runs/diag/rollouts/train_step1.jsonl --checkpoint runs/diag \\
+  python experiments/diagnostics_example.py runs/diag/rollouts/train_step2.jsonl --checkpoint runs/diag \\
       --step 2 --out docs/img/diagnostics_example.png
 
 The plane shows the run's own path (its logged first-turn H(Z|X) and MI per diagnostics step, read

@@ -144,6 +144,6 @@ def test_the_docs_run_command_trains_one_step(doc, command, tag, budget, tmp_pat
     assert f"train/{tag}/success" in tags and f"train/{tag}/pass_at_2" in tags
     assert [t for t in tags if not is_valid_tag(t)] == []
     if tag == "GuessNumber":
-        with open(tmp_path / workdir / "rollouts" / "train_step0.jsonl") as f:
+        with open(tmp_path / workdir / "rollouts" / "train_step1.jsonl") as f:
             system = json.loads(f.readline())["messages"][0]["content"]
         assert "Guess the secret number" in system, system

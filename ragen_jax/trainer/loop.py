@@ -281,11 +281,17 @@ class Trainer:
         return metrics, episodes[: v.groups * v.group_size]
 
     def validate(self, step: int) -> dict[str, float]:
+        """Validation at TensorBoard step `step` (0: before any RL step; n: after n steps)."""
         metrics, episodes = self.run_validation(step)
-        if self.is_main and self.cfg.trainer.dump_rollouts_every:
-            write_jsonl(os.path.join(self.workdir, "rollouts", f"val_step{step}.jsonl"), episodes,
-                        **self._dump_kwargs())
+        if self.cfg.trainer.dump_rollouts_every:
+            self._dump_rollouts("val", step, episodes)
         return metrics
+
+    def _dump_rollouts(self, split: str, step: int, episodes) -> None:
+        """rollouts/{split}_step{step}.jsonl, numbered by the TensorBoard and console step (1 = the first RL step)."""
+        if self.is_main:
+            write_jsonl(os.path.join(self.workdir, "rollouts", f"{split}_step{step}.jsonl"), episodes,
+                        **self._dump_kwargs())
 
     def _dump_kwargs(self) -> dict:
         r = self.cfg.rollout
@@ -303,11 +309,11 @@ class Trainer:
         timing["timing_s/rollout"] = time.perf_counter() - t0
         timing.update({f"timing_s/rollout_{k}": v for k, v in res.timing.items()})
         metrics = {f"train/{k}": v for k, v in res.metrics.items()}
-        if t.dump_rollouts_every and step % t.dump_rollouts_every == 0 and self.is_main:
-            write_jsonl(os.path.join(self.workdir, "rollouts", f"train_step{step}.jsonl"), res.episodes,
-                        **self._dump_kwargs())
-        if t.log_samples_every and step % t.log_samples_every == 0:
-            self._log_sample(res, step)
+        shown = step + 1  # the step TensorBoard and the console show for this one
+        if t.dump_rollouts_every and shown % t.dump_rollouts_every == 0:
+            self._dump_rollouts("train", shown, res.episodes)
+        if t.log_samples_every and shown % t.log_samples_every == 0:
+            self._log_sample(res, shown)
         metrics.update(self.collapse.mi_metrics(step + 1, res.episodes, self.actor.graphdef, self.actor.full()))
 
         rewards = np.array([ep.total_reward for ep in res.episodes], np.float32)
