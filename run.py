@@ -81,7 +81,8 @@ def main(argv):
         except (OSError, CheckpointError) as e:  # a missing model, file or service: the message says what to do
             sys.exit(f"FATAL {_one_line(str(e))}")
         if trainer.is_main:
-            print(report.banner(trainer, _config_arg(sys.argv, variants=True)), file=sys.stderr, flush=True)
+            print(report.banner(trainer, _config_arg(sys.argv, variants=True), eval_target=target), file=sys.stderr,
+                  flush=True)
         with trainer.activate_mesh():
             _run_mode(trainer, target)
 

@@ -26,11 +26,21 @@ class Checkpointer:
     """Save/restore numbered checkpoints under `directory` (only process 0 writes metadata)."""
 
     def __init__(self, directory: str, *, max_to_keep: int | None = 2):
+        """Nothing is created until the first save (an evaluation or a fresh run leaves no empty folder)."""
         self.directory = os.path.abspath(directory)
-        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
-        self.manager = ocp.CheckpointManager(self.directory, options=options)
+        self.max_to_keep = max_to_keep
+        self._manager: ocp.CheckpointManager | None = None
+
+    @property
+    def manager(self) -> ocp.CheckpointManager:
+        if self._manager is None:
+            options = ocp.CheckpointManagerOptions(max_to_keep=self.max_to_keep, create=True)
+            self._manager = ocp.CheckpointManager(self.directory, options=options)
+        return self._manager
 
     def latest_step(self) -> int | None:
+        if self._manager is None and not os.path.isdir(self.directory):
+            return None
         return self.manager.latest_step()
 
     def save(self, step: int, state: Any, meta: dict) -> None:
@@ -52,4 +62,5 @@ class Checkpointer:
         return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
     def close(self) -> None:
-        self.manager.close()
+        if self._manager is not None:
+            self._manager.close()

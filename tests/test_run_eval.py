@@ -95,3 +95,18 @@ def test_the_resolved_config_records_the_workdir_given_on_the_command_line(tmp_p
     assert proc.returncode == 0, proc.stderr
     config = json.loads(proc.stdout[:proc.stdout.index("\n}\n") + 2])
     assert config["workdir"] == str(wd)
+
+
+def test_eval_banner_says_what_is_evaluated_and_eval_leaves_no_checkpoints_folder(tmp_path):
+    """--mode=eval's banner names the weights, the episodes per validation and the outputs, and none of the
+    training lines (steps, episodes per step); eval writes only under <workdir>/eval/ (no empty checkpoints/)."""
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/bandit.py:tiny", "--config.val.groups=4", "--config.val.batch_size=4",
+                   "--config.val.greedy=True", workdir=wd)
+    assert proc.returncode == 0, proc.stderr
+    banner = proc.stderr
+    assert "evaluate    the freshly initialised model" in banner, banner
+    assert "episodes    4 episodes of Bandit per validation (greedy)" in banner, banner
+    assert f"outputs     {wd / 'eval' / 'init'}" in banner, banner
+    assert "episodes per step" not in banner and "algorithm" not in banner, banner
+    assert sorted(os.listdir(wd)) == ["eval"]

@@ -45,31 +45,57 @@ def custom_functions(cfg) -> dict[str, str]:
     return found
 
 
-def banner(trainer, config_file: str | None) -> str:
-    """The start-up lines: devices, model, env, episodes per step, algorithm, where things go."""
-    from ragen_jax.trainer.steps import param_count
-
+def banner(trainer, config_file: str | None, eval_target=None) -> str:
+    """The start-up lines: devices, model, then what the run does (training: env, episodes per step,
+    algorithm; `eval_target` given: what is evaluated on how many episodes, where its outputs go), the files."""
     cfg = trainer.cfg
     devices = jax.devices()
-    model = f"tiny preset (seed {cfg.model.seed})" if cfg.model.preset == "tiny" else cfg.model.path
-    params = param_count(trainer.actor.full())
-    trainable = param_count(trainer.actor.trainable)
     lines = [
         f"devices     {len(devices)} x {devices[0].device_kind} ({devices[0].platform}), "
         f"{jax.process_count()} process(es), mesh {dict(trainer.mesh.shape)}",
-        f"model       {model}: {params / 1e6:.2f}M parameters ({trainable / 1e6:.2f}M trained), "
-        f"{trainer.actor.module().config.param_dtype}",
-        f"env         {cfg.env.name}: {cfg.env.groups} groups x {cfg.env.group_size} = {trainer.batch_size} "
-        f"episodes per step, up to {cfg.env.max_turn} turn(s); validation {cfg.val.groups * cfg.val.group_size} "
-        f"episodes of {trainer.val_name}",
-        f"algorithm   {cfg.algo.preset}: {cfg.algo.adv_estimator} advantages, {cfg.algo.policy_loss} loss, "
-        f"{cfg.algo.loss_agg_mode}; filter {cfg.filter.strategy} {cfg.filter.value:g}; "
-        f"{cfg.trainer.total_steps} steps",
+        _model_line(trainer),
+        *(_eval_lines(trainer, eval_target) if eval_target is not None else _train_lines(trainer)),
         f"workdir     {trainer.workdir}",
         f"config      {config_file or '(given in code)'}",
     ]
     lines += [f"custom      {key} = {where}" for key, where in custom_functions(cfg).items()]
     return "\n".join(lines)
+
+
+def _model_line(trainer) -> str:
+    from ragen_jax.trainer.steps import param_count
+
+    cfg = trainer.cfg
+    model = f"tiny preset (seed {cfg.model.seed})" if cfg.model.preset == "tiny" else cfg.model.path
+    params = param_count(trainer.actor.full())
+    trainable = param_count(trainer.actor.trainable)
+    return (f"model       {model}: {params / 1e6:.2f}M parameters ({trainable / 1e6:.2f}M trained), "
+            f"{trainer.actor.module().config.param_dtype}")
+
+
+def _validation_text(trainer) -> str:
+    v = trainer.cfg.val
+    sampling = "greedy" if v.greedy else f"temperature {v.temperature:g}"
+    return f"{v.groups * v.group_size} episodes of {trainer.val_name} per validation ({sampling})"
+
+
+def _train_lines(trainer) -> list[str]:
+    cfg = trainer.cfg
+    return [
+        f"env         {cfg.env.name}: {cfg.env.groups} groups x {cfg.env.group_size} = {trainer.batch_size} "
+        f"episodes per step, up to {cfg.env.max_turn} turn(s); validation {_validation_text(trainer)}",
+        f"algorithm   {cfg.algo.preset}: {cfg.algo.adv_estimator} advantages, {cfg.algo.policy_loss} loss, "
+        f"{cfg.algo.loss_agg_mode}; filter {cfg.filter.strategy} {cfg.filter.value:g}; "
+        f"{cfg.trainer.total_steps} steps",
+    ]
+
+
+def _eval_lines(trainer, target) -> list[str]:
+    return [
+        f"evaluate    {target.describe()}",
+        f"episodes    {_validation_text(trainer)}, up to {trainer.cfg.env.max_turn} turn(s)",
+        f"outputs     {target.out_dir}",
+    ]
 
 
 def print_summary(summary: dict, tb_dir: str) -> None:
