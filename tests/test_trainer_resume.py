@@ -1,6 +1,8 @@
 """Exact resume of the quickstart's recipe: a run killed half-way and resumed from its checkpoint equals the run
 that never stopped, bit for bit on the CPU (warm start, KL reference, critic, a filter that drops groups)."""
 
+import os
+
 import jax
 import numpy as np
 
@@ -14,7 +16,7 @@ def recipe(workdir, total_steps):
     c = bandit_config(workdir, use_kl_loss=True, kl_loss_coef=0.5, kl_loss_type="low_var_kl")
     c.env.groups, c.env.group_size = 4, 4
     c.trainer.mini_batch_size, c.trainer.micro_batch_size = 8, 4
-    c.trainer.total_steps, c.trainer.save_every = total_steps, 1
+    c.trainer.total_steps, c.trainer.save_every, c.trainer.dump_rollouts_every = total_steps, 1, 2
     c.val.every, c.diagnostics.every = 0, 0
     c.rollout.temperature = 2.0  # varied answers, so groups differ and the filter has something to drop
     c.filter.strategy, c.filter.value, c.filter.include_zero = "top_k", 0.5, True
@@ -69,5 +71,10 @@ def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
     kept = [straight_log[s]["rollout/filter_kept_ratio"] for s in range(1, 5)]
     assert max(kept) < 1.0  # the filter dropped groups
     assert all(straight_log[s]["actor/kl_loss"] > 0 for s in range(2, 5))  # the KL term is live
+    # rollout dumps are named by the step TensorBoard logs them at (1 = the first RL step), across a resume too
+    for run_dir in ("straight", "resumed"):
+        dumps = sorted(f for f in os.listdir(tmp_path / run_dir / "rollouts") if f.startswith("train_"))
+        assert dumps == ["train_step2.jsonl", "train_step4.jsonl"], run_dir
+    assert {2, 4} <= straight_log.keys()
     summary = resumed._summary(1.0, 0.0, None)
     assert summary["val_success_after_warmstart"] is not None and summary["warmstart_seconds"] is not None

@@ -83,7 +83,7 @@ def _train_lines(trainer) -> list[str]:
     cfg = trainer.cfg
     return [
         f"env         {cfg.env.name}: {cfg.env.groups} groups x {cfg.env.group_size} = {trainer.batch_size} "
-        f"episodes per step, up to {cfg.env.max_turn} turn(s); validation {_validation_text(trainer)}",
+        f"episodes per step, up to {cfg.env.max_turn} turn(s); {_validation_text(trainer)}",
         f"algorithm   {cfg.algo.preset}: {cfg.algo.adv_estimator} advantages, {cfg.algo.policy_loss} loss, "
         f"{cfg.algo.loss_agg_mode}; filter {cfg.filter.strategy} {cfg.filter.value:g}; "
         f"{cfg.trainer.total_steps} steps",
