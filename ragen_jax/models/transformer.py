@@ -159,11 +159,7 @@ class MLP(nnx.Module):
         self.down_proj = _linear(cfg, cfg.intermediate_size, cfg.hidden_size, False, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        # The barrier keeps XLA:CPU from fusing gate, up, silu and down into one YNNPACK fusion, which ran the
-        # tiny model's 64 x 128 prefill 1.6x slower than the separate GEMMs (docs/performance.md); a no-op
-        # for values and gradients.
-        hidden = jax.lax.optimization_barrier(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
-        return self.down_proj(shard_activation(hidden, 2))
+        return self.down_proj(shard_activation(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x), 2))
 
 
 class DecoderLayer(nnx.Module):
