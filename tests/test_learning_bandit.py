@@ -1,5 +1,8 @@
 """Learning tests (slow): the Bandit tiny preset end to end, and GRPO, GSPO and CISPO on the same setup.
 
+Each algorithm gets the RL steps it needs on this noisy signal (the high arm pays 1 a quarter of the time): PPO's
+preset 25, CISPO 25, GRPO 50, GSPO 75; the bar is the same 15 points for all.
+
 `configs/bandit.py:tiny` warm-starts the tiny policy on demonstrations that pick an arm at random
 (`warmstart.source="random"`), so it knows the answer format but has no preference; RL must then find
 the high-reward arm of each pair from rewards alone. Success = chose the high arm, measured at
@@ -43,8 +46,11 @@ def test_grpo_group_mean_baseline_learns_the_high_arm(tmp_path):
     # Group-mean baseline without std scaling (Dr.GRPO's advantage). With std scaling GRPO prefers the
     # low-variance arm here: groups where no risky pull paid out get unit-scale pushes toward the safe
     # arm (measured 0.453 -> 0.219 in 25 steps).
+    # 50 RL steps, not the preset's 25: without a critic's per-prompt, per-token baseline, GRPO needs more samples of
+    # the 25%-payout arm (measured from the same warm start: +6.2 points after 25 steps, +28.9 after 50).
     c = bandit_tiny(tmp_path, preset="grpo", adv_estimator="grpo", use_critic=False, norm_adv_by_std_in_grpo=False,
                     loss_agg_mode="seq-mean-token-mean")
+    c.trainer.total_steps = 50
     summary = Trainer(c).train()
     before, after = summary["val_success_after_warmstart"], summary["val_success_final"]
     print(f"grpo: P(high arm) {before:.3f} -> {after:.3f}")
@@ -52,11 +58,15 @@ def test_grpo_group_mean_baseline_learns_the_high_arm(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", ["gspo", "cispo"])
-def test_gspo_and_cispo_presets_learn_the_high_arm(tmp_path, preset):
+@pytest.mark.parametrize("preset,steps", [("gspo", 75), ("cispo", 25)])
+def test_gspo_and_cispo_presets_learn_the_high_arm(tmp_path, preset, steps):
     # `:tiny,<preset>`: the preset's loss, clip ranges and aggregation, on the group-mean baseline without std
     # scaling, for the reason the GRPO test above gives (std scaling favours the low-variance arm here).
+    # GSPO's sequence-level clip (the paper's 3e-4 / 4e-4) stops the gradient of about a third of the sequences in
+    # a step's later mini-batches on this small model, so it needs more steps (measured from the same warm start:
+    # +10.2 points after 25 steps, +14.1 after 50, +23.4 after 75; CISPO +16.4 after 25).
     c = bandit_tiny(tmp_path, f"tiny,{preset}", norm_adv_by_std_in_grpo=False)
+    c.trainer.total_steps = steps
     assert (c.algo.preset, c.algo.policy_loss, c.algo.adv_estimator) == (preset, preset, "grpo")
     summary = Trainer(c).train()
     before, after = summary["val_success_after_warmstart"], summary["val_success_final"]
