@@ -14,24 +14,16 @@ import pytest  # noqa: E402
 def shared_compilation_cache(tmp_path_factory):
     """Programs with the same HLO compile once per test session: many tests build their own Trainer, Sampler or
     engine around the same tiny model, and each would otherwise compile the same programs again. The cache
-    starts empty each session (a fresh temporary folder), so no test depends on an earlier run. pytest-xdist's
-    workers share it (the session's temporary root); a size cap turns on JAX's file lock, so one worker never
-    reads an entry another is still writing."""
+    starts empty each session (a fresh temporary folder), so no test depends on an earlier run."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
     names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
+             "jax_persistent_cache_min_entry_size_bytes")
     saved = {n: getattr(jax.config, n) for n in names}
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the session's folder, above each worker's own
-    folder = root / "jax_cache_shared"
-    folder.mkdir(exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    jax.config.update("jax_compilation_cache_max_size", 8 << 30)
     compilation_cache.reset_cache()
     yield
     for n, v in saved.items():
