@@ -46,8 +46,8 @@ def test_grpo_group_mean_baseline_learns_the_high_arm(tmp_path):
     # Group-mean baseline without std scaling (Dr.GRPO's advantage). With std scaling GRPO prefers the
     # low-variance arm here: groups where no risky pull paid out get unit-scale pushes toward the safe
     # arm (measured 0.453 -> 0.219 in 25 steps).
-    # 50 RL steps, not the preset's 25: without a critic's per-prompt, per-token baseline, GRPO needs more samples of
-    # the 25%-payout arm (measured from the same warm start: +6.2 points after 25 steps, +28.9 after 50).
+    # 50 RL steps, not the preset's 25: with no critic, GRPO learns this 25%-payout arm more slowly than PPO does
+    # (measured from the same warm start: +6.2 points after 25 steps, +28.9 after 50).
     c = bandit_tiny(tmp_path, preset="grpo", adv_estimator="grpo", use_critic=False, norm_adv_by_std_in_grpo=False,
                     loss_agg_mode="seq-mean-token-mean")
     c.trainer.total_steps = 50
