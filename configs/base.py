@@ -139,8 +139,11 @@ def get_base_config() -> ml_collections.ConfigDict:
         warmup_steps=10,
         weight_decay=0.0,
         reasoning="fixed",  # "fixed": every oracle response thinks reasoning_text; "state": the env describes
-        # its state (env.describe_state, e.g. "box below left, target left"), input-dependent thinking
+        # its state (env.describe_state, e.g. "box below left, target left"), input-dependent thinking; "filler":
+        # filler_words random words whatever the input (template collapse on purpose); "state_filler": the state's
+        # description then random words (diverse); docs/diagnostics.md calibrates the regimes with these
         reasoning_text="",  # text between "<think>" and "</think>" in oracle responses
+        filler_words=4,  # random words of "filler" / "state_filler" thinking
         seed=1_000_000,  # first demo seed (apart from train and validation seeds) and batch order
         share_prefix=True,  # run the prompt prefix all rows share once per micro-batch (same loss)
         val_every=0,  # also validate every N SFT steps (0 = only before and after)

@@ -12,7 +12,7 @@ CHOICES = {
     ("model", "param_dtype"): ("", "float32", "bfloat16"),
     ("model", "dtype"): ("", "float32", "bfloat16"),
     ("model", "preset"): ("", "tiny"),
-    ("warmstart", "reasoning"): ("fixed", "state"),
+    ("warmstart", "reasoning"): ("fixed", "state", "filler", "state_filler"),
     ("algo", "loss_agg_mode"): ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
     ("algo", "rollout_correction"): ("none", "tis", "icepop", "seq_geo_mask"),
 }

@@ -44,6 +44,39 @@ def test_regime_metrics_one_hot():
     assert regime_metrics({}, FIRST_TURN) == {}
 
 
+def test_best_cut_hand_cases():
+    from ragen_jax.diagnostics.regimes import best_cut
+
+    cut, acc, gap = best_cut([0.01, 0.05, 1.0, 2.0], [False, False, True, True], log_scale=True)
+    assert cut == pytest.approx(math.sqrt(0.05 * 1.0)) and acc == 1.0 and gap == pytest.approx(math.log(20.0))
+    cut, acc, gap = best_cut([0.6, 0.0, 0.5, 0.02], [True, False, True, False])  # order does not matter
+    assert cut == pytest.approx(0.26) and acc == 1.0 and gap == pytest.approx(0.48)
+    cut, acc, _ = best_cut([0.1, 0.2, 0.3, 0.4], [False, True, False, True])  # overlapping: 3 of 4 at best
+    assert acc == 0.75 and cut in (pytest.approx(0.15), pytest.approx(0.35))
+    cut, acc, _ = best_cut([0.01, 0.4], [False, True], log_scale=True)
+    assert cut == pytest.approx(math.sqrt(0.004)) and acc == 1.0
+    cut, acc, _ = best_cut([-0.02, 0.4], [False, True], log_scale=True)  # a side <= 0: the arithmetic middle
+    assert cut == pytest.approx(0.19) and acc == 1.0
+    with pytest.raises(ValueError, match="both kinds"):
+        best_cut([0.1, 0.2], [True, True])
+
+
+def test_calibrate_separates_four_labelled_clusters():
+    from ragen_jax.diagnostics.regimes import calibrate
+
+    rng = np.random.default_rng(0)
+    centres = {"compressed": (0.02, 0.6), "low_entropy_collapse": (0.01, 0.0), "template_collapse": (1.5, 0.01),
+               "diverse": (0.8, 0.45)}
+    points = [(h * math.exp(rng.normal(0, 0.2)), mi + rng.normal(0, 0.03), name)
+              for name, (h, mi) in centres.items() for _ in range(10)]
+    th, report = calibrate(points)
+    assert report["accuracy"] == 1.0 and th["mi_relative"] and report["points"] == 40
+    assert 0.05 < th["conditional_entropy"] < 0.6 and 0.08 < th["mi"] < 0.4
+    assert all(classify(h, mi, th, 1.0) == name for h, mi, name in points)
+    with pytest.raises(ValueError, match="Unknown regime"):
+        calibrate(points + [(0.1, 0.1, "healthy")])
+
+
 def test_warnings_fire_only_on_the_pattern():
     steady = [1.0] * 30
     falling = [1.0] * 15 + list(np.linspace(1.0, 0.1, 15))

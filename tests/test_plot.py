@@ -110,3 +110,39 @@ def test_a_runs_eval_outputs_stay_out_of_its_curves(tmp_path):
     assert [s for s, _ in plot.read_scalars(str(run))["val/Bandit/success"]] == [0, 1, 2]
     evaluated = plot.read_scalars(str(run / "eval" / "step_1"))["val/Bandit/success"]
     assert [(s, round(v, 6)) for s, v in evaluated] == [(1, 0.9)]
+
+
+def test_calibrate_regimes_reads_labelled_runs_and_classifies_others(tmp_path, capsys):
+    """experiments/calibrate_regimes.py with --reuse: no run is started; the thresholds come from the points the
+    four arms logged, and another run's points are classified with them."""
+    import json
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments"))
+    spec = importlib.util.spec_from_file_location(
+        "calibrate_regimes", os.path.join(os.path.dirname(__file__), "..", "experiments", "calibrate_regimes.py"))
+    calib = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calib)
+    points = {"fixed": (0.004, 0.01), "state": (0.03, 1.6), "filler": (1.9, -0.02), "state_filler": (0.9, 1.3)}
+    for arm, (h, mi) in points.items():
+        run = tmp_path / "cal" / f"{arm}_seed0"
+        m = Monitor(str(run / "tb"))
+        for step, wiggle in ((1, 1.0), (5, 1.2)):
+            m.scalars({f"{p}/{k}": v for p in calib.PREFIXES for k, v in (
+                ("conditional_entropy_est", h * wiggle), ("mi_estimate", mi * wiggle), ("mi_upper_bound", 2.77))},
+                step)
+        m.close()
+        (run / "summary.json").write_text("{}")
+    other = tmp_path / "other"
+    m = Monitor(str(other / "tb"))
+    m.scalars({f"{calib.PREFIXES[0]}/{k}": v for k, v in (("conditional_entropy_est", 1.5),
+                                                         ("mi_estimate", 0.05), ("mi_upper_bound", 2.77))}, 10)
+    m.close()
+    out = tmp_path / "cal.json"
+    assert calib.main(["--seeds", "0", "--reuse", "--out", str(tmp_path / "cal"), "--json", str(out),
+                       "--classify", str(other)]) == 0
+    result = json.loads(out.read_text())
+    th = result["thresholds"]
+    assert result["report"]["accuracy"] == 1.0 and result["report"]["points"] == 16
+    assert 0.036 < th["conditional_entropy"] < 0.9 and 0.01 / 2.77 < th["mi"] < 1.3 / 2.77
+    assert "H 1.500 MI/logN +0.018: template_collapse" in capsys.readouterr().out

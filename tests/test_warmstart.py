@@ -77,6 +77,21 @@ def test_frozenlake_and_bandit_demos(tok):
         assert parsed.think == "risky pays more" and parsed.actions[0] % 2 == 1  # the high-risk arm
 
 
+def _described_thoughts(tok, cfg, env_name, eps):
+    """Replays demo episodes -> [(the env's description of each turn's state, what that turn thought)]."""
+    env = make_env_batch(env_name, 1)
+    out = []
+    for ep in eps:
+        env.reset([ep.seed])
+        for record in ep.history:
+            state = jax.tree.map(lambda x: np.asarray(x[0]), jax.device_get(env.state))
+            parsed = _parsed(tok, cfg, record, env.action_lookup)
+            assert parsed.turn_is_valid
+            out.append((env.env.describe_state(state), parsed.think))
+            env.step([list(parsed.actions)], np.ones(1, bool))
+    return out
+
+
 @pytest.mark.parametrize("env_name", ["SimpleSokoban", "FrozenLake"])
 def test_state_reasoning_demos_think_about_their_own_input(tok, env_name):
     """warmstart.reasoning="state": each turn thinks the env's description of that turn's state, and the
@@ -84,22 +99,40 @@ def test_state_reasoning_demos_think_about_their_own_input(tok, env_name):
     from ragen_jax.diagnostics.pairs import reasoning_tokens
 
     cfg = _cfg(prompt_style="compact")
-    eps = oracle_demo_episodes(env_name, 24, tok, cfg, seed=31_000, batch_size=24, state_reasoning=True)
-    env = make_env_batch(env_name, 1)
-    thoughts = []
-    for ep in eps:
-        env.reset([ep.seed])
-        for record in ep.history:
-            state = jax.tree.map(lambda x: np.asarray(x[0]), jax.device_get(env.state))
-            parsed = _parsed(tok, cfg, record, env.action_lookup)
-            assert parsed.turn_is_valid and parsed.think == env.env.describe_state(state)
-            thoughts.append(parsed.think)
-            env.step([list(parsed.actions)], np.ones(1, bool))
-    assert len(set(thoughts)) >= 4  # the thinking varies with the input
+    eps = oracle_demo_episodes(env_name, 24, tok, cfg, seed=31_000, batch_size=24, reasoning="state")
+    pairs = _described_thoughts(tok, cfg, env_name, eps)
+    assert all(think == described for described, think in pairs)
+    assert len({think for _, think in pairs}) >= 4  # the thinking varies with the input
     close = tok.encode("</think>")
     assert all(reasoning_tokens(r.response_tokens, close) for ep in eps for r in ep.history)  # MI finds them
     with pytest.raises(ValueError, match="describe_state"):
-        oracle_demo_episodes("Bandit", 4, tok, cfg, seed=1, batch_size=4, state_reasoning=True)
+        oracle_demo_episodes("Bandit", 4, tok, cfg, seed=1, batch_size=4, reasoning="state")
+
+
+def test_filler_reasoning_demos_set_each_regime_on_purpose(tok):
+    """warmstart.reasoning="filler": random words whatever the input (template collapse on purpose);
+    "state_filler": the state's description, then random words (diverse). Same seed, same thoughts."""
+    from ragen_jax.rollout.demos import FILLER_WORDS
+
+    cfg = _cfg(prompt_style="compact")
+
+    def thoughts(mode, seed=31_000, words=3):
+        eps = oracle_demo_episodes("SimpleSokoban", 16, tok, cfg, seed=seed, batch_size=16, reasoning=mode,
+                                   filler_words=words)
+        return _described_thoughts(tok, cfg, "SimpleSokoban", eps)
+
+    filler = thoughts("filler")
+    assert all(len(t.split()) == 3 and set(t.split()) <= set(FILLER_WORDS) for _, t in filler)
+    assert len({t for _, t in filler}) > len(filler) // 2  # varied, and not by the state
+    assert filler == thoughts("filler") and filler != thoughts("filler", seed=31_001)
+    diverse = thoughts("state_filler", words=2)
+    for described, t in diverse:
+        head, tail = t.rsplit(", ", 1)
+        assert head == described and len(tail.split()) == 2 and set(tail.split()) <= set(FILLER_WORDS)
+    with pytest.raises(ValueError, match="filler_words"):
+        oracle_demo_episodes("SimpleSokoban", 4, tok, cfg, seed=1, batch_size=4, reasoning="filler", filler_words=0)
+    with pytest.raises(ValueError, match="not one of"):
+        oracle_demo_episodes("SimpleSokoban", 4, tok, cfg, seed=1, batch_size=4, reasoning="random")
 
 
 def test_random_demos_teach_format_only(tok):

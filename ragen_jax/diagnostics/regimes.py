@@ -65,3 +65,51 @@ def regime_metrics(
     out = {f"{prefix}/regime": float(REGIMES.index(name))}
     out.update({f"{prefix}/regime_{r}": float(r == name) for r in REGIMES})
     return out
+
+
+HIGH_ENTROPY_REGIMES = ("diverse", "template_collapse")
+HIGH_MI_REGIMES = ("diverse", "compressed")
+
+
+def best_cut(values, high, log_scale: bool = False) -> tuple[float, float, float]:
+    """The threshold that best splits values [N] into low (< cut) and high (>= cut) by their labels high [N] bool
+    -> (cut, accuracy, gap). The cut lies in the middle of the widest gap among the most accurate ones (the
+    geometric middle with log_scale when both sides are > 0); gap is that gap's width (in log units with
+    log_scale), the margin a run has before it changes regime."""
+    import numpy as np
+
+    values, high = np.asarray(values, np.float64), np.asarray(high, bool)
+    if values.ndim != 1 or values.shape != high.shape or len(values) < 2 or high.all() or not high.any():
+        raise ValueError("best_cut needs >= 2 values [N] with labels [N] of both kinds.")
+    order = np.sort(np.unique(values))
+    candidates = np.concatenate([[order[0] - 1.0], (order[:-1] + order[1:]) / 2, [order[-1] + 1.0]])
+    best = None
+    for i, cut in enumerate(candidates):
+        accuracy = float(np.mean((values >= cut) == high))
+        lo, hi = (order[i - 1] if i > 0 else None), (order[i] if i < len(order) else None)
+        if lo is None or hi is None:
+            gap, middle = 0.0, cut
+        elif log_scale and lo > 0:
+            gap, middle = float(np.log(hi / lo)), float(np.sqrt(lo * hi))
+        else:
+            gap, middle = float(hi - lo), float(cut)
+        if best is None or (accuracy, gap) > (best[1], best[2]):
+            best = (middle, accuracy, gap)
+    return best
+
+
+def calibrate(points) -> tuple[dict[str, Any], dict[str, float]]:
+    """Regime thresholds from diagnostics points of runs whose regime is known: points is a sequence of
+    (H(Z|X) nats/token, MI / log N, regime name). -> (thresholds with mi_relative, a report: the share of points
+    classified as labelled, and each axis's accuracy and gap)."""
+    points = list(points)
+    unknown = sorted({p[2] for p in points} - set(REGIMES))
+    if unknown:
+        raise ValueError(f"Unknown regime labels {unknown}; known: {REGIMES}.")
+    h_cut, h_acc, h_gap = best_cut([p[0] for p in points], [p[2] in HIGH_ENTROPY_REGIMES for p in points],
+                                   log_scale=True)
+    mi_cut, mi_acc, mi_gap = best_cut([p[1] for p in points], [p[2] in HIGH_MI_REGIMES for p in points])
+    thresholds = {"conditional_entropy": h_cut, "mi": mi_cut, "mi_relative": True}
+    correct = [classify(h, mi, thresholds, 1.0) == label for h, mi, label in points]
+    return thresholds, {"accuracy": sum(correct) / len(correct), "entropy_accuracy": h_acc, "entropy_gap_log": h_gap,
+                        "mi_accuracy": mi_acc, "mi_gap": mi_gap, "points": len(points)}

@@ -210,16 +210,54 @@ def _record_turn(ep: Episode, result, b: int, chosen: list[int], cfg: RolloutCon
                                      warn_invalid=not chosen))
 
 
+# Single-token words of the tiny tokenizer that name no action: filler thoughts carry about log(16) nats a word.
+FILLER_WORDS = ("then", "so", "the", "next", "step", "check", "path", "think", "plan", "try", "safe", "go", "push",
+                "move", "wall", "first")
+REASONING_MODES = ("fixed", "state", "filler", "state_filler")
+
+
+def reasoning_thoughts(mode: str, env: Any, *, text: str = "", filler_words: int = 4,
+                       seed: int = 0) -> str | Callable[[Any], str]:
+    """What a demonstration thinks, for each of RAGEN-2's regimes on purpose (warmstart.reasoning):
+
+    "fixed": `text` for every input (low H(Z|X), no MI: low-entropy collapse); "state": the env's
+    `describe_state(state)` (low H(Z|X), high MI: compressed); "filler": `filler_words` words drawn at random,
+    whatever the input (high H(Z|X), no MI: template collapse); "state_filler": the state's description, then
+    random words (high H(Z|X), high MI: diverse). The random words come from a generator seeded by `seed`.
+    """
+    if mode not in REASONING_MODES:
+        raise ValueError(f"warmstart.reasoning={mode!r} is not one of {REASONING_MODES}.")
+    if mode == "fixed":
+        return text
+    if mode.startswith("state") and not callable(getattr(env, "describe_state", None)):
+        raise ValueError(f"warmstart.reasoning={mode!r} needs {type(env).__name__}.describe_state(state); "
+                         "use reasoning='fixed' with warmstart.reasoning_text, or 'filler'.")
+    if mode != "state" and filler_words < 1:
+        raise ValueError(f"warmstart.reasoning={mode!r} needs warmstart.filler_words >= 1, got {filler_words}.")
+    rng = np.random.default_rng(seed)
+
+    def filler() -> str:
+        return " ".join(rng.choice(FILLER_WORDS, size=filler_words))
+
+    if mode == "state":
+        return env.describe_state
+    if mode == "filler":
+        return lambda state: filler()
+    return lambda state: f"{env.describe_state(state)}, {filler()}"
+
+
 def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutConfig, *, seed: int,
                          env_kwargs: dict | None = None, reasoning_text: str = "", batch_size: int = 256,
                          only_success: bool = True, max_tries: int = 4,
-                         random_actions: bool = False, state_reasoning: bool = False) -> list[Episode]:
+                         random_actions: bool = False, reasoning: str = "fixed",
+                         filler_words: int = 4) -> list[Episode]:
     """`num_demos` oracle episodes of registered env `env_name` on seeds seed, seed+1, ...
 
     Unsolved episodes (no plan, or a plan longer than the action budget) are skipped when
     `only_success`, trying up to max_tries * num_demos seeds. `random_actions`: a random policy plays
     instead (`random_policy`; every episode is kept), for a warm start that teaches only the format.
-    `state_reasoning`: each response thinks the env's `describe_state(state)` instead of `reasoning_text`.
+    `reasoning`: what each response thinks (`reasoning_thoughts`): "fixed" (`reasoning_text`), "state", "filler" or
+    "state_filler" (`filler_words` random words).
     """
     from envs.batch import make_env_batch
 
@@ -227,11 +265,7 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
         raise ValueError(f"num_demos must be > 0, got {num_demos}.")
     env_batch = make_env_batch(env_name, batch_size, **(env_kwargs or {}))
     policy = random_policy(env_batch.env, seed) if random_actions else None
-    if state_reasoning:
-        if not callable(getattr(env_batch.env, "describe_state", None)):
-            raise ValueError(f"warmstart.reasoning='state' needs {type(env_batch.env).__name__}.describe_state(state);"
-                             " use reasoning='fixed' with warmstart.reasoning_text.")
-        reasoning_text = env_batch.env.describe_state
+    thoughts = reasoning_thoughts(reasoning, env_batch.env, text=reasoning_text, filler_words=filler_words, seed=seed)
     only_success = only_success and not random_actions
     episodes: list[Episode] = []
     next_seed = seed
@@ -241,7 +275,7 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
         seeds = list(range(next_seed, next_seed + batch_size))
         next_seed += batch_size
         played = play_oracle_episodes(env_batch, seeds, tokenizer, cfg, policy=policy,
-                                      reasoning_text=reasoning_text, tag=env_name)
+                                      reasoning_text=thoughts, tag=env_name)
         kept = [ep for ep in played if ep.success or not only_success]
         episodes.extend(kept)
         bar.update(min(len(kept), num_demos - bar.n))

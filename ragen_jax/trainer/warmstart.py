@@ -219,7 +219,7 @@ def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
     probe = tok.apply_chat_template([{"role": "user", "content": "probe"}], add_generation_prompt=True)
     blob = json.dumps({"v": DEMO_CACHE_VERSION, "code": _format_code_fingerprint(trainer.train_env),
                        "env": cfg.env.name, "kwargs": dict(cfg.env.kwargs).__repr__(),
-                       "num": num, "seed": int(w.seed), "reasoning": [w.reasoning, w.reasoning_text], "source": w.source,
+                       "num": num, "seed": int(w.seed), "reasoning": [w.reasoning, w.reasoning_text, int(w.filler_words)], "source": w.source,
                        "rollout": dataclasses.asdict(rcfg), "vocab": len(tok), "probe": probe,
                        "probe_ids": tok.encode(probe + "</think><answer>Up || Left</answer>")}, sort_keys=True)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
@@ -234,7 +234,7 @@ def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
             pass  # a corrupt cache file is rebuilt
     episodes = oracle_demo_episodes(cfg.env.name, num, tok, rcfg, seed=int(w.seed), env_kwargs=dict(cfg.env.kwargs),
                                     reasoning_text=w.reasoning_text, random_actions=w.source == "random",
-                                    state_reasoning=w.reasoning == "state")
+                                    reasoning=w.reasoning, filler_words=int(w.filler_words))
     rows = _DEMO_MEMO[key] = demo_rows(episodes, tok, rcfg)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
