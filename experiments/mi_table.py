@@ -52,10 +52,11 @@ def summary(rows: list[dict]) -> str:
     """Did MI fall while H(Z|X) held, and did MI move before success did?"""
     first, last = rows[0], rows[-1]
     d_mi, d_h, d_val = last["mi"] - first["mi"], last["h"] - first["h"], last["val"] - first["val"]
-    template = d_mi < -0.1 * max(first["mi"], 1e-6) and d_h > -0.1 * max(first["h"], 1e-6)
+    # a fall from near zero (a policy that never depended on its input) is not a collapse: it must also exceed 5% of log N
+    template = d_mi < -max(0.1 * first["mi"], 0.05 * first["bound"]) and d_h > -0.1 * max(first["h"], 1e-6)
     return (f"MI {first['mi']:.3f} -> {last['mi']:.3f} ({d_mi:+.3f}), H(Z|X) {first['h']:.3f} -> {last['h']:.3f} "
             f"({d_h:+.3f}), validation success {first['val']:.3f} -> {last['val']:.3f} ({d_val:+.3f}); "
-            f"template collapse (MI down >10% with H(Z|X) held): {'yes' if template else 'no'}")
+            f"template collapse (MI down >10% and >5% of log N, H(Z|X) held): {'yes' if template else 'no'}")
 
 
 def main(argv: list[str] | None = None) -> int:

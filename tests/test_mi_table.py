@@ -32,8 +32,10 @@ def test_table_rows_and_the_collapse_verdict(tmp_path, capsys):
     rows = mi_table.run_table(collapsing, P)
     assert [r["step"] for r in rows] == [1, 5, 10]
     assert rows[0]["val"] == 0.5 and rows[-1]["val"] == pytest.approx(0.7) and rows[1]["train"] == pytest.approx(0.5)
-    assert "template collapse (MI down >10% with H(Z|X) held): yes" in mi_table.summary(rows)
+    assert "template collapse (MI down >10% and >5% of log N, H(Z|X) held): yes" in mi_table.summary(rows)
     assert mi_table.summary(mi_table.run_table(steady, P)).endswith("no")
+    never = _run(tmp_path / "c", mi=[2e-4, 1e-4, -1e-4], h=[0.001, 0.001, 0.001])  # one fixed text: no MI to lose
+    assert mi_table.summary(mi_table.run_table(never, P)).endswith("no")
     assert mi_table.main([collapsing, steady]) == 0
     assert capsys.readouterr().out.count("diverse") == 6
     with pytest.raises(SystemExit):
