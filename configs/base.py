@@ -196,6 +196,7 @@ def apply_variants(c: ml_collections.ConfigDict, arg: str | None, variants: dict
 def apply_tiny(c: ml_collections.ConfigDict) -> None:
     """The built-in tiny model on CPU: small batches and short turns, learning in minutes."""
     c.model.preset = "tiny"
+    c.model.path = ""  # the preset needs no files; a path set after this is a conflict (config_check)
     c.model.param_dtype = "float32"
     c.env.groups = 8
     c.env.group_size = 8

@@ -41,6 +41,9 @@ def validate_config(cfg, mode: str = "train") -> None:
                 continue
             if section == "env":
                 errors += _warmstart_errors(cfg.warmstart, spec, mode)
+    if cfg.model.preset == "tiny" and cfg.model.path:
+        errors.append(f"config.model.path={cfg.model.path!r} is not loaded: config.model.preset='tiny' builds the "
+                      "built-in model; to load the folder instead add --config.model.preset=''")
     algo = cfg.algo
     try:
         ADVANTAGE_ESTIMATORS.get(algo.custom_adv_estimator or algo.adv_estimator)

@@ -37,3 +37,15 @@ def test_host_envs_accept_a_jsonl_warm_start_or_none_and_jax_envs_the_oracle(tmp
     validate_config(_config("Countdown", warmstart=True), mode="eval")  # eval never warm-starts
     validate_config(_config("SimpleSokoban", warmstart=True))
     validate_config(_config("SimpleSokoban", warmstart=False), mode="sft")
+
+
+def test_a_model_path_beside_the_tiny_preset_is_refused_with_the_fix():
+    """The tiny preset builds its own model, so a --config.model.path next to it would be ignored silently."""
+    cfg = _config("SimpleSokoban", warmstart=False)
+    validate_config(cfg)  # the preset alone: no path to load
+    cfg.model.path = "runs/quickstart/hf_export"
+    with pytest.raises(ValueError, match=r"model.path='runs/quickstart/hf_export' is not loaded.*"
+                                         r"--config.model.preset=''"):
+        validate_config(cfg)
+    cfg.model.preset = ""
+    validate_config(cfg)
