@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ragen_jax.algos.logprobs import token_logprobs_and_entropy
 from ragen_jax.models import KVCache, init_cache
 from ragen_jax.sharding.distributed import gather_to_host
 
@@ -55,9 +56,8 @@ def _score_pairs(
     pair_cache = KVCache(k=jnp.take(cache.k, cols, axis=1), v=jnp.take(cache.v, cols, axis=1))
     positions = start[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
     hidden, _ = model.hidden(tokens, positions, cache=pair_cache, cache_index=start)
-    logits = model.logits(hidden[:, :-1])
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    target = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+    # chunked over Z: the [B, Z, vocab] logits never exist at once (2.5 GB per batch at Qwen's 152k vocabulary)
+    target, _ = token_logprobs_and_entropy(hidden[:, :-1], model.lm_head_matrix(), tokens[:, 1:], chunk_size=32)
     total = jnp.sum(jnp.where(mask, target, 0.0), axis=-1)
     count = jnp.maximum(jnp.sum(mask, axis=-1), 1)
     return total, total / count
