@@ -55,3 +55,13 @@ def test_value_model_from_causal_lm_shares_backbone_values(model):
     np.testing.assert_allclose(values, critic.score(h)[..., 0], atol=1e-6)
     critic.model.norm.weight[...] = critic.model.norm.weight[...] * 2  # a copy: the policy is unaffected
     assert float(model.model.norm.weight[...].mean()) == 1.0
+
+
+def test_tiny_preset_computes_in_its_param_dtype_unless_told_otherwise():
+    """`--config.model.param_dtype=bfloat16` on the tiny preset used to keep float32 compute (a loaded checkpoint
+    computes in its param dtype when `dtype` is unset; the tiny preset now follows the same rule)."""
+    from ragen_jax.models.tiny import tiny_config
+
+    assert tiny_config().dtype == "float32"
+    assert tiny_config(param_dtype="bfloat16").dtype == "bfloat16"
+    assert tiny_config(param_dtype="bfloat16", dtype="float32").dtype == "float32"  # an explicit dtype wins

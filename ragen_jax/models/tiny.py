@@ -20,7 +20,8 @@ def load_tiny_tokenizer() -> Tokenizer:
 
 
 def tiny_config(**overrides: Any) -> ModelConfig:
-    """A Qwen2-style config sized for fast RL on a CPU (0.5M parameters by default); fields overridable."""
+    """A Qwen2-style config sized for fast RL on a CPU (0.5M parameters by default); fields overridable. A
+    param_dtype without a dtype computes in the param dtype, as a loaded checkpoint does (`config_from_hf`)."""
     defaults: dict[str, Any] = dict(
         architecture="qwen2",
         vocab_size=_TINY_VOCAB,
@@ -37,6 +38,8 @@ def tiny_config(**overrides: Any) -> ModelConfig:
         max_position_embeddings=4096,
     )
     defaults.update(overrides)
+    if "param_dtype" in overrides and "dtype" not in overrides:  # the compute dtype follows, as for a checkpoint
+        defaults["dtype"] = overrides["param_dtype"]
     return ModelConfig(**defaults)
 
 
