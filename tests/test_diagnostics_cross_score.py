@@ -52,6 +52,22 @@ def test_cross_score_matches_direct_per_pair():
             assert L_mean[i, j] == pytest.approx(want / max(len(z), 1), abs=2e-4)
 
 
+def test_pairs_of_different_length_buckets_batch_apart_and_still_match_direct():
+    """Pairs run in batches by their (prompt, reasoning) length buckets, each with its own reasoning width and cache
+    window; every pair still scores as a direct forward pass does."""
+    model = tiny_model(2)
+    graphdef, params = nnx.split(model)
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(1, 48, size=n).tolist() for n in (30, 3, 12)]  # buckets 32, 8, 16
+    reasonings = [rng.integers(1, 48, size=n).tolist() for n in (20, 2, 9)]  # buckets 32, 8, 16
+    L_mean, L_sum = cross_score(graphdef, params, prompts, reasonings, pad_id=0, batch_size=2)
+    for i, z in enumerate(reasonings):
+        for j, x in enumerate(prompts):
+            want = direct_logprob(model, x, z, width=64)
+            assert L_sum[i, j] == pytest.approx(want, abs=2e-4), (i, j)
+            assert L_mean[i, j] == pytest.approx(want / len(z), abs=2e-4)
+
+
 def test_cross_score_batch_size_does_not_change_results():
     model = tiny_model(1)
     graphdef, params = nnx.split(model)

@@ -2,7 +2,10 @@
 
 Each distinct prompt is prefilled once into a KV cache (all but its last token); every
 (reasoning, column) pair then runs only [last prompt token, z tokens] against that column's
-cache rows, so the cost is C*P + R*C*Z tokens instead of R*C*(P+Z). Lengths are bucketed to
+cache rows, so the cost is C*P + R*C*Z tokens instead of R*C*(P+Z). Pairs are batched by the
+buckets of their reasoning and prompt lengths, and each batch runs only its own reasoning width
+and reads only the cache slots its prompts reach: RAGEN's prompts and reasonings vary several-fold
+in length, and padding every pair to the longest paid for the difference. Lengths are bucketed to
 powers of two and the pair batch is fixed, so a run compiles a handful of programs.
 """
 
@@ -23,7 +26,7 @@ from ragen_jax.sharding.distributed import gather_to_host
 
 def _bucket(n: int, minimum: int = 8) -> int:
     """Next power of two >= max(n, minimum)."""
-    return 1 << (max(n, minimum) - 1).bit_length()
+    return 1 << (max(int(n), minimum) - 1).bit_length()
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
@@ -37,7 +40,7 @@ def _prefill(graphdef: Any, params: Any, tokens: jax.Array, lengths: jax.Array, 
     return cache
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jax.jit, static_argnums=(0, 7))
 def _score_pairs(
     graphdef: Any,
     params: Any,
@@ -46,14 +49,17 @@ def _score_pairs(
     tokens: jax.Array,
     start: jax.Array,
     mask: jax.Array,
+    window: int,
 ) -> tuple[jax.Array, jax.Array]:
     """Summed and mean log-probs [B] of tokens[:, 1:] (mask [B, Z]) given column caches `cols` [B].
 
-    tokens [B, Z+1] = [last prompt token, z...]; `start` [B] is that token's cache slot.
+    tokens [B, Z+1] = [last prompt token, z...]; `start` [B] is that token's cache slot; `window` (static)
+    cache slots hold every pair's prompt and tokens, and only those are copied and attended to.
     """
     model = nnx.merge(graphdef, params)
     rows, width = tokens.shape
-    pair_cache = KVCache(k=jnp.take(cache.k, cols, axis=1), v=jnp.take(cache.v, cols, axis=1))
+    pair_cache = KVCache(k=jnp.take(cache.k[:, :, :, :window], cols, axis=1),
+                         v=jnp.take(cache.v[:, :, :, :window], cols, axis=1))
     positions = start[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
     hidden, _ = model.hidden(tokens, positions, cache=pair_cache, cache_index=start)
     # chunked over Z: the [B, Z, vocab] logits never exist at once (2.5 GB per batch at Qwen's 152k vocabulary)
@@ -95,27 +101,35 @@ def cross_score(
     width_z = _bucket(max(len(z) for z in reasonings))
     cols_padded = _bucket(num_cols, minimum=1)
     heads = [list(p[:-1]) for p in prompts] + [[]] * (cols_padded - num_cols)
+    cache_len = width_p + width_z + 1
     cache = _prefill(
         graphdef, params, jnp.asarray(_pad_rows(heads, width_p, pad_id)),
-        jnp.asarray(np.pad(prompt_len - 1, (0, cols_padded - num_cols))), width_p + width_z + 1,
+        jnp.asarray(np.pad(prompt_len - 1, (0, cols_padded - num_cols))), cache_len,
     )
-    # Pair p = (row p // C, column p % C); padded to whole batches with masked dummy pairs.
+    # Pairs sorted by (prompt bucket, reasoning bucket), then cut into batches: a batch is mostly one shape.
+    z_len = np.array([len(z) for z in reasonings], dtype=np.int32)
+    pair_row, pair_col = (x.reshape(-1) for x in np.meshgrid(np.arange(num_rows), np.arange(num_cols), indexing="ij"))
+    order = np.lexsort((z_len[pair_row], prompt_len[pair_col], np.vectorize(_bucket)(z_len[pair_row]),
+                        np.vectorize(_bucket)(prompt_len[pair_col])))
     num_pairs = num_rows * num_cols
     total = -(-num_pairs // batch_size) * batch_size
-    pair_row = np.minimum(np.arange(total) // num_cols, num_rows - 1)
-    pair_col = np.arange(total) % num_cols
+    order = np.concatenate([order, np.full(total - num_pairs, order[-1])])  # masked dummy pairs fill the last batch
     z_tok = _pad_rows(reasonings, width_z, pad_id)
-    z_mask = _pad_rows([[1] * len(z) for z in reasonings], width_z, 0).astype(bool)
     last_tok = np.array([p[-1] for p in prompts], dtype=np.int32)
-    sums, means = np.zeros(total), np.zeros(total)
+    sums, means = np.zeros(num_pairs), np.zeros(num_pairs)
     for lo in range(0, total, batch_size):
-        rows, cols = pair_row[lo : lo + batch_size], pair_col[lo : lo + batch_size]
-        tokens = np.concatenate([last_tok[cols, None], z_tok[rows]], axis=1)
-        mask = z_mask[rows] & (np.arange(lo, lo + batch_size) < num_pairs)[:, None]
+        pairs = order[lo : lo + batch_size]
+        real = np.arange(lo, lo + batch_size) < num_pairs
+        rows, cols = pair_row[pairs], pair_col[pairs]
+        width = _bucket(int(z_len[rows].max()))
+        tokens = np.concatenate([last_tok[cols, None], z_tok[rows, :width]], axis=1)
+        mask = (np.arange(width)[None, :] < z_len[rows, None]) & real[:, None]
+        window = min(cache_len, _bucket(int(prompt_len[cols].max()) + width))
         s, m = _score_pairs(
             graphdef, params, cache, jnp.asarray(cols.astype(np.int32)), jnp.asarray(tokens),
-            jnp.asarray(prompt_len[cols] - 1), jnp.asarray(mask),
+            jnp.asarray(prompt_len[cols] - 1), jnp.asarray(mask), window,
         )
-        sums[lo : lo + batch_size], means[lo : lo + batch_size] = gather_to_host((s, m))
+        s, m = gather_to_host((s, m))
+        sums[pairs[real]], means[pairs[real]] = s[real], m[real]
     shape = (num_rows, num_cols)
-    return means[:num_pairs].reshape(shape), sums[:num_pairs].reshape(shape)
+    return means.reshape(shape), sums.reshape(shape)
