@@ -8,6 +8,8 @@ t earlier turns; reasonings of ~60 tokens) for a model of the tiny preset's shap
 the model (the prompts once each, then every (reasoning, prompt) pair's reasoning) against the tokens of the
 step it diagnoses (the rollout's prefill and decode, and the update's 3 forward-equivalents over the rows), so
 the share of a step holds on any machine where both are compute-bound; `--step-seconds` turns it into seconds.
+With fewer than 64 pairs (a 0.5B call at 64 takes on the order of an hour on a 2-core CPU) it also prints the
+cost at 64 pairs, from the tokens that call would score and the rate measured.
 
     python experiments/bench_diagnostics.py [--models tiny,qwen2.5-0.5b] [--pairs 64] [--repeats 2]
 """
@@ -109,6 +111,10 @@ def bench_model(name: str, args) -> None:
           f"{step:,} (rollout {step_tokens:,} + update 3 x {row_tokens:,}): one call = "
           f"{diag / step:.1%} of a step's tokens, {diag / (5 * step):.1%} of the 5 steps it covers "
           f"at every=5; {other.line()}", flush=True)
+    if args.pairs != 64:  # the call's cost grows with the tokens it scores: RAGEN's default, by the measured rate
+        at64 = scored_tokens(pairs, CollapseConfig(compute_freq=5, num_samples=64))
+        print(f"[{name}] at RAGEN's 64 pairs: {at64:,} tokens, about {total * at64 / diag:.0f} s per call at the "
+              f"rate measured here ({diag / total:,.0f} scored tokens/s)")
     if args.step_seconds:
         print(f"[{name}] with a {args.step_seconds:.0f} s step: {total / (5 * args.step_seconds):.1%} of the time "
               f"at every=5")
