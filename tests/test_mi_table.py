@@ -40,3 +40,14 @@ def test_table_rows_and_the_collapse_verdict(tmp_path, capsys):
     assert capsys.readouterr().out.count("diverse") == 6
     with pytest.raises(SystemExit):
         mi_table.main([collapsing, "--prefix", "collapse_trajectory_sample"])
+
+
+def test_lead_lag_names_what_moved_first():
+    row = lambda step, mi, val: dict(step=step, mi=mi, val=val, bound=2.77)  # noqa: E731
+    mi_first = [row(1, 1.5, 0.60), row(5, 1.1, 0.61), row(10, 0.9, 0.50)]
+    assert mi_table.lead_lag(mi_first) == "MI moved first at step 5, success at step 10"
+    success_first = [row(1, 1.5, 0.60), row(5, 1.5, 0.70), row(10, 1.0, 0.70)]
+    assert mi_table.lead_lag(success_first) == "success moved first at step 5, MI at step 10"
+    assert mi_table.lead_lag([row(1, 1.5, 0.6), row(5, 1.6, 0.62)]).startswith("neither")
+    assert mi_table.lead_lag([row(1, 1.5, 0.6), row(5, 1.5, 0.7)]) == "validation success moved (step 5); MI never did"
+    assert "same diagnostics step (5)" in mi_table.lead_lag([row(1, 1.5, 0.6), row(5, 1.0, 0.7)])
