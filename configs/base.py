@@ -9,6 +9,7 @@ from __future__ import annotations
 import ml_collections
 
 from ragen_jax.algos.presets import get_preset, preset_names
+from ragen_jax.diagnostics.regimes import DEFAULT_THRESHOLDS
 
 MODEL_PATHS = {
     "3b": "Qwen/Qwen2.5-3B-Instruct",
@@ -119,9 +120,10 @@ def get_base_config() -> ml_collections.ConfigDict:
         max_pairs=64,  # (prompt, reasoning) pairs per sampling
         first_turn=True,  # collapse_first_turn_sample: first-turn prompts (columns = unique prompts)
         trajectory=True,  # collapse_trajectory_sample: turns drawn uniformly over trajectories
-        entropy_threshold=0.5,  # H(Z|X) (nats/token) separating high from low conditional entropy
-        mi_threshold=0.05,  # MI (nats, or a fraction of log N when mi_relative) separating high/low MI
-        mi_relative=False,
+        # the regime thresholds, calibrated (ragen_jax/diagnostics/regimes.py, docs/diagnostics.md)
+        entropy_threshold=DEFAULT_THRESHOLDS["conditional_entropy"],  # H(Z|X), nats/token: high vs low
+        mi_threshold=DEFAULT_THRESHOLDS["mi"],  # MI as a fraction of log N (nats when not mi_relative): high vs low
+        mi_relative=DEFAULT_THRESHOLDS["mi_relative"],
         ema_decay=0.9,
         batch_size=32,  # pairs per cross-scoring forward pass
         warnings=True,  # Echo-Trap early warnings (falling reward std, entropy collapse, grad spikes)

@@ -5,13 +5,16 @@
 For every diagnostics step of each run: the MI estimate (and its log N bound), H(Z|X) per token, retrieval
 accuracy against its chance level, the regime, the training success of that step and the latest validation
 success. Then, per run, whether MI fell while H(Z|X) held (template collapse) and which moved first (MI by more than
-10% of log N, or validation success by more than 5 points).
+10% of log N, or validation success by more than 5 points). `--markdown` prints one table row per run instead:
+
+  python experiments/mi_table.py runs/reasoning_sokoban/*_seed* --markdown
 """
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
+import json
 import os
 import sys
 
@@ -82,16 +85,47 @@ def lead_lag(rows: list[dict], success_margin: float = 0.05) -> str:
     return moved if mi_step < val_step else f"success moved first at step {val_step}, MI at step {mi_step}"
 
 
+MARKDOWN_HEADER = ("| run | validation success (warm start -> after RL, best) | MI nats (first -> last; range) "
+                   "| log N | H(Z|X) nats/token (range) | retrieval (range; chance) | regimes | template collapse | "
+                   "which moved first | updates, kept groups |\n" + "| --- " * 10 + "|")
+
+
+def _span(rows: list[dict], key: str, fmt: str = ".2f") -> str:
+    values = [r[key] for r in rows if r[key] == r[key]]
+    return f"{min(values):{fmt}}-{max(values):{fmt}}" if values else "-"
+
+
+def markdown_row(run_dir: str, rows: list[dict]) -> str:
+    """One markdown row for a run: its diagnostics' ranges beside its summary.json (when the run wrote one)."""
+    path = os.path.join(run_dir, "summary.json")
+    info = json.load(open(path)) if os.path.exists(path) else {}
+    pct = lambda key: f"{100 * info[key]:.1f}%" if key in info else "?"  # noqa: E731
+    kept = f"{100 * info['mean_kept_ratio']:.0f}%" if "mean_kept_ratio" in info else "?"
+    regimes = sorted({REGIMES[int(r["regime"])] for r in rows if r["regime"] == r["regime"]})
+    first, last = rows[0], rows[-1]
+    return (f"| {os.path.basename(os.path.normpath(run_dir))} | {pct('val_success_after_warmstart')} -> "
+            f"{pct('val_success_final')} ({pct('val_success_best')}) | {first['mi']:.2f} -> {last['mi']:.2f}; "
+            f"{_span(rows, 'mi')} | {_span(rows, 'bound')} | {_span(rows, 'h', '.3f')} | "
+            f"{_span(rows, 'retrieval')}; {_span(rows, 'chance', '.3f')} | {', '.join(regimes) or '?'} | "
+            f"{summary(rows).rsplit(': ', 1)[1]} | {lead_lag(rows)} | {info.get('updates_applied', '?')}, {kept} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+")
     parser.add_argument("--prefix", default="collapse_first_turn_sample")
+    parser.add_argument("--markdown", action="store_true", help="one markdown table row per run")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(MARKDOWN_HEADER)
     for run in args.runs:
         try:
             rows = run_table(run, args.prefix)
         except ValueError as e:
             parser.exit(2, f"mi_table.py: error: {e}\n")
+        if args.markdown:
+            print(markdown_row(run, rows))
+            continue
         print(f"\n{run}")
         print(f"  {'step':>4} {'MI':>6} {'logN':>5} {'H(Z|X)':>7} {'retr':>5} {'chance':>6} {'regime':<20} "
               f"{'train':>5} {'val':>5}")

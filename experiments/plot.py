@@ -9,7 +9,7 @@ which are read with TensorBoard's own reader (EventAccumulator). `--metrics` tak
 (`val/*/success`), one panel each; one that matches no scalar of any run is an error that lists the known tags. `--regime PREFIX`
 draws instead each run's path on RAGEN-2's (H(Z|X), MI) regime plane from its logged
 `PREFIX/conditional_entropy_est` and `PREFIX/mi_estimate` (the run's own thresholds from its config.json when
-it has one), the runs side by side in one PNG.
+it has one), `--columns` runs a row (3) in one PNG.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import glob
+import json
 import os
 import sys
 from collections import defaultdict
@@ -105,8 +106,10 @@ def plot_runs(run_dirs: list[str], out: str, panels: dict[str, list[str]] | None
     return out
 
 
-def plot_regimes(run_dirs: list[str], out: str, prefix: str) -> str:
-    """Each run's (H(Z|X), MI) path on the regime plane, side by side -> the PNG path."""
+def plot_regimes(run_dirs: list[str], out: str, prefix: str, thresholds: dict | None = None,
+                 columns: int = 3) -> str:
+    """Each run's (H(Z|X), MI) path on the regime plane, `columns` runs a row -> the PNG path. thresholds (the
+    regime thresholds' keys) replaces each run's own from its config.json."""
     import numpy as np
 
     from ragen_jax.diagnostics.offline import run_settings
@@ -125,17 +128,31 @@ def plot_regimes(run_dirs: list[str], out: str, prefix: str) -> str:
         if not steps:
             continue
         images.append(regime_plane_image([h[s] for s in steps], [mi[s] for s in steps], steps=steps,
-                                         thresholds=run_settings(folder).get("thresholds"),
+                                         thresholds=thresholds or run_settings(folder).get("thresholds"),
                                          mi_upper_bound=bound.get(steps[-1]), title=name))
     if not images:
         raise ValueError(f"No run of {', '.join(runs)} logged both {tags[0]} and {tags[1]} at the same step: "
                          "nothing to draw (the diagnostics log them every `diagnostics.every` steps).")
-    height = max(i.shape[0] for i in images)
-    row = np.concatenate([np.pad(i, ((0, height - i.shape[0]), (0, 0), (0, 0)), constant_values=255)
-                          for i in images], axis=1)
+    height, width = max(i.shape[0] for i in images), max(i.shape[1] for i in images)
+    tiles = [np.pad(i, ((0, height - i.shape[0]), (0, width - i.shape[1]), (0, 0)), constant_values=255)
+             for i in images]
+    tiles += [np.full_like(tiles[0], 255)] * (-len(tiles) % columns)
+    grid = np.concatenate([np.concatenate(tiles[r:r + columns], axis=1) for r in range(0, len(tiles), columns)])
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    plt.imsave(out, row)
+    plt.imsave(out, grid)
     return out
+
+
+def load_thresholds(path: str) -> dict:
+    """The regime thresholds of a JSON file: {"thresholds": {...}} (calibrate_regimes.py's) or the mapping itself."""
+    from ragen_jax.diagnostics.regimes import thresholds_from
+
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"--thresholds {path}: cannot read it as JSON ({e}).") from None
+    return thresholds_from(data.get("thresholds", data) if isinstance(data, dict) else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,10 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", default="", help="comma-separated tags/patterns, one panel each")
     parser.add_argument("--regime", metavar="PREFIX", default="",
                         help="draw the regime plane of PREFIX (e.g. collapse_first_turn_sample) instead")
+    parser.add_argument("--thresholds", default="", metavar="JSON",
+                        help="with --regime: the thresholds of this file (experiments/calibrate_regimes.py --json "
+                             "writes one) instead of each run's own")
+    parser.add_argument("--columns", type=int, default=3, help="with --regime: runs per row")
     args = parser.parse_args(argv)
+    if args.columns < 1:
+        parser.error("--columns must be >= 1")
     panels = {m: [m] for m in args.metrics.split(",") if m} or None
     try:
-        print(plot_regimes(args.runs, args.out, args.regime) if args.regime else plot_runs(args.runs, args.out, panels))
+        thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+        print(plot_regimes(args.runs, args.out, args.regime, thresholds, args.columns) if args.regime
+              else plot_runs(args.runs, args.out, panels))
     except ValueError as e:
         parser.exit(2, f"plot.py: error: {e}\n")
     return 0

@@ -23,7 +23,7 @@ from ragen_jax.diagnostics.warnings import entropy_collapse, falling_reward_std,
 
 
 def test_classify_four_quadrants_and_relative_mi():
-    th = {"conditional_entropy": 1.0, "mi": 0.1}
+    th = {"conditional_entropy": 1.0, "mi": 0.1, "mi_relative": False}
     assert classify(2.0, 0.5, th) == "diverse"
     assert classify(2.0, 0.0, th) == "template_collapse"
     assert classify(0.2, 0.5, th) == "compressed"
@@ -35,9 +35,25 @@ def test_classify_four_quadrants_and_relative_mi():
         classify(1.0, 1.0, {"entropy": 1.0})
 
 
+def test_default_thresholds_separate_the_calibration_arms():
+    """The defaults put the edges of each calibration arm's measured range (docs/diagnostics.md: H(Z|X) nats/token,
+    MI / log N) in the regime the arm was built for, and configs/base.py uses them."""
+    from configs.base import get_base_config
+    from ragen_jax.diagnostics.regimes import DEFAULT_THRESHOLDS
+
+    arms = {"low_entropy_collapse": [(0.001, -0.000), (0.001, 0.000)], "compressed": [(0.003, 0.347), (0.054, 0.563)],
+            "template_collapse": [(2.133, -0.000), (2.264, 0.004)], "diverse": [(0.962, 0.231), (1.025, 0.383)]}
+    for regime, corners in arms.items():
+        for h, mi_rel in corners:
+            assert classify(h, mi_rel * math.log(64), mi_upper_bound=math.log(64)) == regime
+    d = get_base_config().diagnostics
+    assert (d.entropy_threshold, d.mi_threshold, d.mi_relative) == tuple(
+        DEFAULT_THRESHOLDS[k] for k in ("conditional_entropy", "mi", "mi_relative"))
+
+
 def test_regime_metrics_one_hot():
     m = {f"{FIRST_TURN}/conditional_entropy_est": 2.0, f"{FIRST_TURN}/mi_estimate": 0.0}
-    out = regime_metrics(m, FIRST_TURN, {"conditional_entropy": 1.0, "mi": 0.1})
+    out = regime_metrics(m, FIRST_TURN, {"conditional_entropy": 1.0, "mi": 0.1, "mi_relative": False})
     assert out[f"{FIRST_TURN}/regime"] == 1.0
     assert out[f"{FIRST_TURN}/regime_template_collapse"] == 1.0
     assert sum(v for k, v in out.items() if "/regime_" in k) == 1.0
@@ -127,7 +143,7 @@ def test_collapse_metrics_end_to_end_with_fake_scorer():
         prompts, reasonings, [n // size for n in range(groups * size)],
         turn_prompts=[[p] for p in prompts], turn_reasonings=[[z] for z in reasonings],
     )
-    cfg = CollapseConfig(num_samples=16, thresholds={"conditional_entropy": 0.1, "mi": 0.1})
+    cfg = CollapseConfig(num_samples=16, thresholds={"conditional_entropy": 0.1, "mi": 0.1, "mi_relative": False})
     m, ema = collapse_metrics(pairs, _copying_scorer, cfg, np.random.default_rng(0))
     assert m[f"{FIRST_TURN}/retrieval_accuracy"] == 1.0
     assert m[f"{FIRST_TURN}/mi_estimate"] == pytest.approx(m[f"{FIRST_TURN}/mi_upper_bound"], abs=1e-6)

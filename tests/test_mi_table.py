@@ -51,3 +51,16 @@ def test_lead_lag_names_what_moved_first():
     assert mi_table.lead_lag([row(1, 1.5, 0.6), row(5, 1.6, 0.62)]).startswith("neither")
     assert mi_table.lead_lag([row(1, 1.5, 0.6), row(5, 1.5, 0.7)]) == "validation success moved (step 5); MI never did"
     assert "same diagnostics step (5)" in mi_table.lead_lag([row(1, 1.5, 0.6), row(5, 1.0, 0.7)])
+
+
+def test_markdown_row_reads_the_summary(tmp_path, capsys):
+    run = _run(tmp_path / "r", mi=[1.5, 1.0, 0.4], h=[1.0, 1.1, 1.0])
+    (tmp_path / "r" / "summary.json").write_text(
+        '{"val_success_after_warmstart": 0.5, "val_success_final": 0.7, "val_success_best": 0.75,'
+        ' "updates_applied": 12, "mean_kept_ratio": 0.33}')
+    row = mi_table.markdown_row(run, mi_table.run_table(run, P))
+    assert row == ("| r | 50.0% -> 70.0% (75.0%) | 1.50 -> 0.40; 0.40-1.50 | 2.77-2.77 | 1.000-1.100 | 0.50-0.50; "
+                   "0.060-0.060 | diverse | yes | MI moved first at step 5, success at step 10 | 12, 33% |")
+    assert mi_table.main([run, "--markdown"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == mi_table.MARKDOWN_HEADER.splitlines()[0] and out[2] == row

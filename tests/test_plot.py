@@ -80,10 +80,39 @@ def test_regime_plane_of_each_run_side_by_side(tmp_path):
     out = plot.main([*runs, "--regime", prefix, "--out", str(tmp_path / "r.png")])
     assert out == 0
     image = matplotlib.image.imread(str(tmp_path / "r.png"))
-    single = plot.plot_regimes(runs[:1], str(tmp_path / "one.png"), prefix)
-    assert image.shape[1] == 2 * matplotlib.image.imread(single).shape[1]
+    single = matplotlib.image.imread(plot.plot_regimes(runs[:1], str(tmp_path / "one.png"), prefix, columns=1)).shape
+    assert image.shape[:2] == (single[0], 3 * single[1])  # three panels a row, the empty one white
+    assert (image[:, 2 * single[1]:] == 1.0).all()
+    assert plot.main([*runs, "--regime", prefix, "--columns", "1", "--out", str(tmp_path / "c.png")]) == 0
+    assert matplotlib.image.imread(str(tmp_path / "c.png")).shape[:2] == (2 * single[0], single[1])
     with pytest.raises(ValueError, match="collapse_trajectory_sample/mi_estimate"):
         plot.plot_regimes(runs, str(tmp_path / "x.png"), "collapse_trajectory_sample")
+
+
+def test_regime_thresholds_from_a_calibration_file(tmp_path, monkeypatch):
+    """--thresholds FILE replaces each run's own thresholds; a bad file or key is one clear error."""
+    import json
+
+    from ragen_jax.diagnostics import plots
+
+    prefix = "collapse_first_turn_sample"
+    m = Monitor(str(tmp_path / "run" / "tb"))
+    m.scalars({f"{prefix}/conditional_entropy_est": 0.1, f"{prefix}/mi_estimate": 1.2,
+               f"{prefix}/mi_upper_bound": 2.77}, 1)
+    m.close()
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"diagnostics": {"entropy_threshold": 0.8}}))
+    seen = []
+    real = plots.regime_plane_image
+    monkeypatch.setattr(plots, "regime_plane_image", lambda *a, **k: seen.append(k["thresholds"]) or real(*a, **k))
+    calibrated = {"conditional_entropy": 0.3, "mi": 0.2, "mi_relative": True}
+    (tmp_path / "cal.json").write_text(json.dumps({"thresholds": calibrated, "points": []}))
+    args = [str(tmp_path / "run"), "--regime", prefix, "--out", str(tmp_path / "r.png")]
+    assert plot.main(args) == 0 and seen[-1] == {"conditional_entropy": 0.8}
+    assert plot.main([*args, "--thresholds", str(tmp_path / "cal.json")]) == 0 and seen[-1] == calibrated
+    (tmp_path / "bad.json").write_text(json.dumps({"thresholds": {"entropy": 0.3}}))
+    for bad in ("bad.json", "missing.json"):
+        with pytest.raises(SystemExit):
+            plot.main([*args, "--thresholds", str(tmp_path / bad)])
 
 
 def test_regime_plane_needs_a_run_with_both_tags(tmp_path):

@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: the run's diagnostics.first_turn / trajectory, else both")
     p.add_argument("--h-threshold", type=float, default=None, help="H(Z|X) regime threshold")
     p.add_argument("--mi-threshold", type=float, default=None, help="MI regime threshold")
-    p.add_argument("--mi-relative", action="store_true", default=None, help="MI threshold as a fraction of log N")
+    p.add_argument("--mi-relative", action=argparse.BooleanOptionalAction, default=None,
+                   help="MI threshold as a fraction of log N (the default) or, with --no-mi-relative, in nats")
     p.add_argument("--out", default=None, help="also write all metrics to this JSON file")
     return p
 
