@@ -52,15 +52,22 @@ def run_table(run_dir: str, prefix: str) -> list[dict]:
     return rows
 
 
+def template_collapse(rows: list[dict]) -> bool:
+    """MI fell by more than 10% (and more than 5% of log N: a fall from near zero, a policy that never depended on
+    its input, is not a collapse) while H(Z|X) held, from the first row to the last."""
+    first, last = rows[0], rows[-1]
+    return (last["mi"] - first["mi"] < -max(0.1 * first["mi"], 0.05 * first["bound"])
+            and last["h"] - first["h"] > -0.1 * max(first["h"], 1e-6))
+
+
 def summary(rows: list[dict]) -> str:
-    """Did MI fall while H(Z|X) held, and did MI move before success did?"""
+    """How MI, H(Z|X) and validation success moved, and whether that is template collapse."""
     first, last = rows[0], rows[-1]
     d_mi, d_h, d_val = last["mi"] - first["mi"], last["h"] - first["h"], last["val"] - first["val"]
-    # a fall from near zero (a policy that never depended on its input) is not a collapse: it must also exceed 5% of log N
-    template = d_mi < -max(0.1 * first["mi"], 0.05 * first["bound"]) and d_h > -0.1 * max(first["h"], 1e-6)
     return (f"MI {first['mi']:.3f} -> {last['mi']:.3f} ({d_mi:+.3f}), H(Z|X) {first['h']:.3f} -> {last['h']:.3f} "
             f"({d_h:+.3f}), validation success {first['val']:.3f} -> {last['val']:.3f} ({d_val:+.3f}); "
-            f"template collapse (MI down >10% and >5% of log N, H(Z|X) held): {'yes' if template else 'no'}")
+            f"template collapse (MI down >10% and >5% of log N, H(Z|X) held): "
+            f"{'yes' if template_collapse(rows) else 'no'}")
 
 
 def first_move(rows: list[dict], key: str, margin: float) -> int | None:
@@ -98,7 +105,10 @@ def _span(rows: list[dict], key: str, fmt: str = ".2f") -> str:
 def markdown_row(run_dir: str, rows: list[dict]) -> str:
     """One markdown row for a run: its diagnostics' ranges beside its summary.json (when the run wrote one)."""
     path = os.path.join(run_dir, "summary.json")
-    info = json.load(open(path)) if os.path.exists(path) else {}
+    info = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            info = json.load(f)
     pct = lambda key: f"{100 * info[key]:.1f}%" if key in info else "?"  # noqa: E731
     kept = f"{100 * info['mean_kept_ratio']:.0f}%" if "mean_kept_ratio" in info else "?"
     regimes = sorted({REGIMES[int(r["regime"])] for r in rows if r["regime"] == r["regime"]})
@@ -107,7 +117,7 @@ def markdown_row(run_dir: str, rows: list[dict]) -> str:
             f"{pct('val_success_final')} ({pct('val_success_best')}) | {first['mi']:.2f} -> {last['mi']:.2f}; "
             f"{_span(rows, 'mi')} | {_span(rows, 'bound')} | {_span(rows, 'h', '.3f')} | "
             f"{_span(rows, 'retrieval')}; {_span(rows, 'chance', '.3f')} | {', '.join(regimes) or '?'} | "
-            f"{summary(rows).rsplit(': ', 1)[1]} | {lead_lag(rows)} | {info.get('updates_applied', '?')}, {kept} |")
+            f"{'yes' if template_collapse(rows) else 'no'} | {lead_lag(rows)} | {info.get('updates_applied', '?')}, {kept} |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -152,7 +152,11 @@ def load_thresholds(path: str) -> dict:
             data = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"--thresholds {path}: cannot read it as JSON ({e}).") from None
-    return thresholds_from(data.get("thresholds", data) if isinstance(data, dict) else None)
+    thresholds = data.get("thresholds", data) if isinstance(data, dict) else None
+    if not isinstance(thresholds, dict):
+        raise ValueError(f"--thresholds {path}: expected a JSON object of regime thresholds (or one under "
+                         "\"thresholds\", as experiments/calibrate_regimes.py --json writes).")
+    return thresholds_from(thresholds)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,7 +110,8 @@ def test_regime_thresholds_from_a_calibration_file(tmp_path, monkeypatch):
     assert plot.main(args) == 0 and seen[-1] == {"conditional_entropy": 0.8}
     assert plot.main([*args, "--thresholds", str(tmp_path / "cal.json")]) == 0 and seen[-1] == calibrated
     (tmp_path / "bad.json").write_text(json.dumps({"thresholds": {"entropy": 0.3}}))
-    for bad in ("bad.json", "missing.json"):
+    (tmp_path / "list.json").write_text(json.dumps([0.3, 0.2]))
+    for bad in ("bad.json", "missing.json", "list.json"):
         with pytest.raises(SystemExit):
             plot.main([*args, "--thresholds", str(tmp_path / bad)])
 
