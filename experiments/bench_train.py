@@ -1,7 +1,8 @@
 """Training throughput: our jitted actor update vs the same PPO update in PyTorch + transformers, on CPU.
 
 Ours: `make_step_fns(...)["actor_update"]` (forward, backward, global-norm clip, AdamW; micro-batch
-accumulation in a scan; chunked log-probs). Theirs: transformers' Qwen2ForCausalLM loaded from our
+accumulation in a scan; chunked log-probs at the trained positions only, as the trainer computes them;
+`--score-all` applies the vocabulary head at every position as PyTorch does). Theirs: transformers' Qwen2ForCausalLM loaded from our
 exported weights (`save_pretrained`), the same PPO-clip (clip-higher, dual-clip) token-mean loss with
 the entropy bonus, the same micro-batches (loss numerators / mini-batch token count, backward per
 micro-batch), `clip_grad_norm_` and `torch.optim.AdamW`. Same config, weights and batch; the first
@@ -45,7 +46,7 @@ from ragen_jax.models.tiny import tiny_config  # noqa: E402
 from ragen_jax.sharding.memory import measured_bytes  # noqa: E402
 from ragen_jax.trainer.optim import make_optimizer  # noqa: E402
 from ragen_jax.trainer.setup import split_model  # noqa: E402
-from ragen_jax.trainer.steps import AlgoSettings, make_step_fns  # noqa: E402
+from ragen_jax.trainer.steps import AlgoSettings, make_step_fns, scored_positions  # noqa: E402
 
 # name -> (model overrides of tiny_config, mini-batch rows, sequence length, micro-batch rows)
 SIZES = {
@@ -87,8 +88,10 @@ def synthetic_batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict[s
 
 
 # ---------------------------------------------------------------------------------------------- ours
-def ours_runner(model: CausalLM, batch: dict, micro: int, chunk: int):
-    """(step() -> first metrics, compiled peak bytes of the update)."""
+def ours_runner(model: CausalLM, batch: dict, micro: int, chunk: int, score_all: bool = False):
+    """(step() -> first metrics, compiled peak bytes of the update). As the trainer does, the update applies the
+    vocabulary head only at trained positions (`scored_positions`; the same loss and gradients), unless
+    `score_all` (every position, as the PyTorch side does)."""
     split = split_model(model, lora=False)
     tx, _ = make_optimizer(OPTIM, 1000)
     fns = make_step_fns(split.graphdef, None, algo_settings(chunk), tx, None, micro)
@@ -97,6 +100,8 @@ def ours_runner(model: CausalLM, batch: dict, micro: int, chunk: int):
     state["opt"] = tx.init(state["params"])
     mb = dict(jax.tree.map(jnp.asarray, batch))
     mb["sample_logprobs"] = mb["old_logprobs"]
+    if not score_all:
+        mb["positions"] = jnp.asarray(scored_positions(batch["loss_mask"]))
     update = update.lower(state["params"], state["opt"], state["frozen"], mb).compile()
 
     def step() -> dict:
@@ -193,12 +198,13 @@ def bench_size(name: str, args) -> float:
     tokens = rows * length
     print(f"\n{name}: {n_params / 1e6:.1f}M params (hidden {cfg.hidden_size}, {cfg.num_layers} layers, "
           f"vocab {cfg.vocab_size}), mini-batch {rows} x {length}, micro-batch {micro}, remat {cfg.remat}, "
-          f"logprob chunk {args.chunk}", flush=True)
+          f"logprob chunk {args.chunk}, ours scores {'every position' if args.score_all else 'trained positions'}",
+          flush=True)
     with tempfile.TemporaryDirectory() as folder:
         save_pretrained(model, folder)
         torch_peak = torch_peak_bytes(folder, name, args.remat)
         theirs = torch_runner(folder, batch, micro)
-    ours, ours_peak = ours_runner(model, batch, micro, args.chunk)
+    ours, ours_peak = ours_runner(model, batch, micro, args.chunk, args.score_all)
     del model
     with OtherCpu() as other:
         t_ours, t_theirs, first_ours, first_theirs = time_interleaved(ours, theirs, args.warmup, args.steps)
@@ -234,6 +240,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed updates first (compilation for ours)")
     parser.add_argument("--steps", type=int, default=3, help="timed updates per side (interleaved; medians)")
     parser.add_argument("--chunk", type=int, default=256, help="trainer.logprob_chunk")
+    parser.add_argument("--score-all", action="store_true",
+                        help="ours applies the vocabulary head at every position (default: trained ones, as the trainer)")
     parser.add_argument("--remat", default="none", choices=("none", "full", "dots"))
     parser.add_argument("--torch-peak", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -146,13 +146,14 @@ def profile_update(size: str, runs: int, top: int) -> None:
     step()
     from ragen_jax.trainer.optim import make_optimizer
     from ragen_jax.trainer.setup import split_model
-    from ragen_jax.trainer.steps import make_step_fns
+    from ragen_jax.trainer.steps import make_step_fns, scored_positions
 
     split = split_model(model, lora=False)
     tx, _ = make_optimizer(bt.OPTIM, 1000)
     fns = make_step_fns(split.graphdef, None, bt.algo_settings(256), tx, None, micro)
     mb = dict(jax.tree.map(jnp.asarray, batch))
     mb["sample_logprobs"] = mb["old_logprobs"]
+    mb["positions"] = jnp.asarray(scored_positions(batch["loss_mask"]))  # as bench_train.ours_runner
     hlo = fns["actor_update"].lower(split.trainable, tx.init(split.trainable), split.frozen, mb).compile().as_text()
     rows, length = batch["tokens"].shape
     print_profile(f"actor update {size}: mini-batch {rows} x {length}, micro-batch {micro}", hlo,

@@ -58,7 +58,9 @@ def token_logprobs_and_entropy(hidden: jax.Array, head: jax.Array, targets: jax.
     target_chunks = targets.reshape(b, n, c).swapaxes(0, 1)  # [n, B, C]
 
     def one_chunk(h: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-        logits = jnp.einsum("bcd,dv->bcv", h, head, preferred_element_type=jnp.float32)
+        # [B*C, D] rows, not [B, C, D]: the head's weight gradient is then one GEMM with no transposed copy of
+        # the logits' gradient (ragen_jax/models/linear.py)
+        logits = jnp.dot(h.reshape(-1, d), head, preferred_element_type=jnp.float32).reshape(*h.shape[:-1], -1)
         return _logprob_entropy(logits / temperature, y)
 
     if remat is None:

@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ragen_jax.models.linear import rows_matmul
+
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 #: Filter selecting the trainable LoRA variables: `nnx.split(model, lora_filter, ...)`,
@@ -38,10 +40,10 @@ class LoRALinear(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         dtype = self.dtype or x.dtype
         x = x.astype(dtype)
-        y = x @ self.kernel[...].astype(dtype)
+        y = rows_matmul(x, self.kernel[...].astype(dtype))
         if self.bias is not None and self.bias[...] is not None:
             y = y + self.bias[...].astype(dtype)
-        delta = (x @ self.lora_a[...].astype(dtype)) @ self.lora_b[...].astype(dtype)
+        delta = rows_matmul(rows_matmul(x, self.lora_a[...].astype(dtype)), self.lora_b[...].astype(dtype))
         return y + (self.scale * delta).astype(dtype)
 
     def merged_kernel(self) -> jax.Array:

@@ -18,6 +18,7 @@ from flax import nnx
 
 from ragen_jax.models.attention import attention
 from ragen_jax.models.decode_attention import ragged_decode_attention, uses_ragged_decode
+from ragen_jax.models.linear import Linear, rows_matmul
 from ragen_jax.models.config import ModelConfig
 from ragen_jax.models.partitioning import shard_activation
 
@@ -99,8 +100,8 @@ class RMSNorm(nnx.Module):
         return self.weight[...].astype(x.dtype) * normed.astype(x.dtype)
 
 
-def _linear(cfg: ModelConfig, d_in: int, d_out: int, bias: bool, rngs: nnx.Rngs) -> nnx.Linear:
-    return nnx.Linear(
+def _linear(cfg: ModelConfig, d_in: int, d_out: int, bias: bool, rngs: nnx.Rngs) -> Linear:
+    return Linear(
         d_in, d_out, use_bias=bias, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
         kernel_init=_INIT, rngs=rngs,
     )
@@ -276,11 +277,9 @@ class CausalLM(nnx.Module):
     def logits(self, hidden: jax.Array) -> jax.Array:
         """hidden [B, T, D] -> logits [B, T, V] float32 (compute-dtype inputs, float32 accumulation)."""
         h = hidden.astype(self.config.jnp_dtype)
-        if self.config.tie_word_embeddings:  # contract over the embedding's D axis: no transposed copy
-            w = self.model.embed_tokens.embedding[...].astype(h.dtype)
-            return shard_activation(jnp.einsum("btd,vd->btv", h, w, preferred_element_type=jnp.float32), 2)
-        w = self.lm_head.kernel[...].astype(h.dtype)
-        return shard_activation(jnp.einsum("btd,dv->btv", h, w, preferred_element_type=jnp.float32), 2)
+        tied = self.config.tie_word_embeddings  # a tied head contracts the embedding's D axis: no transposed copy
+        w = (self.model.embed_tokens.embedding if tied else self.lm_head.kernel)[...].astype(h.dtype)
+        return shard_activation(rows_matmul(h, w, w_out_first=tied, preferred_element_type=jnp.float32), 2)
 
     def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None,
                  query_lengths=None):
@@ -296,7 +295,7 @@ class ValueModel(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
         self.model = Decoder(config, rngs=rngs)
-        self.score = nnx.Linear(
+        self.score = Linear(
             config.hidden_size, 1, use_bias=True, dtype=jnp.float32, param_dtype=jnp.float32,
             kernel_init=_INIT, rngs=rngs,
         )
