@@ -11,6 +11,12 @@ every `--every` steps. The script reads every logged (H(Z|X), MI / log N) point 
 each arm's range, and places each threshold in the middle of the widest gap that best separates the arms
 (`ragen_jax.diagnostics.regimes.calibrate`); then it classifies the points of `--classify` runs with the
 calibrated thresholds and with the config's defaults. `--json` writes the thresholds and every point.
+
+`--points A.json B.json ...` runs nothing: it calibrates on the union of the points earlier `--json` files hold
+(for example one per environment), printing each file's arms:
+
+  python experiments/calibrate_regimes.py --points runs/regime_calibration.json runs/regime_calibration_fl.json \
+      --json docs/regime_calibration.json
 """
 
 from __future__ import annotations
@@ -67,8 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="skip runs whose workdir holds a summary.json")
     parser.add_argument("--classify", nargs="*", default=[], help="run folders to classify afterwards")
     parser.add_argument("--json", default="", help="write the thresholds and every point here")
+    parser.add_argument("--points", nargs="+", default=[], help="calibrate on these --json files' points; run nothing")
     args, extra = parser.parse_known_args(argv)
     extra = [e for e in extra if e != "--"]
+    if args.points:
+        return report(load_points(args.points), args.classify, args.json)
     seeds = [int(s) for s in args.seeds.split(",")]
     jobs = []
     for arm, (flags, regime) in ARMS.items():
@@ -82,36 +91,63 @@ def main(argv: list[str] | None = None) -> int:
     run_all([(w, a) for _, _, _, w, a in jobs
              if not (args.reuse and os.path.exists(os.path.join(w, "summary.json")))], args.parallel)
 
-    labelled, records = [], []
-    print(f"{'arm':<13} {'built as':<21} {'points':>6} {'H(Z|X) nats/token':>18} {'MI / log N':>12}")
-    for arm, regime in ((a, r) for a, (_, r) in ARMS.items()):
-        pts = [dict(p, arm=arm, seed=seed, regime=regime) for a, _, seed, w, _ in jobs if a == arm
+    source = args.config
+    records = [dict(p, arm=a, seed=seed, regime=regime, source=source) for a, regime, seed, w, _ in jobs
                for p in run_points(w)]
+    return report(records, args.classify, args.json)
+
+
+def print_arms(records: list[dict], source: str) -> None:
+    """One line per arm of `source`: its regime, point count and ranges."""
+    print(f"{source}:\n  {'arm':<13} {'built as':<21} {'points':>6} {'H(Z|X) nats/token':>18} {'MI / log N':>12}")
+    for arm, (_, regime) in ARMS.items():
+        pts = [p for p in records if p["arm"] == arm and p["source"] == source]
         if not pts:
-            print(f"{arm:<13} {regime:<21} no diagnostics logged (see {args.out}/{arm}_seed*/log.txt)")
+            print(f"  {arm:<13} {regime:<21} no diagnostics logged")
             continue
-        records.extend(pts)
-        labelled.extend((p["h"], p["mi_rel"], regime) for p in pts)
-        print(f"{arm:<13} {regime:<21} {len(pts):>6} {_range([p['h'] for p in pts]):>18} "
+        print(f"  {arm:<13} {regime:<21} {len(pts):>6} {_range([p['h'] for p in pts]):>18} "
               f"{_range([p['mi_rel'] for p in pts]):>12}")
-    if len({label for *_, label in labelled}) < len(ARMS):
+
+
+def load_points(paths: list[str]) -> list[dict]:
+    """The points of earlier `--json` files, each tagged with its source (the config it came from, else the file)."""
+    records = []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+            raise SystemExit(f"{path}: not a calibrate_regimes.py --json file (no 'points' list).")
+        records.extend(dict(p, source=p.get("source", path)) for p in data["points"])
+    return records
+
+
+def report(records: list[dict], classify_runs: list[str], json_path: str) -> int:
+    """Print every source's arms, calibrate on all the points, classify `classify_runs`, write `json_path`."""
+    for source in dict.fromkeys(p["source"] for p in records):
+        print_arms(records, source)
+    labelled = [(p["h"], p["mi_rel"], p["regime"]) for p in records]
+    if {label for *_, label in labelled} != {regime for _, regime in ARMS.values()}:
         print("not every arm logged diagnostics: nothing calibrated")
         return 1
-    th, report = calibrate(labelled)
+    th, quality = calibrate(labelled)
     print(f"calibrated: conditional_entropy={th['conditional_entropy']:.3f} nats/token (accuracy "
-          f"{report['entropy_accuracy']:.3f}, gap x{math.exp(report['entropy_gap_log']):.1f}); mi={th['mi']:.3f} of "
-          f"log N (accuracy {report['mi_accuracy']:.3f}, gap {report['mi_gap']:.3f}); points in their arm's regime: "
-          f"{report['accuracy']:.3f} of {report['points']}")
-    defaults = dict(DEFAULT_THRESHOLDS)
-    for path in args.classify:
+          f"{quality['entropy_accuracy']:.3f}, gap x{math.exp(quality['entropy_gap_log']):.1f}); mi={th['mi']:.3f} of "
+          f"log N (accuracy {quality['mi_accuracy']:.3f}, gap {quality['mi_gap']:.3f}); points in their arm's regime: "
+          f"{quality['accuracy']:.3f} of {quality['points']}")
+    defaults, counts, counts_defaults = dict(DEFAULT_THRESHOLDS), {}, {}
+    for path in classify_runs:
         for p in run_points(path):
             ours = classify(p["h"], p["mi_rel"], th, 1.0)
             old = classify(p["h"], p["mi"], defaults, p["bound"])
             print(f"{os.path.basename(os.path.normpath(path)):<24} step {p['step']:>3} {p['sampling']:<27} "
                   f"H {p['h']:.3f} MI/logN {p['mi_rel']:+.3f}: {ours} (defaults: {old})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"thresholds": th, "report": report, "points": records}, f, indent=1)
+            counts[ours] = counts.get(ours, 0) + 1
+            counts_defaults[old] = counts_defaults.get(old, 0) + 1
+    if classify_runs:
+        print(f"{len(classify_runs)} runs classified: {counts} (defaults: {counts_defaults})")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"thresholds": th, "report": quality, "points": records}, f, indent=1)
     return 0
 
 

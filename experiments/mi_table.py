@@ -8,6 +8,9 @@ success. Then, per run, whether MI fell while H(Z|X) held (template collapse) an
 10% of log N, or validation success by more than 5 points). `--markdown` prints one table row per run instead:
 
   python experiments/mi_table.py runs/reasoning_sokoban/*_seed* --markdown
+
+The regime is the one the run logged (with the thresholds of its config) unless `--thresholds FILE` (a JSON of
+thresholds, or calibrate_regimes.py's --json) re-classifies every step's (H(Z|X), MI, log N).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plot  # noqa: E402
 
-from ragen_jax.diagnostics.regimes import REGIMES  # noqa: E402
+from ragen_jax.diagnostics.regimes import REGIMES, classify  # noqa: E402
 
 
 def _series(scalars: dict, pattern: str) -> dict[int, float]:
@@ -34,8 +37,9 @@ def _latest(series: dict[int, float], step: int) -> float:
     return series[max(known)] if known else float("nan")
 
 
-def run_table(run_dir: str, prefix: str) -> list[dict]:
-    """One row per diagnostics step: step, mi, bound, h, retrieval, chance, regime, train/val success."""
+def run_table(run_dir: str, prefix: str, thresholds: dict | None = None) -> list[dict]:
+    """One row per diagnostics step: step, mi, bound, h, retrieval, chance, regime (index into REGIMES: as logged,
+    or classified with `thresholds` when given), train/val success."""
     s = plot.read_scalars(run_dir)
     mi = _series(s, f"{prefix}/mi_estimate")
     if not mi:
@@ -48,6 +52,8 @@ def run_table(run_dir: str, prefix: str) -> list[dict]:
     for step in sorted(mi):
         row = dict(step=step, mi=mi[step], train=train.get(step, float("nan")), val=_latest(val, step))
         row.update({name: series.get(step, float("nan")) for name, series in cols.items()})
+        if thresholds is not None and row["h"] == row["h"] and row["bound"] > 0:
+            row["regime"] = REGIMES.index(classify(row["h"], row["mi"], thresholds, row["bound"]))
         rows.append(row)
     return rows
 
@@ -125,12 +131,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+")
     parser.add_argument("--prefix", default="collapse_first_turn_sample")
     parser.add_argument("--markdown", action="store_true", help="one markdown table row per run")
+    parser.add_argument("--thresholds", default="", help="re-classify the regimes with this JSON's thresholds")
     args = parser.parse_args(argv)
+    try:
+        thresholds = plot.load_thresholds(args.thresholds) if args.thresholds else None
+    except ValueError as e:
+        parser.exit(2, f"mi_table.py: error: {e}\n")
     if args.markdown:
         print(MARKDOWN_HEADER)
     for run in args.runs:
         try:
-            rows = run_table(run, args.prefix)
+            rows = run_table(run, args.prefix, thresholds)
         except ValueError as e:
             parser.exit(2, f"mi_table.py: error: {e}\n")
         if args.markdown:

@@ -75,9 +75,25 @@ def check_metrics(runs: dict[str, dict], patterns: list[str]) -> None:
                          f"{', '.join(runs)}. Known tags:\n  {listing}")
 
 
+def run_names(run_dirs: list[str]) -> list[str]:
+    """A label per run folder: its name, or as many parent folders as make the labels distinct
+    (runs/a/seed0 and runs/b/seed0 -> a/seed0, b/seed0)."""
+    parts = [os.path.normpath(os.path.abspath(d)).split(os.sep) for d in run_dirs]
+    if len({tuple(p) for p in parts}) < len(parts):
+        raise ValueError(f"A run folder is given twice: {', '.join(run_dirs)}.")
+    depth = [1] * len(parts)
+    while True:
+        names = ["/".join(p[-k:]) for p, k in zip(parts, depth)]
+        clashing = [i for i, n in enumerate(names) if names.count(n) > 1]
+        if not clashing:
+            return names
+        for i in clashing:
+            depth[i] += 1
+
+
 def plot_runs(run_dirs: list[str], out: str, panels: dict[str, list[str]] | None = None) -> str:
     """One panel per metric family, one line per run -> the PNG path. Explicit panels must all exist."""
-    runs = {os.path.basename(os.path.normpath(d)) or d: read_scalars(d) for d in run_dirs}
+    runs = {name: read_scalars(d) for name, d in zip(run_names(run_dirs), run_dirs)}
     if not any(runs.values()):
         raise ValueError(f"No TensorBoard scalars under {', '.join(run_dirs)} (looked for events.out.tfevents.*).")
     if panels is not None:
@@ -116,7 +132,7 @@ def plot_regimes(run_dirs: list[str], out: str, prefix: str, thresholds: dict | 
     from ragen_jax.diagnostics.plots import regime_plane_image
 
     tags = [f"{prefix}/conditional_entropy_est", f"{prefix}/mi_estimate"]
-    runs = {os.path.basename(os.path.normpath(d)) or d: (d, read_scalars(d)) for d in run_dirs}
+    runs = {name: (d, read_scalars(d)) for name, d in zip(run_names(run_dirs), run_dirs)}
     check_metrics({name: scalars for name, (_, scalars) in runs.items()}, tags)
     images = []
     for name, (folder, scalars) in runs.items():

@@ -36,16 +36,23 @@ def test_classify_four_quadrants_and_relative_mi():
 
 
 def test_default_thresholds_separate_the_calibration_arms():
-    """The defaults put the edges of each calibration arm's measured range (docs/diagnostics.md: H(Z|X) nats/token,
-    MI / log N) in the regime the arm was built for, and configs/base.py uses them."""
+    """The defaults put the corners of each calibration arm's measured range (docs/diagnostics.md: H(Z|X)
+    nats/token, MI / log N; Sokoban's and FrozenLake's arms) in the regime the arm was built for, and
+    configs/base.py uses them."""
     from configs.base import get_base_config
     from ragen_jax.diagnostics.regimes import DEFAULT_THRESHOLDS
 
-    arms = {"low_entropy_collapse": [(0.001, -0.000), (0.001, 0.000)], "compressed": [(0.003, 0.347), (0.054, 0.563)],
-            "template_collapse": [(2.133, -0.000), (2.264, 0.004)], "diverse": [(0.962, 0.231), (1.025, 0.383)]}
-    for regime, corners in arms.items():
-        for h, mi_rel in corners:
-            assert classify(h, mi_rel * math.log(64), mi_upper_bound=math.log(64)) == regime
+    ranges = {  # regime: [(H min, H max), (MI min, MI max)] per environment
+        "low_entropy_collapse": [((0.001, 0.001), (-0.000, 0.000)), ((0.003, 0.032), (-0.000, 0.000))],
+        "compressed": [((0.003, 0.054), (0.347, 0.563)), ((0.111, 0.386), (0.175, 0.317))],
+        "template_collapse": [((2.133, 2.264), (-0.000, 0.004)), ((2.145, 2.227), (-0.002, 0.000))],
+        "diverse": [((0.962, 1.025), (0.231, 0.383)), ((1.431, 1.667), (0.044, 0.112))],
+    }
+    for regime, envs in ranges.items():
+        for h_range, mi_range in envs:
+            for h in h_range:
+                for mi_rel in mi_range:
+                    assert classify(h, mi_rel * math.log(64), mi_upper_bound=math.log(64)) == regime, (regime, h, mi_rel)
     d = get_base_config().diagnostics
     assert (d.entropy_threshold, d.mi_threshold, d.mi_relative) == tuple(
         DEFAULT_THRESHOLDS[k] for k in ("conditional_entropy", "mi", "mi_relative"))

@@ -64,3 +64,18 @@ def test_markdown_row_reads_the_summary(tmp_path, capsys):
     assert mi_table.main([run, "--markdown"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == mi_table.MARKDOWN_HEADER.splitlines()[0] and out[2] == row
+
+
+def test_thresholds_reclassify_the_logged_regime(tmp_path, capsys):
+    """The run logged 'diverse' for every step; a thresholds file re-classifies from (H(Z|X), MI, log N)."""
+    run = _run(tmp_path / "r", mi=[1.5, 1.0, 0.02], h=[1.0, 0.1, 0.1])
+    th = {"conditional_entropy": 0.5, "mi": 0.1, "mi_relative": True}
+    rows = mi_table.run_table(run, P, th)
+    assert [mi_table.REGIMES[r["regime"]] for r in rows] == ["diverse", "compressed", "low_entropy_collapse"]
+    assert {r["regime"] for r in mi_table.run_table(run, P)} == {0.0}  # as logged
+    (tmp_path / "th.json").write_text('{"thresholds": {"conditional_entropy": 0.5, "mi": 0.1, "mi_relative": true}}')
+    assert mi_table.main([run, "--markdown", "--thresholds", str(tmp_path / "th.json")]) == 0
+    assert "| compressed, diverse, low_entropy_collapse |" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit):
+        mi_table.main([run, "--thresholds", str(tmp_path / "bad.json")])

@@ -176,3 +176,12 @@ def test_calibrate_regimes_reads_labelled_runs_and_classifies_others(tmp_path, c
     assert result["report"]["accuracy"] == 1.0 and result["report"]["points"] == 16
     assert 0.036 < th["conditional_entropy"] < 0.9 and 0.01 / 2.77 < th["mi"] < 1.3 / 2.77
     assert "H 1.500 MI/logN +0.018: template_collapse" in capsys.readouterr().out
+
+
+def test_runs_with_the_same_folder_name_keep_apart(tmp_path):
+    """runs/a/seed0 and runs/b/seed0 used to share one label, so one of them vanished from the figure."""
+    names = plot.run_names([str(tmp_path / "a" / "seed0"), str(tmp_path / "b" / "seed0"), str(tmp_path / "c")])
+    assert names == ["a/seed0", "b/seed0", "c"]
+    assert plot.run_names([str(tmp_path / "x"), str(tmp_path / "y")]) == ["x", "y"]
+    with pytest.raises(ValueError, match="given twice"):
+        plot.run_names([str(tmp_path / "x"), str(tmp_path / "x") + "/"])
