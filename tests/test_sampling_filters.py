@@ -117,3 +117,27 @@ def test_generate_samples_the_configured_distribution(tiny, temperature, top_k, 
         allowed = reference_probs(np.asarray(step_logits[b, -1]), temperature, top_k, top_p) > 0
         assert allowed[int(out.tokens[b, 1])]
     assert len(np.unique(first)) > 1
+
+
+def test_first_argmax_is_jnp_argmax_with_ties():
+    from ragen_jax.sampling.filters import first_argmax
+
+    x = np.random.RandomState(0).randint(0, 4, size=(64, 33)).astype(np.float32)  # many ties per row
+    np.testing.assert_array_equal(first_argmax(jnp.asarray(x)), np.argmax(x, axis=-1))
+    x[3, :] = -np.inf
+    x[5, 7] = np.inf
+    got = np.asarray(jax.jit(first_argmax)(jnp.asarray(x)))
+    assert got[3] == 0 and got[5] == 7 and got.dtype == np.int32
+
+
+def test_inverse_cdf_draws_softmax_and_never_a_masked_token():
+    from ragen_jax.sampling.filters import inverse_cdf_categorical
+
+    logits = np.array([2.0, -np.inf, 1.0, 0.5, -np.inf, -2.0, 0.0, -np.inf], np.float32)
+    n = 40_000
+    tokens = np.asarray(jax.jit(inverse_cdf_categorical)(jax.random.key(3), jnp.broadcast_to(logits, (n, 8))))
+    probs = reference_probs(logits)
+    assert chi_square_ok(np.bincount(tokens, minlength=8), probs)  # and nothing where probs == 0
+    one_hot = np.full(8, -np.inf, np.float32)
+    one_hot[6] = 0.0  # a single allowed token, at any position, is always the draw
+    assert (np.asarray(inverse_cdf_categorical(jax.random.key(0), jnp.broadcast_to(one_hot, (100, 8)))) == 6).all()

@@ -47,6 +47,28 @@ def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
+def first_argmax(x: jax.Array) -> jax.Array:
+    """jnp.argmax over the last axis (the first index of the maximum) as two plain reductions: x [B, V] -> [B]
+    int32. XLA:CPU's fused value-and-index reduction took 2-4x longer on decode-step logits (64 x 1,119, 8 x 151,936).
+    A row holding NaN gives its last index."""
+    v = x.shape[-1]
+    first = jnp.min(jnp.where(x == jnp.max(x, axis=-1, keepdims=True), jnp.arange(v, dtype=jnp.int32), v), axis=-1)
+    return jnp.minimum(first, v - 1)
+
+
+def inverse_cdf_categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
+    """One index per row of logits [B, V] (-inf: never drawn) with P(i) = softmax(logits)[i] -> [B] int32.
+
+    One uniform draw per row against the running sum of exp(logits - max): the index is the number of prefix sums
+    at or below u times the total. `jax.random.categorical` draws V Gumbel variates per row instead, which on the
+    CPU cost 6x this (1.8 vs 0.3 ms at 64 x 1,119; 46 vs 8 ms at 8 x 151,936)."""
+    chex.assert_rank(logits, 2)
+    b, v = logits.shape
+    u = jax.random.uniform(key, (b, 1), jnp.float32)
+    cdf = jnp.cumsum(jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True)), axis=-1)
+    return jnp.minimum(jnp.sum(cdf <= u * cdf[:, -1:], axis=-1), v - 1).astype(jnp.int32)
+
+
 def sample_step(key: jax.Array, logits: jax.Array, config: SamplingConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Picks one token per row from raw logits [B, V] -> (tokens [B] int32, logprobs [B], raw_logprobs [B]).
 
@@ -56,9 +78,9 @@ def sample_step(key: jax.Array, logits: jax.Array, config: SamplingConfig) -> tu
     logits = logits.astype(jnp.float32)
     processed = process_logits(logits, config) if config.filters_logits else logits
     if config.greedy:
-        tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        tokens = first_argmax(logits)
     else:
-        tokens = jax.random.categorical(key, processed, axis=-1).astype(jnp.int32)
+        tokens = inverse_cdf_categorical(key, processed)
     raw = token_logprobs(logits, tokens)
     sampled = token_logprobs(processed, tokens) if config.filters_logits else raw
     return tokens, sampled, raw
