@@ -22,6 +22,7 @@ calibrated thresholds and with the config's defaults. `--json` writes the thresh
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -134,17 +135,17 @@ def report(records: list[dict], classify_runs: list[str], json_path: str) -> int
           f"{quality['entropy_accuracy']:.3f}, gap x{math.exp(quality['entropy_gap_log']):.1f}); mi={th['mi']:.3f} of "
           f"log N (accuracy {quality['mi_accuracy']:.3f}, gap {quality['mi_gap']:.3f}); points in their arm's regime: "
           f"{quality['accuracy']:.3f} of {quality['points']}")
-    defaults, counts, counts_defaults = dict(DEFAULT_THRESHOLDS), {}, {}
+    defaults, counts, counts_defaults = dict(DEFAULT_THRESHOLDS), collections.Counter(), collections.Counter()
     for path in classify_runs:
         for p in run_points(path):
             ours = classify(p["h"], p["mi_rel"], th, 1.0)
             old = classify(p["h"], p["mi"], defaults, p["bound"])
             print(f"{os.path.basename(os.path.normpath(path)):<24} step {p['step']:>3} {p['sampling']:<27} "
                   f"H {p['h']:.3f} MI/logN {p['mi_rel']:+.3f}: {ours} (defaults: {old})")
-            counts[ours] = counts.get(ours, 0) + 1
-            counts_defaults[old] = counts_defaults.get(old, 0) + 1
+            counts[ours] += 1
+            counts_defaults[old] += 1
     if classify_runs:
-        print(f"{len(classify_runs)} runs classified: {counts} (defaults: {counts_defaults})")
+        print(f"{len(classify_runs)} runs classified: {dict(counts)} (defaults: {dict(counts_defaults)})")
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"thresholds": th, "report": quality, "points": records}, f, indent=1)
