@@ -35,7 +35,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from experiments.compute_bound import bound_line, forward_flops  # noqa: E402
+from experiments.compute_bound import bound_line, forward_flops, prefill_flops  # noqa: E402
 from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models import init_cache, load_model, tiny_config  # noqa: E402
 from ragen_jax.sampling import Sampler, SamplingConfig  # noqa: E402
@@ -170,15 +170,17 @@ def run_case(case: str, repeats: int) -> float:
     agree = float(np.mean(ours_tokens[:, :new_tokens] == theirs_tokens))
     what = "prompt tokens/s (prefill)" if case in LENGTHS else "generated tok/s"
     config = model_config_of(graphdef)
-    flops = (forward_flops(config, batch * prompt_len, (prompt_len + 1) / 2)
-             + forward_flops(config, batch * (new_tokens - 1), prompt_len + new_tokens / 2))
+    decode = forward_flops(config, batch * (new_tokens - 1), prompt_len + new_tokens / 2)
+    ours_flops = prefill_flops(config, batch, prompt_len, last_layer_all=False) + decode
+    theirs_flops = prefill_flops(config, batch, prompt_len) + decode
     print(f"[{case}] batch {batch}, prompt {prompt_len}, {new_tokens} new tokens (greedy), medians of {repeats}: "
           f"ours {ours_tps:.1f}, transformers {theirs_tps:.1f} {what}, ratio {ours_tps / theirs_tps:.2f}x; "
           f"greedy tokens identical: {agree:.1%}\n"
           f"[{case}] peak memory: ours {ours_peak / 2**20:.1f} MiB (compiled prefill), transformers "
           f"{theirs_peak / 2**20:.1f} MiB (maxrss growth over one generate); {other.line()}\n"
-          f"[{case}] matmul FLOPs of the call (prefill + decode): ours {bound_line(flops, float(np.median(t_ours)))}; "
-          f"transformers {bound_line(flops, float(np.median(t_theirs)))}", flush=True)
+          f"[{case}] matmul FLOPs each side performs (prefill + decode; ours skips the last layer's attention and "
+          f"MLP for all but each prompt's last token): ours {bound_line(ours_flops, float(np.median(t_ours)))}; "
+          f"transformers {bound_line(theirs_flops, float(np.median(t_theirs)))}", flush=True)
     return ours_tps / theirs_tps
 
 

@@ -2,7 +2,7 @@
 
 The bound is what XLA's own float32 GEMM reaches on this machine (a square n x n x n `jnp.dot`, best of a few
 calls): no program made of these matmuls can beat it. A model's FLOPs count its matmuls only (projections, MLP,
-the vocabulary projection, and attention's QK^T and AV); norms, RoPE and softmax are ignored, so the fraction
+the vocabulary projection where logits are taken, and attention's QK^T and AV); norms, RoPE and softmax are ignored, so the fraction
 is an upper estimate of how close a step is to the bound.
 """
 
@@ -30,17 +30,32 @@ def gemm_flops_per_s(n: int = 1024, calls: int = 7) -> float:
     return 2.0 * n**3 / best
 
 
-def matmul_params(cfg) -> int:
-    """Weights a token multiplies through (per-layer projections + MLP, and the vocabulary projection)."""
+def layer_flops(cfg, attended: float, queries: bool = True) -> float:
+    """Matmul FLOPs of one token through one decoder layer, attending over `attended` keys on average; without
+    `queries`, only its key and value projections (a token whose layer output nothing reads)."""
     h, i = cfg.hidden_size, cfg.intermediate_size
     q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    return cfg.num_layers * (h * q + 2 * h * kv + q * h + 3 * h * i) + cfg.vocab_size * h
+    if not queries:
+        return 2.0 * 2 * h * kv
+    return 2.0 * (h * q + 2 * h * kv + q * h + 3 * h * i) + 4.0 * cfg.num_heads * cfg.head_dim * attended
 
 
-def forward_flops(cfg, tokens: int, attended: float) -> float:
-    """Forward matmul FLOPs of `tokens` tokens that each attend over `attended` keys on average."""
-    attention = 4.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * attended  # QK^T and AV per token
-    return tokens * (2.0 * matmul_params(cfg) + attention)
+def forward_flops(cfg, tokens: int, attended: float, logits: bool = True) -> float:
+    """Forward matmul FLOPs of `tokens` tokens that each attend over `attended` keys on average, with the
+    vocabulary projection at every token unless `logits` is False."""
+    head = 2.0 * cfg.vocab_size * cfg.hidden_size if logits else 0.0
+    return tokens * (cfg.num_layers * layer_flops(cfg, attended) + head)
+
+
+def prefill_flops(cfg, batch: int, prompt: int, last_layer_all: bool = True) -> float:
+    """Matmul FLOPs of prefilling `batch` prompts of `prompt` tokens and taking the logits of each one's last
+    token (what transformers' generate does); with last_layer_all False the last layer attends and runs its MLP
+    for the last token only, the others writing just their keys and values (the sampler's prefill)."""
+    attended = (prompt + 1) / 2
+    flops = forward_flops(cfg, batch * prompt, attended, logits=False) + batch * 2.0 * cfg.vocab_size * cfg.hidden_size
+    if not last_layer_all:
+        flops -= batch * (prompt - 1) * (layer_flops(cfg, attended) - layer_flops(cfg, attended, queries=False))
+    return flops
 
 
 def bound_line(flops: float, seconds: float) -> str:

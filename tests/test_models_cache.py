@@ -70,3 +70,41 @@ def test_cache_requires_index():
     m = CausalLM(CFG, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="cache_index"):
         m(jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 2), jnp.int32), cache=init_cache(CFG, 1, 4))
+
+
+def _hidden(model, tokens, positions, **kw):
+    graphdef, state = nnx.split(model)
+    fn = jax.jit(lambda s, t, p, kw: nnx.merge(graphdef, s).hidden(t, p, **kw))
+    return fn(state, jnp.asarray(tokens, jnp.int32), jnp.asarray(positions, jnp.int32), kw)
+
+
+@pytest.mark.parametrize("slot_mask", [False, True])
+def test_hidden_at_equals_the_full_prefill_at_those_tokens_and_writes_the_same_cache(model, slot_mask):
+    """A prefill that keeps one token per row (the sampler's last token) runs the last layer for it alone: the
+    same hidden state there, the same cache, from a cache at per-row offsets (ragged decode or slot mask)."""
+    rng = np.random.RandomState(1)
+    tokens = rng.randint(1, 256, (3, 11))
+    start = np.array([0, 4, 9])
+    positions = start[:, None] + np.arange(11)[None]
+    at = np.array([10, 3, 0])  # a row's last real token (the rest of the bucket is padding)
+    kw = dict(cache_index=jnp.asarray(start, jnp.int32))
+    if slot_mask:
+        kw["attention_mask"] = jnp.asarray(np.arange(24)[None] >= np.array([0, 1, 2])[:, None])
+    full, full_cache = _hidden(model, tokens, positions, cache=init_cache(CFG, 3, 24), **kw)
+    kept, kept_cache = _hidden(model, tokens, positions, cache=init_cache(CFG, 3, 24),
+                               hidden_at=jnp.asarray(at, jnp.int32), **kw)
+    assert kept.shape == (3, 1, CFG.hidden_size)
+    np.testing.assert_allclose(kept[:, 0], np.asarray(full)[np.arange(3), at], atol=2e-5, rtol=0)
+    np.testing.assert_array_equal(kept_cache.k, full_cache.k)
+    np.testing.assert_array_equal(kept_cache.v, full_cache.v)
+
+
+def test_hidden_at_without_a_cache_follows_the_attention_mask(model):
+    tokens = np.array([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 0, 0]])
+    mask = tokens > 0
+    positions = np.maximum(np.cumsum(mask, 1) - 1, 0)
+    at = np.array([5, 3])
+    full, _ = _hidden(model, tokens, positions, attention_mask=jnp.asarray(mask))
+    kept, none = _hidden(model, tokens, positions, attention_mask=jnp.asarray(mask), hidden_at=jnp.asarray(at))
+    assert none is None
+    np.testing.assert_allclose(kept[:, 0], np.asarray(full)[np.arange(2), at], atol=2e-5, rtol=0)

@@ -122,8 +122,10 @@ class Attention(nnx.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = h, kv, hd
         self.qk_norm = cfg.qk_norm
 
-    def __call__(self, x, positions, inv_freq, mask: KeyMask, cache, cache_index, layer):
-        """x [B, T, D], cache (k, v) [L, B, K, S, hd] or None -> (out [B, T, D], new (k, v))."""
+    def __call__(self, x, positions, inv_freq, mask: KeyMask, cache, cache_index, layer, select=None):
+        """x [B, T, D], cache (k, v) [L, B, K, S, hd] or None -> (out [B, T, D], new (k, v)). select [B] int32
+        (optional): every token's key and value are written, but only query select[b] of row b attends
+        (out [B, 1, D])."""
         b, t, _ = x.shape
         q = shard_activation(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), 2)
         k = shard_activation(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), 2)
@@ -131,6 +133,10 @@ class Attention(nnx.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
+        if select is not None:  # one query per row, at its own position: a decode-shaped step
+            q = jnp.take_along_axis(q, select[:, None, None, None], axis=1)
+            offset = select if mask.offset is None else mask.offset + select
+            mask = mask.replace(offset=offset, query_lengths=None)
         new_cache = None
         if cache is not None:  # write this chunk into slots cache_index[b] + t of layer `layer`
             ck, cv = cache
@@ -139,7 +145,7 @@ class Attention(nnx.Module):
             ck = ck.at[layer, rows, :, slots].set(k.astype(ck.dtype), mode="drop")  # k [B, T, K, hd]
             cv = cv.at[layer, rows, :, slots].set(v.astype(cv.dtype), mode="drop")
             new_cache = (ck, cv)
-            if _ragged_decode(t, mask):
+            if _ragged_decode(q.shape[1], mask):
                 out = ragged_decode_attention(q, ck, cv, layer, mask.offset + 1)  # each row reads its own length
             else:  # attend over the first `window` slots only (see `kv_len`)
                 k, v = ck[layer, :, :, :mask.window].astype(q.dtype), cv[layer, :, :, :mask.window].astype(q.dtype)
@@ -147,7 +153,7 @@ class Attention(nnx.Module):
                                 query_lengths=mask.query_lengths, heads_major=True)
         else:
             out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid, query_lengths=mask.query_lengths)
-        out = out.reshape(b, t, self.num_heads * self.head_dim)
+        out = out.reshape(b, q.shape[1], self.num_heads * self.head_dim)
         return self.o_proj(shard_activation(out, 2)), new_cache
 
 
@@ -173,8 +179,13 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pdt)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x, positions, inv_freq, mask, cache, cache_index, layer):
-        attn, new_cache = self.self_attn(self.input_layernorm(x), positions, inv_freq, mask, cache, cache_index, layer)
+    def __call__(self, x, positions, inv_freq, mask, cache, cache_index, layer, select=None):
+        """x [B, T, D] -> (x [B, T, D], new (k, v)); with select [B] int32 only token select[b] of row b goes on
+        past attention (x [B, 1, D]), every token's key and value still written."""
+        attn, new_cache = self.self_attn(self.input_layernorm(x), positions, inv_freq, mask, cache, cache_index, layer,
+                                         select)
+        if select is not None:
+            x = jnp.take_along_axis(x, select[:, None, None], axis=1)
         x = x + attn
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, new_cache
@@ -214,8 +225,9 @@ class Decoder(nnx.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=cfg.jnp_param_dtype)
 
     def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None,
-                 query_lengths=None):
-        """tokens/positions [B, T] -> (hidden [B, T, D] after the final norm, new KVCache | None)."""
+                 query_lengths=None, hidden_at=None):
+        """tokens/positions [B, T] -> (hidden [B, T, D] after the final norm, new KVCache | None); with
+        hidden_at [B] int32, hidden [B, 1, D] of token hidden_at[b] only (see CausalLM.hidden)."""
         chex.assert_rank([tokens, positions], 2)
         chex.assert_equal_shape([tokens, positions])
         b, t = tokens.shape
@@ -231,6 +243,9 @@ class Decoder(nnx.Module):
             chex.assert_shape(attention_mask, (b, t))
         if query_lengths is not None:
             chex.assert_shape(query_lengths, (b,))
+        if hidden_at is not None:
+            chex.assert_shape(hidden_at, (b,))
+            hidden_at = hidden_at.astype(jnp.int32)
         mask = _key_mask(attention_mask, cache, cache_index, kv_len, query_lengths)
         inv_freq = rope_inv_freq(self.config)
         x = shard_activation(self.embed_tokens(tokens))
@@ -238,8 +253,9 @@ class Decoder(nnx.Module):
         call = DecoderLayer.__call__
         if self.config.remat != "none" and cache is None:  # remat helps training; decoding has no backward
             call = nnx.remat(call, policy=_remat_policy(self.config.remat), static_argnums=(7,))
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x, kv = call(layer, x, positions, inv_freq, mask, kv, cache_index, i)
+            x, kv = call(layer, x, positions, inv_freq, mask, kv, cache_index, i, hidden_at if i == last else None)
             x = shard_activation(x)
         new_cache = KVCache(k=kv[0], v=kv[1]) if cache is not None else None
         return self.norm(x), new_cache
@@ -255,7 +271,7 @@ class CausalLM(nnx.Module):
             self.lm_head = _linear(config, config.hidden_size, config.vocab_size, False, rngs)
 
     def hidden(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None,
-               query_lengths=None):
+               query_lengths=None, hidden_at=None):
         """tokens/positions [B, T] int32 -> (hidden [B, T, D] after the final norm, new_cache | None).
 
         attention_mask: [B, T] bool without a cache (False = padding key); with a cache, optionally
@@ -263,10 +279,13 @@ class CausalLM(nnx.Module):
         (static, optional) limits attention to the first kv_len slots, which must hold every token the
         queries see: decoding then reads a window of the cache, not all of it. query_lengths [B] int32
         (optional): tokens t >= query_lengths[b] are padding whose hidden states are unspecified, so
-        attention may skip them (a prefill bucket's tail).
+        attention may skip them (a prefill bucket's tail). hidden_at [B] int32 (optional): only token
+        hidden_at[b] of row b is wanted, hidden is [B, 1, D]; the last layer then attends and runs its MLP for
+        that token alone (a prefill that samples from its last token), every token's keys and values still
+        written to the cache.
         """
         return self.model(tokens, positions, attention_mask=attention_mask, cache=cache, cache_index=cache_index,
-                          kv_len=kv_len, query_lengths=query_lengths)
+                          kv_len=kv_len, query_lengths=query_lengths, hidden_at=hidden_at)
 
     def lm_head_matrix(self) -> jax.Array:
         """Output projection [D, V] (the tied embedding transposed when tied)."""

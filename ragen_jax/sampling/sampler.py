@@ -163,15 +163,15 @@ def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place:
         safe = jnp.minimum(prefill_rows, batch - 1)
         sub = KVCache(k=cache.k[:, safe, :, :kv_len], v=cache.v[:, safe, :, :kv_len])
     positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+    last_token = jnp.maximum(new_lens - 1, 0)
     hidden, sub = model.hidden(tokens, positions, cache=sub, cache_index=cache_index, kv_len=kv_len,
-                               query_lengths=new_lens)  # the bucket's padded tail is skipped
+                               query_lengths=new_lens, hidden_at=last_token)  # the bucket's padded tail is skipped
     if in_place:
         cache = sub
     else:
         cache = KVCache(k=cache.k.at[:, rows, :, :kv_len].set(sub.k[:, source], mode="drop"),
                         v=cache.v.at[:, rows, :, :kv_len].set(sub.v[:, source], mode="drop"))
-    last = jnp.take_along_axis(hidden, jnp.maximum(new_lens - 1, 0)[:, None, None], axis=1)[:, 0]
-    logits = model.logits(last[:, None, :].astype(model.config.jnp_dtype))[:, 0]
+    logits = model.logits(hidden.astype(model.config.jnp_dtype))[:, 0]
     tok, lp, raw = sample_rows(_token_keys(keys, jnp.int32(0)), logits[source], config)
     state = state.replace(
         tokens=state.tokens.at[rows].set(pad_id, mode="drop"),
