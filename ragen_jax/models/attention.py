@@ -148,24 +148,25 @@ def _flash_forward(qb, kb, vb, offset, valid, q_blocks, scale: float, bq: int):
     nk, bk = kb.shape[0], kb.shape[3]
     qrow = jnp.asarray(np.arange(gq) % bq, jnp.int32)
     min_offset, max_offset, full = _block_facts(offset, valid)
+    vb = jnp.concatenate([vb, jnp.ones(vb.shape[:-1] + (1,), vb.dtype)], axis=-1)  # the last column sums P
 
     def query_block(_, xs):
         i, qi = xs
         n_keys = jnp.where(i < q_blocks, jnp.minimum(nk, (max_offset + (i + 1) * bq - 1) // bk + 1), 0)
 
         def key_block(j, carry):
-            m, l, acc = carry
+            m, acc = carry
             s = _scores(qi, kb[j], offset, i * bq, qrow, j * bk, valid[j],
                         _unmasked(min_offset, i * bq, j * bk, bk, full[j]))
             m_new = jnp.maximum(m, jnp.max(s, axis=-1))
             p = jnp.exp((s - m_new[..., None]) * scale)
             alpha = jnp.exp((m - m_new) * scale)
             pv = jnp.einsum("bkqs,bksd->bkqd", p.astype(vb.dtype), vb[j], preferred_element_type=jnp.float32)
-            return m_new, alpha * l + jnp.sum(p, axis=-1), alpha[..., None] * acc + pv
+            return m_new, alpha[..., None] * acc + pv
 
-        init = (jnp.full((b, kh, gq), _M0, jnp.float32), jnp.zeros((b, kh, gq), jnp.float32),
-                jnp.zeros((b, kh, gq, hd), jnp.float32))
-        m, l, acc = jax.lax.fori_loop(0, n_keys, key_block, init)
+        init = (jnp.full((b, kh, gq), _M0, jnp.float32), jnp.zeros((b, kh, gq, hd + 1), jnp.float32))
+        m, acc = jax.lax.fori_loop(0, n_keys, key_block, init)
+        acc, l = acc[..., :hd], acc[..., hd]
         seen = l > 0  # a query that sees no key (left padding) gets 0, not NaN
         safe = jnp.where(seen, l, 1.0)
         out = (acc / safe[..., None]).astype(qb.dtype)
