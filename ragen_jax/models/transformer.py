@@ -145,7 +145,8 @@ class Attention(nnx.Module):
             ck = ck.at[layer, rows, :, slots].set(k.astype(ck.dtype), mode="drop")  # k [B, T, K, hd]
             cv = cv.at[layer, rows, :, slots].set(v.astype(cv.dtype), mode="drop")
             new_cache = (ck, cv)
-            if _ragged_decode(q.shape[1], mask):
+            # a prefill's kept query reads the window densely: O(S) next to the prefill's O(T S), no loop to compile
+            if select is None and _ragged_decode(t, mask):
                 out = ragged_decode_attention(q, ck, cv, layer, mask.offset + 1)  # each row reads its own length
             else:  # attend over the first `window` slots only (see `kv_len`)
                 k, v = ck[layer, :, :, :mask.window].astype(q.dtype), cv[layer, :, :, :mask.window].astype(q.dtype)

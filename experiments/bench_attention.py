@@ -1,0 +1,112 @@
+"""One attention call: ragen_jax's blockwise causal attention vs PyTorch's scaled_dot_product_attention, on CPU.
+
+The kernel alone, without the model around it: the same random q [B, T, H, hd] and k/v [B, T, K, hd] (grouped
+query heads) on both sides, causal, no padding. Ours is `ragen_jax.models.attention.blockwise_attention` under
+`jax.jit` (the path training, scoring and prefill take on a CPU); theirs `torch.nn.functional.
+scaled_dot_product_attention(is_causal=True, enable_gqa=True)` (its fused flash kernel on CPU). With --backward
+both sides also take the gradients of q, k and v for a fixed output cotangent. The two sides alternate call by
+call over --repeats calls after one untimed call each; medians are printed with the load average, the CPU other
+processes used while timing (`experiments/quiet.py`), the largest output difference, and the ratio.
+
+    python experiments/bench_attention.py [--batch 8] [--length 3072] [--heads 4] [--kv-heads 2] [--head-dim 32]
+        [--backward] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from ragen_jax.models.attention import blockwise_attention  # noqa: E402
+
+
+def inputs(batch: int, length: int, heads: int, kv_heads: int, head_dim: int):
+    """(q [B, T, H, hd], k, v [B, T, K, hd], output cotangent [B, T, H, hd]) float32, seeded."""
+    rng = np.random.default_rng(0)
+    shape_q, shape_kv = (batch, length, heads, head_dim), (batch, length, kv_heads, head_dim)
+    return (rng.standard_normal(shape_q, np.float32), rng.standard_normal(shape_kv, np.float32),
+            rng.standard_normal(shape_kv, np.float32), rng.standard_normal(shape_q, np.float32))
+
+
+def ours_runner(q, k, v, d_out, backward: bool):
+    """() -> (seconds, output [B, T, H, hd] as numpy) of one jitted call (compiled by a first call here)."""
+    q, k, v, d_out = map(jnp.asarray, (q, k, v, d_out))
+    forward = jax.jit(blockwise_attention)
+    if backward:
+        def loss(q, k, v):
+            return jnp.sum(blockwise_attention(q, k, v) * d_out)
+        fn = jax.jit(lambda q, k, v: (forward(q, k, v), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)))
+    else:
+        fn = forward
+    jax.block_until_ready(fn(q, k, v))
+
+    def call():
+        start = time.perf_counter()
+        out = jax.block_until_ready(fn(q, k, v))
+        return time.perf_counter() - start, np.asarray(out[0] if backward else out)
+    return call
+
+
+def theirs_runner(q, k, v, d_out, backward: bool):
+    """The same call through torch's SDPA ([B, H, T, hd] layout, is_causal, enable_gqa)."""
+    tq, tk, tv, tg = (torch.from_numpy(x).transpose(1, 2).contiguous() for x in (q, k, v, d_out))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def call():
+        if backward:
+            leaves = [x.detach().requires_grad_() for x in (tq, tk, tv)]
+            start = time.perf_counter()
+            out = sdpa(*leaves, is_causal=True, enable_gqa=True)
+            out.backward(tg)
+        else:
+            with torch.inference_mode():
+                start = time.perf_counter()
+                out = sdpa(tq, tk, tv, is_causal=True, enable_gqa=True)
+        elapsed = time.perf_counter() - start
+        return elapsed, out.detach().transpose(1, 2).numpy()
+    call()
+    return call
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--length", type=int, default=3072)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--head-dim", type=int, default=32)
+    p.add_argument("--backward", action="store_true", help="time forward + gradients of q, k, v")
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args()
+    print(load_line(), flush=True)
+    q, k, v, d_out = inputs(args.batch, args.length, args.heads, args.kv_heads, args.head_dim)
+    ours, theirs = ours_runner(q, k, v, d_out, args.backward), theirs_runner(q, k, v, d_out, args.backward)
+    t_ours, t_theirs = [], []
+    with OtherCpu() as other:
+        for _ in range(args.repeats):  # alternate the two sides call by call
+            elapsed, out_ours = ours()
+            t_ours.append(elapsed)
+            elapsed, out_theirs = theirs()
+            t_theirs.append(elapsed)
+    m_ours, m_theirs = float(np.median(t_ours)), float(np.median(t_theirs))
+    what = "forward + backward" if args.backward else "forward"
+    print(f"attention {what}, q [{args.batch}, {args.length}, {args.heads}, {args.head_dim}], "
+          f"{args.kv_heads} kv heads, causal, float32, medians of {args.repeats}: ours {m_ours * 1e3:.1f} ms, "
+          f"torch SDPA {m_theirs * 1e3:.1f} ms (torch {torch.__version__}, {torch.get_num_threads()} threads); "
+          f"max |ours - torch| {np.abs(out_ours - out_theirs).max():.1e}; {other.line()}")
+    print(f"ratio ours/torch speed: {m_theirs / m_ours:.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
