@@ -35,7 +35,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from experiments.compute_bound import bound_line, forward_flops, prefill_flops  # noqa: E402
+from experiments.compute_bound import (  # noqa: E402
+    bound_line, decode_step_bytes, forward_flops, prefill_flops, stream_bytes_per_s)
 from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models import init_cache, load_model, tiny_config  # noqa: E402
 from ragen_jax.sampling import Sampler, SamplingConfig  # noqa: E402
@@ -182,6 +183,13 @@ def run_case(case: str, repeats: int) -> float:
           f"[{case}] matmul FLOPs each side performs (prefill + decode; ours skips the last layer's attention and "
           f"MLP for all but each prompt's last token): ours {bound_line(ours_flops, float(np.median(t_ours)))}; "
           f"transformers {bound_line(theirs_flops, float(np.median(t_theirs)))}", flush=True)
+    if case not in LENGTHS:
+        step_bytes = decode_step_bytes(config, batch, prompt_len + new_tokens / 2)
+        bound_tps = batch * stream_bytes_per_s() / step_bytes
+        print(f"[{case}] memory bound of decoding: a step reads {step_bytes / 2**20:.0f} MiB (weights and cache, "
+              f"float32) at the measured {stream_bytes_per_s() / 1e9:.1f} GB/s: at most {bound_tps:.1f} tok/s; "
+              f"the whole call (prefill included) reaches ours {ours_tps / bound_tps:.1%}, transformers "
+              f"{theirs_tps / bound_tps:.1%} of it", flush=True)
     return ours_tps / theirs_tps
 
 

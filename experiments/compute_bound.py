@@ -1,9 +1,12 @@
-"""The CPU's measured GEMM rate and a model's matmul FLOPs, for the benchmarks' "fraction of the bound" lines.
+"""The CPU's measured GEMM rate and memory read rate, a model's matmul FLOPs and a decode step's bytes, for the
+benchmarks' "fraction of the bound" lines.
 
-The bound is what XLA's own float32 GEMM reaches on this machine (a square n x n x n `jnp.dot`, best of a few
-calls): no program made of these matmuls can beat it. A model's FLOPs count its matmuls only (projections, MLP,
-the vocabulary projection where logits are taken, and attention's QK^T and AV); norms, RoPE and softmax are ignored, so the fraction
-is an upper estimate of how close a step is to the bound.
+The compute bound is what XLA's own float32 GEMM reaches on this machine (a square n x n x n `jnp.dot`, best of a
+few calls): no program made of these matmuls can beat it. A model's FLOPs count its matmuls only (projections,
+MLP, the vocabulary projection where logits are taken, and attention's QK^T and AV); norms, RoPE and softmax are
+ignored, so the fraction is an upper estimate of how close a step is to the bound. The memory bound is how fast
+XLA streams a large array (a jitted sum): a small-batch decode step reads every weight once, so it cannot beat
+(weight + cache bytes) / that rate.
 """
 
 from __future__ import annotations
@@ -28,6 +31,31 @@ def gemm_flops_per_s(n: int = 1024, calls: int = 7) -> float:
         dot(a, b).block_until_ready()
         best = min(best, time.perf_counter() - t0)
     return 2.0 * n**3 / best
+
+
+@functools.lru_cache(maxsize=None)
+def stream_bytes_per_s(mib: int = 1024, calls: int = 5) -> float:
+    """Best rate (bytes/s) at which XLA reads a float32 array of `mib` MiB (a jitted sum, best of `calls`): the
+    memory bound of a step that must read every weight once, as a small-batch decode step does."""
+    x = jnp.ones((mib * 2**20 // 4,), jnp.float32)
+    total = jax.jit(jnp.sum)
+    total(x).block_until_ready()
+    best = float("inf")
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        total(x).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return x.nbytes / best
+
+
+def decode_step_bytes(cfg, batch: int, attended: float, dtype_bytes: int = 4) -> float:
+    """Bytes one decode step must read: every weight a token multiplies through once (the vocabulary projection
+    included, not the embedding rows it looks up) and each row's `attended` cached keys and values."""
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    weights = cfg.num_layers * (h * q + 2 * h * kv + q * h + 3 * h * i) + cfg.vocab_size * h
+    cache = batch * cfg.num_layers * 2 * kv * attended
+    return dtype_bytes * (weights + cache)
 
 
 def layer_flops(cfg, attended: float, queries: bool = True) -> float:

@@ -1,6 +1,6 @@
-"""The benchmarks' FLOP counts: what each side of a prefill performs."""
+"""The benchmarks' FLOP and byte counts: what each side of a prefill performs, what a decode step reads."""
 
-from experiments.compute_bound import forward_flops, layer_flops, prefill_flops
+from experiments.compute_bound import decode_step_bytes, forward_flops, layer_flops, prefill_flops
 from ragen_jax.models import tiny_config
 
 
@@ -15,3 +15,11 @@ def test_prefill_counts_logits_at_the_last_token_only_and_the_kept_last_layer():
     assert full == 18 * 2 * per_layer + 2 * head
     kept = prefill_flops(cfg, 2, 9, last_layer_all=False)  # the last layer's queries run for 1 token per row
     assert kept == 18 * per_layer + 2 * per_layer + 16 * 2.0 * 2 * 128 * 64 + 2 * head
+
+
+def test_a_decode_step_reads_every_weight_once_and_the_cache():
+    cfg = tiny_config()
+    weights = 2 * (128 * 128 + 2 * 128 * 64 + 128 * 128 + 3 * 128 * 384) + 1119 * 128
+    cache = 8 * 2 * 2 * 64 * 100.0  # rows x layers x (k, v) x kv width x slots read
+    assert decode_step_bytes(cfg, 8, 100.0) == 4 * (weights + cache)
+    assert decode_step_bytes(cfg, 8, 100.0, dtype_bytes=2) == 2 * (weights + cache)

@@ -114,15 +114,22 @@ def _valid_blocks(key_valid: jax.Array | None, b: int, s: int, bk: int) -> jax.A
     return valid.reshape(b, sp // bk, bk).transpose(1, 0, 2)
 
 
-def _scores(qi, kj, offset, query_start, qrow, key_start, valid_j, unmasked) -> jax.Array:
-    """Unscaled float32 scores [B, K, G*bq, bk] of queries query_start + qrow[r] against key slots key_start + c,
-    invisible keys at _NEG; `unmasked` (scalar bool: every key visible to every query) skips the masking."""
-    s = jnp.einsum("bkqd,bksd->bkqs", qi, kj, preferred_element_type=jnp.float32)
+def _scores(qi, kj, offset, query_start, qrow, key_start, valid_j, unmasked, keys_major: bool = False) -> jax.Array:
+    """Unscaled float32 scores [B, K, G*bq, bk] of queries query_start + qrow[r] against key slots key_start + c
+    (keys_major: [B, K, bk, G*bq]), invisible keys at _NEG; `unmasked` (scalar bool: every key visible to every
+    query) skips the masking."""
+    if keys_major:
+        s = jnp.einsum("bksd,bkqd->bksq", kj, qi, preferred_element_type=jnp.float32)
+    else:
+        s = jnp.einsum("bkqd,bksd->bkqs", qi, kj, preferred_element_type=jnp.float32)
 
     def masked(s):
         qpos = offset[:, None] + query_start + qrow[None, :]  # [B, G*bq]
         slots = key_start + jnp.arange(valid_j.shape[-1], dtype=jnp.int32)  # [bk]
-        vis = (slots[None, None, :] <= qpos[:, :, None]) & valid_j[:, None, :]
+        if keys_major:
+            vis = (slots[None, :, None] <= qpos[:, None, :]) & valid_j[:, :, None]  # [B, bk, G*bq]
+        else:
+            vis = (slots[None, None, :] <= qpos[:, :, None]) & valid_j[:, None, :]  # [B, G*bq, bk]
         return jnp.where(vis[:, None], s, _NEG)
 
     return jax.lax.cond(unmasked, lambda s: s, masked, s)
@@ -188,7 +195,9 @@ def _flash_fwd(qb, kb, vb, offset, valid, q_blocks, scale, bq):
 
 def _flash_bwd(scale, bq, residuals, d_out):
     """dQ, dK, dV by recomputing each visible block's probabilities from the saved logsumexp (FlashAttention-2:
-    dS = P * (dP - rowsum(dO * O))); key heads accumulate over the query heads of their group."""
+    dS = P * (dP - rowsum(dO * O))); key heads accumulate over the query heads of their group. Blocks are held
+    keys-major ([.., bk, G*bq]) and dQ transposed ([.., hd, G*bq]), so every product contracts a minor axis of
+    one operand (XLA:CPU hands those to its GEMM library; the query-major form left dK and dV to its own dot)."""
     qb, kb, vb, offset, valid, q_blocks, out, lse = residuals
     nq, b, kh, gq, hd = qb.shape
     nk, bk = kb.shape[0], kb.shape[3]
@@ -196,30 +205,32 @@ def _flash_bwd(scale, bq, residuals, d_out):
     min_offset, max_offset, full = _block_facts(offset, valid)
     delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)  # [nq, B, K, G*bq]
 
-    def key_block(dq, xs):
+    def key_block(dq_t, xs):
         j, kj, vj, valid_j, full_j = xs
+        kj_t = jnp.swapaxes(kj, -1, -2).astype(jnp.float32)  # [B, K, hd, bk], once per key block
         first = jnp.clip((j * bk - max_offset) // bq, 0, nq)  # earliest query block that sees key block j
 
         def query_block(i, carry):
-            dq, dk, dv = carry
+            dq_t, dk, dv = carry
             qi, doi = qb[i], d_out[i]
             unmasked = _unmasked(min_offset, i * bq, j * bk, bk, full_j)
-            s = _scores(qi, kj, offset, i * bq, qrow, j * bk, valid_j, unmasked)
-            p = jnp.exp(s * scale - lse[i][..., None])
-            dv = dv + jnp.einsum("bkqs,bkqd->bksd", p.astype(doi.dtype), doi, preferred_element_type=jnp.float32)
-            dp = jnp.einsum("bkqd,bksd->bkqs", doi, vj, preferred_element_type=jnp.float32)
-            ds = p * (dp - delta[i][..., None])  # float32: rounding dS to bf16 would double dQ's error
-            dq_i = jnp.einsum("bkqs,bksd->bkqd", ds, kj.astype(jnp.float32))
-            dq = jax.lax.dynamic_update_index_in_dim(dq, dq[i] + dq_i * scale, i, 0)
-            dk = dk + jnp.einsum("bkqs,bkqd->bksd", ds, qi.astype(jnp.float32))
-            return dq, dk, dv
+            s_t = _scores(qi, kj, offset, i * bq, qrow, j * bk, valid_j, unmasked, keys_major=True)
+            p_t = jnp.exp(s_t * scale - lse[i][:, :, None, :])  # [B, K, bk, G*bq]
+            dv = dv + jnp.einsum("bksq,bkqd->bksd", p_t.astype(doi.dtype), doi, preferred_element_type=jnp.float32)
+            dp_t = jnp.einsum("bksd,bkqd->bksq", vj, doi, preferred_element_type=jnp.float32)
+            ds_t = p_t * (dp_t - delta[i][:, :, None, :])  # float32: rounding dS to bf16 would double dQ's error
+            dq_i = jnp.einsum("bkds,bksq->bkdq", kj_t, ds_t)
+            dq_t = jax.lax.dynamic_update_index_in_dim(dq_t, dq_t[i] + dq_i * scale, i, 0)
+            dk = dk + jnp.einsum("bksq,bkqd->bksd", ds_t, qi.astype(jnp.float32))
+            return dq_t, dk, dv
 
         zeros = jnp.zeros((b, kh, bk, hd), jnp.float32)
-        dq, dk, dv = jax.lax.fori_loop(first, jnp.minimum(nq, q_blocks), query_block, (dq, zeros, zeros))
-        return dq, (dk * scale, dv)
+        dq_t, dk, dv = jax.lax.fori_loop(first, jnp.minimum(nq, q_blocks), query_block, (dq_t, zeros, zeros))
+        return dq_t, (dk * scale, dv)
 
     xs = (jnp.arange(nk, dtype=jnp.int32), kb, vb, valid, full)
-    dq, (dk, dv) = jax.lax.scan(key_block, jnp.zeros(qb.shape, jnp.float32), xs)
+    dq_t, (dk, dv) = jax.lax.scan(key_block, jnp.zeros((nq, b, kh, hd, gq), jnp.float32), xs)
+    dq = jnp.swapaxes(dq_t, -1, -2)
     return dq.astype(qb.dtype), dk.astype(kb.dtype), dv.astype(vb.dtype), None, None, None
 
 
