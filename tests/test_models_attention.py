@@ -181,6 +181,26 @@ def test_right_padding_detects_prefix_masks():
     assert not bool(attn.right_padding(jnp.asarray([[0, 1, 1], [1, 0, 0]], bool))[1])
 
 
+@pytest.mark.parametrize("kind", ["causal", "right", "left"])
+def test_cudnn_glue_on_the_cpu_through_xlas_fused_attention(monkeypatch, kind):
+    """The cuDNN path's own logic (lengths from a right-padded mask, blockwise for any other mask) with cuDNN's
+    kernel replaced by XLA's implementation of the same call, which runs on the CPU; queries past a row's
+    length are padding and not compared."""
+    fused = jax.nn.dot_product_attention
+
+    def xla_instead(*args, implementation=None, **kwargs):
+        assert implementation == "cudnn"
+        return fused(*args, implementation="xla", **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", xla_instead)
+    q, k, v, rng = _inputs(3, 37, 37, 4, 2)
+    _, valid = _padding(kind, 3, 37, 37, rng)
+    got = attn.attention(q, k, v, key_valid=valid, implementation="cudnn")
+    want = attn.dense_attention(q, k, v, None, valid)
+    real = np.ones((3, 37), bool) if valid is None else np.array(valid)  # left padding's queries see no key
+    np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=2e-6, rtol=0)
+
+
 def test_attention_rejects_bad_input():
     q, k, v, _ = _inputs(2, 8, 8, 4, 2)
     _, k3, v3, _ = _inputs(2, 8, 8, 4, 3)

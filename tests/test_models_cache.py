@@ -108,3 +108,18 @@ def test_hidden_at_without_a_cache_follows_the_attention_mask(model):
     kept, none = _hidden(model, tokens, positions, attention_mask=jnp.asarray(mask), hidden_at=jnp.asarray(at))
     assert none is None
     np.testing.assert_allclose(kept[:, 0], np.asarray(full)[np.arange(2), at], atol=2e-5, rtol=0)
+
+
+def test_hidden_at_skips_the_last_layers_queries_and_mlp(model):
+    """The point of hidden_at: with 2 layers, about half of a prefill's work goes (XLA's own FLOP count)."""
+    graphdef, state = nnx.split(model)
+    tokens = jnp.ones((2, 64), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(64, dtype=jnp.int32), (2, 64))
+
+    def flops(**kw):
+        fn = jax.jit(lambda s: nnx.merge(graphdef, s).hidden(tokens, positions, cache=init_cache(CFG, 2, 64),
+                                                             cache_index=jnp.zeros(2, jnp.int32), **kw))
+        return fn.lower(state).compile().cost_analysis()["flops"]
+
+    full, kept = flops(), flops(hidden_at=jnp.array([63, 40], jnp.int32))
+    assert kept < 0.7 * full, (kept, full)
