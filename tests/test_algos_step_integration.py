@@ -27,8 +27,9 @@ class BigramLM(nnx.Module):
         self.embed = nnx.Embed(VOCAB, DIM, rngs=rngs)
         self.head = nnx.Param(jax.random.normal(rngs.params(), (DIM, VOCAB)))
 
-    def hidden(self, tokens, positions, *, attention_mask=None):
-        return jnp.tanh(self.embed(tokens)), None
+    def hidden(self, tokens, positions, *, attention_mask=None, hidden_at=None):
+        h = jnp.tanh(self.embed(tokens))
+        return (h if hidden_at is None else jnp.take_along_axis(h, hidden_at[..., None], axis=1)), None
 
     def lm_head_matrix(self):
         return self.head[...]

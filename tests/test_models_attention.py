@@ -90,6 +90,31 @@ def test_blockwise_matches_dense_in_float32(kind, b, t, s, heads, kv_heads, bq, 
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5 * max(scale, 1.0), rtol=0)
 
 
+@pytest.mark.parametrize("kind", ["causal", "right", "left"])
+@pytest.mark.parametrize("sort", [True, False])
+def test_blockwise_with_query_positions_matches_dense(kind, sort):
+    """Queries picked out of a longer sequence (the update's trained positions): N = 37 of S = 100 slots per row,
+    query blocks of 16 and key blocks of 8; sorted as scored_positions gives them, and shuffled (still exact,
+    only fewer blocks skipped)."""
+    b, n, s = 3, 37, 100
+    q, k, v, rng = _inputs(b, n, s, 4, 2)
+    _, valid = _padding(kind, b, s, s, rng)
+    picks = np.stack([rng.choice(s, n, replace=False) for _ in range(b)])
+    picks = np.sort(picks, axis=1) if sort else picks
+    positions = jnp.asarray(picks, jnp.int32)
+    valid_np = np.ones((b, s), bool) if valid is None else np.asarray(valid)
+    seen = np.stack([valid_np[r][None, :] & (np.arange(s)[None, :] <= picks[r][:, None]) for r in range(b)]).any(-1)
+    weight = jnp.asarray(rng.standard_normal(q.shape) * seen[:, :, None, None], jnp.float32)
+    blockwise = functools.partial(attn.blockwise_attention, key_valid=valid, query_positions=positions, block_q=16,
+                                  block_k=8)
+    dense = functools.partial(attn.dense_attention, key_valid=valid, query_positions=positions)
+    (out_b, _, gb), (out_d, _, gd) = _run(blockwise, q, k, v, weight), _run(dense, q, k, v, weight)
+    np.testing.assert_allclose(out_b[seen], out_d[seen], atol=1e-5, rtol=0)
+    for got, want in zip(gb, gd):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5 * max(float(jnp.abs(want).max()), 1.0),
+                                   rtol=0)
+
+
 @pytest.mark.parametrize("kind,b,t,s,heads,kv_heads,bq,bk", [CASES[0], CASES[2], CASES[3], CASES[5]])
 def test_blockwise_bfloat16_is_as_accurate_as_dense(kind, b, t, s, heads, kv_heads, bq, bk):
     """Both bf16 forms against float32 attention of the same bf16 inputs: scores, softmax statistics and dS are

@@ -123,3 +123,38 @@ def test_hidden_at_skips_the_last_layers_queries_and_mlp(model):
 
     full, kept = flops(), flops(hidden_at=jnp.array([63, 40], jnp.int32))
     assert kept < 0.7 * full, (kept, full)
+
+
+@pytest.mark.parametrize("block", [8, 256])
+def test_hidden_at_many_positions_gives_the_same_hidden_and_gradients(model, monkeypatch, block):
+    """The update's use: the trained positions of padded rows (sorted, repeated at the end as scored_positions
+    pads), no cache; the same hidden states there and the same parameter gradients as the full forward, with
+    query blocks smaller than the rows (block 8) and one block per row (256)."""
+    from ragen_jax.models import attention as attn
+
+    monkeypatch.setattr(attn, "BLOCK_Q", block)
+    monkeypatch.setattr(attn, "BLOCK_K", block)
+    rng = np.random.RandomState(2)
+    tokens = rng.randint(1, 256, (3, 29))
+    mask = np.ones((3, 29), bool)
+    mask[1, 21:] = False  # right padding
+    mask[2, :5] = False  # left padding
+    positions = np.maximum(np.cumsum(mask, 1) - 1, 0)
+    at = np.array([[3, 4, 9, 10, 11, 27, 28, 28], [12, 13, 14, 20, 20, 20, 20, 20], [5, 6, 7, 8, 17, 18, 19, 26]])
+    weights = jnp.asarray(rng.standard_normal((3, 8, CFG.hidden_size)), jnp.float32)
+    graphdef, state = nnx.split(model)
+
+    def loss(s, hidden_at):
+        m = nnx.merge(graphdef, s)
+        h, _ = m.hidden(jnp.asarray(tokens), jnp.asarray(positions), attention_mask=jnp.asarray(mask),
+                        hidden_at=hidden_at)
+        if hidden_at is None:
+            h = jnp.take_along_axis(h, jnp.asarray(at)[..., None], axis=1)
+        return jnp.sum(h * weights), h
+
+    (full_loss, full_h), full_g = jax.jit(jax.value_and_grad(lambda s: loss(s, None), has_aux=True))(state)
+    (kept_loss, kept_h), kept_g = jax.jit(jax.value_and_grad(lambda s: loss(s, jnp.asarray(at)), has_aux=True))(state)
+    np.testing.assert_allclose(kept_h, full_h, atol=2e-5, rtol=0)
+    np.testing.assert_allclose(kept_loss, full_loss, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(full_g), jax.tree.leaves(kept_g)):
+        np.testing.assert_allclose(b, a, atol=2e-5, rtol=1e-4)

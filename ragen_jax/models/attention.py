@@ -52,15 +52,17 @@ def _device_facts() -> tuple[str, str | None]:
     return device.platform, getattr(device, "compute_capability", None)
 
 
-def dense_attention(q, k, v, offset=None, key_valid=None, heads_major: bool = False) -> jax.Array:
+def dense_attention(q, k, v, offset=None, key_valid=None, heads_major: bool = False,
+                    query_positions=None) -> jax.Array:
     """Reference form: q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd], the cache's layout) ->
     [B, T, H, hd] through the full [B, K, G, T, S] scores (float32) and a [B, T, S] mask. Used for decode steps
-    (T = 1) and as the tests' reference."""
+    (T = 1) and as the tests' reference. query_positions [B, T] (instead of offset): query t of row b sits at
+    slot query_positions[b, t]."""
     b, t, h, hd = q.shape
     kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
     kv = "bksd" if heads_major else "bskd"
-    offset = jnp.zeros((b,), jnp.int32) if offset is None else offset
-    mask = jnp.arange(s)[None, None, :] <= offset[:, None, None] + jnp.arange(t)[None, :, None]
+    query_positions = _query_positions(b, t, offset, query_positions)
+    mask = jnp.arange(s)[None, None, :] <= query_positions[:, :, None]
     if key_valid is not None:
         mask = mask & key_valid.astype(bool)[:, None, :]
     qg = q.reshape(b, t, kh, h // kh, hd)
@@ -71,9 +73,33 @@ def dense_attention(q, k, v, offset=None, key_valid=None, heads_major: bool = Fa
     return jnp.einsum(f"bkgts,{kv}->btkgd", probs, v).reshape(b, t, h, hd)
 
 
+def _query_positions(b: int, t: int, offset, query_positions) -> jax.Array:
+    """[B, T] int32 slot of each query: query_positions, or offset[b] + t (offset None = 0)."""
+    if query_positions is not None:
+        if offset is not None:
+            raise ValueError("Pass offset or query_positions, not both.")
+        return query_positions.astype(jnp.int32)
+    offset = jnp.zeros((b,), jnp.int32) if offset is None else offset.astype(jnp.int32)
+    return offset[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+
+
 # ----------------------------------------------------------------------------------------- blocked layout
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
+
+
+def _position_blocks(positions: jax.Array, groups: int, bq: int) -> jax.Array:
+    """Query slots [B, T] -> [nq, B, G*bq] in _to_query_blocks' row order (group, query); padding -1."""
+    b, t = positions.shape
+    tp = _round_up(t, bq)
+    pos = jnp.pad(positions, ((0, 0), (0, tp - t)), constant_values=-1).reshape(b, tp // bq, bq).transpose(1, 0, 2)
+    return jnp.tile(pos, (1, 1, groups))
+
+
+def _block_bounds(qpos: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Per query block, over rows: the latest slot [nq] and the earliest real one [nq] (padding excluded)."""
+    real = jnp.where(qpos >= 0, qpos, jnp.iinfo(jnp.int32).max)
+    return jnp.max(qpos, axis=(1, 2)), jnp.min(real, axis=(1, 2))
 
 
 def _to_query_blocks(q: jax.Array, kv_heads: int, bq: int) -> jax.Array:
@@ -114,8 +140,8 @@ def _valid_blocks(key_valid: jax.Array | None, b: int, s: int, bk: int) -> jax.A
     return valid.reshape(b, sp // bk, bk).transpose(1, 0, 2)
 
 
-def _scores(qi, kj, offset, query_start, qrow, key_start, valid_j, unmasked, keys_major: bool = False) -> jax.Array:
-    """Unscaled float32 scores [B, K, G*bq, bk] of queries query_start + qrow[r] against key slots key_start + c
+def _scores(qi, kj, qpos, key_start, valid_j, unmasked, keys_major: bool = False) -> jax.Array:
+    """Unscaled float32 scores [B, K, G*bq, bk] of queries at slots qpos [B, G*bq] against key slots key_start + c
     (keys_major: [B, K, bk, G*bq]), invisible keys at _NEG; `unmasked` (scalar bool: every key visible to every
     query) skips the masking."""
     if keys_major:
@@ -124,7 +150,6 @@ def _scores(qi, kj, offset, query_start, qrow, key_start, valid_j, unmasked, key
         s = jnp.einsum("bkqd,bksd->bkqs", qi, kj, preferred_element_type=jnp.float32)
 
     def masked(s):
-        qpos = offset[:, None] + query_start + qrow[None, :]  # [B, G*bq]
         slots = key_start + jnp.arange(valid_j.shape[-1], dtype=jnp.int32)  # [bk]
         if keys_major:
             vis = (slots[None, :, None] <= qpos[:, None, :]) & valid_j[:, :, None]  # [B, bk, G*bq]
@@ -135,36 +160,29 @@ def _scores(qi, kj, offset, query_start, qrow, key_start, valid_j, unmasked, key
     return jax.lax.cond(unmasked, lambda s: s, masked, s)
 
 
-def _block_facts(offset, valid):
-    """(min offset, max offset, [nk] bool: key block j has no invalid slot), reduced over rows once, outside
-    the loops (under a mesh these are collectives)."""
-    return jnp.min(offset), jnp.max(offset), jnp.all(valid, axis=(1, 2))
-
-
-def _unmasked(min_offset, query_start, key_start, bk: int, full_j) -> jax.Array:
-    """Whether the first query of the block (hence every query) sees the block's last key in every row."""
-    return (key_start + bk - 1 <= min_offset + query_start) & full_j
+def _unmasked(qmin_i, key_start, bk: int, full_j) -> jax.Array:
+    """Whether the query block's earliest query (hence every one) sees key block's last key in every row."""
+    return (key_start + bk - 1 <= qmin_i) & full_j
 
 
 # -------------------------------------------------------------------------------- flash forward/backward
-def _flash_forward(qb, kb, vb, offset, valid, q_blocks, scale: float, bq: int):
+def _flash_forward(qb, kb, vb, qpos, valid, q_blocks, scale: float, bq: int):
     """(out [nq, B, K, G*bq, hd] in q's dtype, logsumexp [nq, B, K, G*bq] f32); visits only the key blocks
-    at or below each query block's diagonal (for the row with the largest offset), and no key block for the
-    query blocks from `q_blocks` on (all padding: their output is 0)."""
+    up to the latest query position of each query block (over rows), and no key block for the query blocks from
+    `q_blocks` on (all padding: their output is 0). qpos [nq, B, G*bq] int32: each query's slot (-1: padding)."""
     nq, b, kh, gq, hd = qb.shape
     nk, bk = kb.shape[0], kb.shape[3]
-    qrow = jnp.asarray(np.arange(gq) % bq, jnp.int32)
-    min_offset, max_offset, full = _block_facts(offset, valid)
+    qmax, qmin = _block_bounds(qpos)
+    full = jnp.all(valid, axis=(1, 2))  # [nk]: key block j has no invalid slot
     vb = jnp.concatenate([vb, jnp.ones(vb.shape[:-1] + (1,), vb.dtype)], axis=-1)  # the last column sums P
 
     def query_block(_, xs):
-        i, qi = xs
-        n_keys = jnp.where(i < q_blocks, jnp.minimum(nk, (max_offset + (i + 1) * bq - 1) // bk + 1), 0)
+        i, qi, qp, qmax_i, qmin_i = xs
+        n_keys = jnp.where(i < q_blocks, jnp.minimum(nk, qmax_i // bk + 1), 0)
 
         def key_block(j, carry):
             m, acc = carry
-            s = _scores(qi, kb[j], offset, i * bq, qrow, j * bk, valid[j],
-                        _unmasked(min_offset, i * bq, j * bk, bk, full[j]))
+            s = _scores(qi, kb[j], qp, j * bk, valid[j], _unmasked(qmin_i, j * bk, bk, full[j]))
             m_new = jnp.maximum(m, jnp.max(s, axis=-1))
             p = jnp.exp((s - m_new[..., None]) * scale)
             alpha = jnp.exp((m - m_new) * scale)
@@ -179,18 +197,18 @@ def _flash_forward(qb, kb, vb, offset, valid, q_blocks, scale: float, bq: int):
         out = (acc / safe[..., None]).astype(qb.dtype)
         return None, (out, jnp.where(seen, m * scale + jnp.log(safe), 0.0))
 
-    _, (out, lse) = jax.lax.scan(query_block, None, (jnp.arange(nq, dtype=jnp.int32), qb))
+    _, (out, lse) = jax.lax.scan(query_block, None, (jnp.arange(nq, dtype=jnp.int32), qb, qpos, qmax, qmin))
     return out, lse
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
-def _flash(qb, kb, vb, offset, valid, q_blocks, scale: float, bq: int):
-    return _flash_forward(qb, kb, vb, offset, valid, q_blocks, scale, bq)[0]
+def _flash(qb, kb, vb, qpos, valid, q_blocks, scale: float, bq: int):
+    return _flash_forward(qb, kb, vb, qpos, valid, q_blocks, scale, bq)[0]
 
 
-def _flash_fwd(qb, kb, vb, offset, valid, q_blocks, scale, bq):
-    out, lse = _flash_forward(qb, kb, vb, offset, valid, q_blocks, scale, bq)
-    return out, (qb, kb, vb, offset, valid, q_blocks, out, lse)
+def _flash_fwd(qb, kb, vb, qpos, valid, q_blocks, scale, bq):
+    out, lse = _flash_forward(qb, kb, vb, qpos, valid, q_blocks, scale, bq)
+    return out, (qb, kb, vb, qpos, valid, q_blocks, out, lse)
 
 
 def _flash_bwd(scale, bq, residuals, d_out):
@@ -198,23 +216,24 @@ def _flash_bwd(scale, bq, residuals, d_out):
     dS = P * (dP - rowsum(dO * O))); key heads accumulate over the query heads of their group. Blocks are held
     keys-major ([.., bk, G*bq]) and dQ transposed ([.., hd, G*bq]), so every product contracts a minor axis of
     one operand (XLA:CPU hands those to its GEMM library; the query-major form left dK and dV to its own dot)."""
-    qb, kb, vb, offset, valid, q_blocks, out, lse = residuals
+    qb, kb, vb, qpos, valid, q_blocks, out, lse = residuals
     nq, b, kh, gq, hd = qb.shape
     nk, bk = kb.shape[0], kb.shape[3]
-    qrow = jnp.asarray(np.arange(gq) % bq, jnp.int32)
-    min_offset, max_offset, full = _block_facts(offset, valid)
+    qmax, qmin = _block_bounds(qpos)
+    full = jnp.all(valid, axis=(1, 2))
     delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)  # [nq, B, K, G*bq]
 
     def key_block(dq_t, xs):
         j, kj, vj, valid_j, full_j = xs
         kj_t = jnp.swapaxes(kj, -1, -2).astype(jnp.float32)  # [B, K, hd, bk], once per key block
-        first = jnp.clip((j * bk - max_offset) // bq, 0, nq)  # earliest query block that sees key block j
+        sees = qmax >= j * bk  # [nq]: some query of block i may see key block j; none before the first does
+        first = jnp.where(jnp.any(sees), jnp.argmax(sees), nq).astype(jnp.int32)
 
         def query_block(i, carry):
             dq_t, dk, dv = carry
             qi, doi = qb[i], d_out[i]
-            unmasked = _unmasked(min_offset, i * bq, j * bk, bk, full_j)
-            s_t = _scores(qi, kj, offset, i * bq, qrow, j * bk, valid_j, unmasked, keys_major=True)
+            unmasked = _unmasked(qmin[i], j * bk, bk, full_j)
+            s_t = _scores(qi, kj, qpos[i], j * bk, valid_j, unmasked, keys_major=True)
             p_t = jnp.exp(s_t * scale - lse[i][:, :, None, :])  # [B, K, bk, G*bq]
             dv = dv + jnp.einsum("bksq,bkqd->bksd", p_t.astype(doi.dtype), doi, preferred_element_type=jnp.float32)
             dp_t = jnp.einsum("bksd,bkqd->bksq", vj, doi, preferred_element_type=jnp.float32)
@@ -237,21 +256,21 @@ def _flash_bwd(scale, bq, residuals, d_out):
 _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
-def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None, *, block_q: int | None = None,
-                        block_k: int | None = None, heads_major: bool = False) -> jax.Array:
+def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None, *, query_positions=None,
+                        block_q: int | None = None, block_k: int | None = None, heads_major: bool = False) -> jax.Array:
     """q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd]) -> [B, T, H, hd] in q's dtype, holding one
     [G*block_q, block_k] score block per (row, key head) at a time (default BLOCK_Q, BLOCK_K). Gradients recompute
     blocks (custom VJP). query_lengths [B] (optional): queries t >= query_lengths[b] are padding, whole blocks of
-    them are skipped."""
+    them are skipped. query_positions [B, T] (instead of offset): query t of row b sits at that slot (best sorted
+    along T: key blocks are skipped by each query block's latest position)."""
     b, t, h, hd = q.shape
     kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
     bq, bk = min(block_q or BLOCK_Q, _round_up(t, 8)), min(block_k or BLOCK_K, _round_up(s, 8))
-    offset = jnp.zeros((b,), jnp.int32) if offset is None else offset.astype(jnp.int32)
+    qpos = _position_blocks(_query_positions(b, t, offset, query_positions), h // kh, bq)
     nq = _round_up(t, bq) // bq
     q_blocks = nq if query_lengths is None else (jnp.max(query_lengths).astype(jnp.int32) + bq - 1) // bq
     out = _flash(_to_query_blocks(q, kh, bq), _to_key_blocks(k, bk, heads_major), _to_key_blocks(v, bk, heads_major),
-                 offset,
-                 _valid_blocks(key_valid, b, s, bk), jnp.asarray(q_blocks, jnp.int32), 1.0 / math.sqrt(hd), bq)
+                 qpos, _valid_blocks(key_valid, b, s, bk), jnp.asarray(q_blocks, jnp.int32), 1.0 / math.sqrt(hd), bq)
     return _from_query_blocks(out, t, h)
 
 
@@ -275,11 +294,13 @@ def _cudnn_attention(q, k, v, key_valid) -> jax.Array:
     return jax.lax.cond(right_padded, fused, lambda q, k, v: blockwise_attention(q, k, v, None, key_valid), q, k, v)
 
 
-def attention(q, k, v, *, offset=None, key_valid=None, query_lengths=None,
+def attention(q, k, v, *, offset=None, key_valid=None, query_lengths=None, query_positions=None,
               implementation: str | None = None, heads_major: bool = False) -> jax.Array:
     """Causal GQA: q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd], the KV cache's layout) ->
     [B, T, H, hd]; query t of row b sees slots
     s <= offset[b] + t (offset [B] int32, None = 0) with key_valid[b, s] ([B, S] bool, None = all).
+    query_positions [B, T] int32 (instead of offset): query t of row b sits at slot query_positions[b, t] and sees
+    s <= that (queries picked out of a longer sequence, best sorted along T).
     query_lengths [B] int32 (optional): queries t >= query_lengths[b] are padding whose output is unspecified
     (blockwise skips whole blocks of them). implementation: one of IMPLEMENTATIONS, or None to pick with
     `choose_implementation`."""
@@ -296,16 +317,24 @@ def attention(q, k, v, *, offset=None, key_valid=None, query_lengths=None,
         chex.assert_shape(key_valid, (b, s))
     if query_lengths is not None:
         chex.assert_shape(query_lengths, (b,))
+    if query_positions is not None:
+        chex.assert_shape(query_positions, (b, t))
+        if offset is not None:
+            raise ValueError("Pass offset or query_positions, not both.")
+        if t == 1:  # one query per row: a decode-shaped step at its own offset
+            offset, query_positions = query_positions[:, 0].astype(jnp.int32), None
     if implementation is None:
         platform, capability = _device_facts()
         implementation = choose_implementation(platform=platform, dtype=q.dtype, head_dim=hd, q_len=t,
-                                               from_cache=offset is not None, compute_capability=capability)
+                                               from_cache=offset is not None or query_positions is not None,
+                                               compute_capability=capability)
     if implementation == "dense":
-        return dense_attention(q, k, v, offset, key_valid, heads_major)
+        return dense_attention(q, k, v, offset, key_valid, heads_major, query_positions)
     if implementation == "blockwise":
-        return blockwise_attention(q, k, v, offset, key_valid, query_lengths, heads_major=heads_major)
+        return blockwise_attention(q, k, v, offset, key_valid, query_lengths, query_positions=query_positions,
+                                   heads_major=heads_major)
     if implementation == "cudnn":
-        if offset is not None or heads_major:
+        if offset is not None or heads_major or query_positions is not None:
             raise ValueError("implementation='cudnn' covers attention without a cache; use 'blockwise'.")
         return _cudnn_attention(q, k, v, key_valid)
     raise ValueError(f"implementation must be one of {IMPLEMENTATIONS} or None, got {implementation!r}.")

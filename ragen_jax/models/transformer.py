@@ -123,9 +123,9 @@ class Attention(nnx.Module):
         self.qk_norm = cfg.qk_norm
 
     def __call__(self, x, positions, inv_freq, mask: KeyMask, cache, cache_index, layer, select=None):
-        """x [B, T, D], cache (k, v) [L, B, K, S, hd] or None -> (out [B, T, D], new (k, v)). select [B] int32
-        (optional): every token's key and value are written, but only query select[b] of row b attends
-        (out [B, 1, D])."""
+        """x [B, T, D], cache (k, v) [L, B, K, S, hd] or None -> (out [B, T, D], new (k, v)). select [B, N] int32
+        (optional): every token's key and value are made (and cached), but only queries select[b, :] of row b
+        attend (out [B, N, D])."""
         b, t, _ = x.shape
         q = shard_activation(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), 2)
         k = shard_activation(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), 2)
@@ -133,10 +133,11 @@ class Attention(nnx.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
-        if select is not None:  # one query per row, at its own position: a decode-shaped step
-            q = jnp.take_along_axis(q, select[:, None, None, None], axis=1)
-            offset = select if mask.offset is None else mask.offset + select
-            mask = mask.replace(offset=offset, query_lengths=None)
+        query_positions = None
+        if select is not None:  # N queries per row at their own slots
+            q = jnp.take_along_axis(q, select[:, :, None, None], axis=1)
+            query_positions = select if mask.offset is None else mask.offset[:, None] + select
+            mask = mask.replace(offset=None, query_lengths=None)
         new_cache = None
         if cache is not None:  # write this chunk into slots cache_index[b] + t of layer `layer`
             ck, cv = cache
@@ -151,9 +152,10 @@ class Attention(nnx.Module):
             else:  # attend over the first `window` slots only (see `kv_len`)
                 k, v = ck[layer, :, :, :mask.window].astype(q.dtype), cv[layer, :, :, :mask.window].astype(q.dtype)
                 out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid,
-                                query_lengths=mask.query_lengths, heads_major=True)
+                                query_lengths=mask.query_lengths, query_positions=query_positions, heads_major=True)
         else:
-            out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid, query_lengths=mask.query_lengths)
+            out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid, query_lengths=mask.query_lengths,
+                            query_positions=query_positions)
         out = out.reshape(b, q.shape[1], self.num_heads * self.head_dim)
         return self.o_proj(shard_activation(out, 2)), new_cache
 
@@ -181,12 +183,12 @@ class DecoderLayer(nnx.Module):
         self.mlp = MLP(cfg, rngs=rngs)
 
     def __call__(self, x, positions, inv_freq, mask, cache, cache_index, layer, select=None):
-        """x [B, T, D] -> (x [B, T, D], new (k, v)); with select [B] int32 only token select[b] of row b goes on
-        past attention (x [B, 1, D]), every token's key and value still written."""
+        """x [B, T, D] -> (x [B, T, D], new (k, v)); with select [B, N] int32 only tokens select[b, :] of row b go
+        on past attention (x [B, N, D]), every token's key and value still made."""
         attn, new_cache = self.self_attn(self.input_layernorm(x), positions, inv_freq, mask, cache, cache_index, layer,
                                          select)
         if select is not None:
-            x = jnp.take_along_axis(x, select[:, None, None], axis=1)
+            x = jnp.take_along_axis(x, select[:, :, None], axis=1)
         x = x + attn
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, new_cache
@@ -228,7 +230,7 @@ class Decoder(nnx.Module):
     def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None,
                  query_lengths=None, hidden_at=None):
         """tokens/positions [B, T] -> (hidden [B, T, D] after the final norm, new KVCache | None); with
-        hidden_at [B] int32, hidden [B, 1, D] of token hidden_at[b] only (see CausalLM.hidden)."""
+        hidden_at [B] or [B, N] int32, hidden [B, 1, D] or [B, N, D] of those tokens only (see CausalLM.hidden)."""
         chex.assert_rank([tokens, positions], 2)
         chex.assert_equal_shape([tokens, positions])
         b, t = tokens.shape
@@ -245,8 +247,8 @@ class Decoder(nnx.Module):
         if query_lengths is not None:
             chex.assert_shape(query_lengths, (b,))
         if hidden_at is not None:
-            chex.assert_shape(hidden_at, (b,))
-            hidden_at = hidden_at.astype(jnp.int32)
+            chex.assert_rank(hidden_at, {1, 2})
+            hidden_at = hidden_at.astype(jnp.int32).reshape(b, -1)
         mask = _key_mask(attention_mask, cache, cache_index, kv_len, query_lengths)
         inv_freq = rope_inv_freq(self.config)
         x = shard_activation(self.embed_tokens(tokens))
@@ -280,10 +282,10 @@ class CausalLM(nnx.Module):
         (static, optional) limits attention to the first kv_len slots, which must hold every token the
         queries see: decoding then reads a window of the cache, not all of it. query_lengths [B] int32
         (optional): tokens t >= query_lengths[b] are padding whose hidden states are unspecified, so
-        attention may skip them (a prefill bucket's tail). hidden_at [B] int32 (optional): only token
-        hidden_at[b] of row b is wanted, hidden is [B, 1, D]; the last layer then attends and runs its MLP for
-        that token alone (a prefill that samples from its last token), every token's keys and values still
-        written to the cache.
+        attention may skip them (a prefill bucket's tail). hidden_at [B] or [B, N] int32 (optional): only
+        tokens hidden_at[b, ...] of row b are wanted, hidden is [B, 1, D] or [B, N, D]; the last layer then
+        attends and runs its MLP for those tokens alone (a prefill that samples from its last token, an update
+        scoring its trained positions), every token's keys and values still made (and written to the cache).
         """
         return self.model(tokens, positions, attention_mask=attention_mask, cache=cache, cache_index=cache_index,
                           kv_len=kv_len, query_lengths=query_lengths, hidden_at=hidden_at)

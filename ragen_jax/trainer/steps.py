@@ -56,18 +56,19 @@ def policy_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, temp
     """Token-aligned log p(tokens[t] | tokens[<t]) and entropy, [B, T] each (0 at t=0).
 
     positions [B, K] (optional, from `scored_positions`; entries >= T are padding): compute them only there and
-    leave 0 elsewhere (the same values where computed, a fraction of the vocabulary work)."""
+    leave 0 elsewhere (the same values where computed, a fraction of the vocabulary work; the model's last layer
+    runs its attention and MLP for those positions only: `hidden(..., hidden_at=)`)."""
     chex.assert_rank([tokens, attention_mask], 2)
-    hidden, _ = model.hidden(tokens, positions_from_mask(attention_mask), attention_mask=attention_mask)
     head = model.lm_head_matrix()
     if positions is None:
+        hidden, _ = model.hidden(tokens, positions_from_mask(attention_mask), attention_mask=attention_mask)
         lp, ent = token_logprobs_and_entropy(hidden[:, :-1], head, tokens[:, 1:], chunk_size=chunk_size,
                                              temperature=temperature)
         return _shift_right(lp), _shift_right(ent)
     chex.assert_rank(positions, 2)
     b, t = tokens.shape
     at = jnp.clip(positions, 1, t - 1)  # token t is predicted from the hidden state at t - 1
-    h = jnp.take_along_axis(hidden, (at - 1)[..., None], axis=1)
+    h, _ = model.hidden(tokens, positions_from_mask(attention_mask), attention_mask=attention_mask, hidden_at=at - 1)
     lp, ent = token_logprobs_and_entropy(h, head, jnp.take_along_axis(tokens, at, axis=1), chunk_size=chunk_size,
                                          temperature=temperature)
     rows = jnp.arange(b)[:, None]
