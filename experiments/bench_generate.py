@@ -7,9 +7,10 @@ excluded by one untimed full-size call per side. Cases: (a) the built-in tiny co
 shapes at batch 8, (c) `prefill-long`: the tiny config at batch 8 with 3072-token prompts and one new token,
 i.e. the prefill (its tokens/s counts prompt tokens). The two sides alternate call by call over --repeats
 calls and medians are reported, with the 1-minute load average at the start and the CPU other processes used
-during the timed calls (`experiments/quiet.py`; a warning when the machine was not quiet), and peak memory: ours
-is XLA's compiled bytes of the prefill forward into the KV cache (`memory_analysis`), transformers' the growth of the peak
-resident set (getrusage maxrss) over one generate call in a fresh subprocess. Prints per-case figures and,
+during the timed calls (`experiments/quiet.py`; a warning when the machine was not quiet), and peak memory:
+ours is XLA's compiled bytes of the prefill forward into the KV cache (`memory_analysis`), transformers' the
+growth of the peak resident set over one generate call in a fresh subprocess (`experiments/peak_memory.py`: the
+peak reset first). Prints per-case figures and,
 on the last line, the ratios ours/theirs.
 
     python experiments/bench_generate.py [--cases tiny,qwen2.5-0.5b,prefill-long] [--repeats 3]
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -37,6 +37,7 @@ from flax import nnx  # noqa: E402
 
 from experiments.compute_bound import (  # noqa: E402
     bound_line, decode_step_bytes, forward_flops, prefill_flops, stream_bytes_per_s)
+from experiments.peak_memory import peak_growth_bytes  # noqa: E402
 from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models import init_cache, load_model, tiny_config  # noqa: E402
 from ragen_jax.sampling import Sampler, SamplingConfig  # noqa: E402
@@ -136,9 +137,7 @@ def torch_peak_main(folder: str, case: str) -> None:
     prompt_len, new_tokens = case_lengths(case)
     model = transformers.Qwen2ForCausalLM.from_pretrained(folder).eval()
     call = theirs_runner(model, case_prompts(cfg, batch, prompt_len), new_tokens)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    call()
-    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)  # ru_maxrss is in KiB on Linux
+    print(peak_growth_bytes(call))
 
 
 def case_prompts(cfg, batch: int, prompt_len: int) -> np.ndarray:
@@ -179,7 +178,7 @@ def run_case(case: str, repeats: int) -> float:
           f"ours {ours_tps:.1f}, transformers {theirs_tps:.1f} {what}, ratio {ours_tps / theirs_tps:.2f}x; "
           f"greedy tokens identical: {agree:.1%}\n"
           f"[{case}] peak memory: ours {ours_peak / 2**20:.1f} MiB (compiled prefill), transformers "
-          f"{theirs_peak / 2**20:.1f} MiB (maxrss growth over one generate); {other.line()}\n"
+          f"{theirs_peak / 2**20:.1f} MiB (peak RSS growth over one generate); {other.line()}\n"
           f"[{case}] matmul FLOPs each side performs (prefill + decode; ours skips the last layer's attention and "
           f"MLP for all but each prompt's last token): ours {bound_line(ours_flops, float(np.median(t_ours)))}; "
           f"transformers {bound_line(theirs_flops, float(np.median(t_theirs)))}", flush=True)

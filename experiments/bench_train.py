@@ -13,7 +13,7 @@ update's loss and grad norm are printed for both as a check that they compute th
 Tokens/s counts every position of the [B, T] mini-batch; ours and PyTorch alternate update by update and
 times are medians of --steps interleaved repeats. `long` is RAGEN's row length (mini-batch 8 x 3584,
 micro-batch 4). Peak memory: ours is XLA's compiled bytes of the update (arguments + outputs - aliased +
-temporaries, `memory_analysis`); PyTorch's is the growth of the peak resident set (getrusage maxrss) over
+temporaries, `memory_analysis`); PyTorch's is the growth of the peak resident set (reset first: peak_memory.py) over
 one update in a fresh subprocess (so it counts gradients, AdamW state and activations, not the loaded
 weights). The 1-minute load average at the start and the CPU other processes used during the timed updates are
 printed (`experiments/quiet.py`), with a warning when the machine was not quiet. Last line: ours/PyTorch per size.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ import torch  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from experiments.compute_bound import bound_line, forward_flops  # noqa: E402
+from experiments.peak_memory import peak_growth_bytes  # noqa: E402
 from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.algos.presets import get_preset  # noqa: E402
 from ragen_jax.models import CausalLM, save_pretrained  # noqa: E402
@@ -216,7 +216,7 @@ def bench_size(name: str, args) -> float:
     print(f"  ours  {m_ours:8.3f} s/update (median of {len(t_ours)}: {', '.join(f'{t:.2f}' for t in t_ours)})  "
           f"{tokens / m_ours:10.0f} tokens/s  peak {ours_peak / 2**20:8.1f} MiB (compiled update)")
     print(f"  torch {m_theirs:8.3f} s/update (median of {len(t_theirs)}: {', '.join(f'{t:.2f}' for t in t_theirs)})  "
-          f"{tokens / m_theirs:10.0f} tokens/s  peak {torch_peak / 2**20:8.1f} MiB (maxrss growth over one update)"
+          f"{tokens / m_theirs:10.0f} tokens/s  peak {torch_peak / 2**20:8.1f} MiB (peak RSS growth over one update)"
           f"  (torch {torch.__version__}, {torch.get_num_threads()} threads)")
     flops = 3.0 * forward_flops(cfg, tokens, (length + 1) / 2)  # forward + backward (2x) over every position
     print(f"  matmul FLOPs of a full-sequence update: ours {bound_line(flops, m_ours)}; torch {bound_line(flops, m_theirs)}")
@@ -228,10 +228,7 @@ def torch_peak_main(folder: str, name: str, remat: str) -> None:
     """Subprocess body: prints the peak-RSS growth in bytes over one PyTorch update of size `name`."""
     _, batch, micro = size_setup(name, remat)
     step = torch_runner(folder, batch, micro)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    step()
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print((after - before) * 1024)  # ru_maxrss is in KiB on Linux
+    print(peak_growth_bytes(step))
 
 
 def main() -> None:
