@@ -144,3 +144,16 @@ def test_optimizer_state_dtype_float32_for_bfloat16_params():
     assert new_params["w"].dtype == jnp.bfloat16 and float(new_params["w"][0]) < 3.0
     tx_default, _ = make_optimizer(dict(cfg, state_dtype=""), 10)
     assert {x.dtype for x in jax.tree.leaves(tx_default.init(params)) if x.ndim} == {jnp.dtype(jnp.bfloat16)}
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_decode_weights_add_exactly_their_bytes_to_sampling(tied):
+    from ragen_jax.models.transformer import decode_weights
+
+    config = tiny_config(**MEDIUM, tie_word_embeddings=tied)
+    weights = jax.eval_shape(lambda: decode_weights(CausalLM(config, rngs=nnx.Rngs(0))))
+    nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(weights))
+    kw = dict(micro_batch_size=8, seq_len=128, rollout_batch_size=16, cache_len=256, sampling_layout="training")
+    plain, laid = estimate_memory(config, **kw), estimate_memory(config, **kw, decode_weights=True)
+    assert laid.sampling_params - plain.sampling_params == nbytes
+    assert laid.training_peak == plain.training_peak

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ragen_jax.models.linear import Linear, rows_matmul
+from ragen_jax.models.linear import Linear, out_first_matmul, rows_matmul
 from ragen_jax.models.transformer import MLP
 from ragen_jax.models.tiny import tiny_config
 
@@ -58,3 +58,25 @@ def test_mlp_weight_gradient_has_no_transposed_copy():
 
     compiled = jax.jit(jax.grad(loss)).lower(params, x).compile().as_text()
     assert _copies_in_entry(compiled) == 0
+
+
+def test_out_first_matmul_equals_the_plain_product_and_checks_shapes():
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 8))
+    w = jax.random.normal(jax.random.PRNGKey(1), (8, 5))
+    np.testing.assert_allclose(out_first_matmul(x, w.T), jnp.einsum("btd,dn->btn", x, w), rtol=1e-5, atol=1e-6)
+    assert out_first_matmul(x.astype(jnp.bfloat16), w.T.astype(jnp.bfloat16),
+                            preferred_element_type=jnp.float32).dtype == jnp.float32
+    with pytest.raises(ValueError, match=r"laid out \[N, D\]"):
+        out_first_matmul(x, w)
+
+
+def test_out_first_matmul_keeps_the_weight_as_the_left_operand():
+    """The reason it exists: the compiled dot must be weight [N, D] x activations^T [D, M], contracting the
+    weight's rows; without the barrier XLA folds the transpose back into a dot contracting both operands' last
+    axis, the form that streams the weight at about half the rate on a CPU."""
+    x = jnp.ones((8, 64))
+    w_t = jnp.ones((96, 64))
+    text = jax.jit(out_first_matmul).lower(x, w_t).compile().as_text()
+    dots = [line for line in text.splitlines() if " dot(" in line]
+    assert dots and all("f32[96,8]" in line.split("=")[1] and "lhs_contracting_dims={1}" in line
+                        and "rhs_contracting_dims={0}" in line for line in dots), dots

@@ -313,3 +313,31 @@ def test_a_repeated_call_compiles_nothing(model, caplog):
         sampler.generate(params, prompts, lens, jax.random.key(1), config)
     compiled = [r.getMessage() for r in caplog.records if "Finished XLA compilation" in r.getMessage()]
     assert compiled == []
+
+
+def test_decode_weights_change_no_tokens_and_are_made_once_per_parameter_version(model):
+    """Decoding on weights laid out [out, in] (the CPU default) gives the tokens and log-probs of the model's own
+    layout; the laid-out copy is reused while the parameters are the same arrays, remade for new ones, and
+    dropped once the parameters it came from are freed."""
+    import gc
+
+    graphdef, params = model
+    config = SamplingConfig(max_new_tokens=6, temperature=0.8, top_k=20)
+    prompts, lens = _prompts(np.random.RandomState(4), [5, 9, 3])
+    plain = Sampler(graphdef, cache_size=32, pad_id=PAD, batch_size=3, out_first_weights=False)
+    laid = Sampler(graphdef, cache_size=32, pad_id=PAD, batch_size=3)
+    assert laid.out_first_weights and plain.decode_weights(params) is None  # on by default on a CPU
+    want = plain.generate(params, prompts, lens, jax.random.key(7), config)
+    got = laid.generate(params, prompts, lens, jax.random.key(7), config)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-4)
+    np.testing.assert_allclose(got.raw_logprobs, want.raw_logprobs, atol=1e-4)
+
+    weights = laid.decode_weights(params)
+    assert laid.decode_weights(params) is weights
+    newer = jax.tree.map(lambda a: a * 1.0, params)
+    remade = laid.decode_weights(newer)
+    assert remade is not weights
+    del weights, remade, newer
+    gc.collect()
+    assert laid._laid is None

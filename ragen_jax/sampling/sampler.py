@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import weakref
 from typing import Any
 
 import flax
@@ -24,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from ragen_jax.models import KVCache, ModelConfig, init_cache
+from ragen_jax.models.transformer import decode_weights, with_decode_weights
 from ragen_jax.models.decode_attention import uses_ragged_decode
 from ragen_jax.sampling.buckets import bucket_length, pad_rows
 from ragen_jax.sampling.config import SamplingConfig
@@ -182,12 +184,15 @@ def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place:
     return cache, _record(state, rows, jnp.int32(0), tok, lp, raw, config)
 
 
-def _decode(graphdef, config: SamplingConfig, kv_len: int, steps: int, params, cache, state: TurnState):
+def _decode(graphdef, config: SamplingConfig, kv_len: int, steps: int, params, weights, cache, state: TurnState):
     """Advances every unfinished row by up to `steps` tokens (stops early once all rows are done).
 
     Row b feeds its last token into slot base + length - 1 and samples token `length` with fold_in(key, length);
-    finished rows rewrite a slot past their end. Attention reads the first kv_len cache slots."""
+    finished rows rewrite a slot past their end. Attention reads the first kv_len cache slots. weights: the
+    model's `decode_weights` (projections laid out [out, in]), or None to use params' own layout."""
     model = nnx.merge(graphdef, params)
+    if weights is not None:
+        model = with_decode_weights(model, weights)
     batch, n = state.tokens.shape
     all_rows = jnp.arange(batch)
 
@@ -205,6 +210,13 @@ def _decode(graphdef, config: SamplingConfig, kv_len: int, steps: int, params, c
 
     _, cache, state = jax.lax.while_loop(cond, body, (jnp.int32(0), cache, state))
     return cache, state
+
+
+def _forget_weights(sampler_ref, weights_id: int) -> None:
+    """Drops a sampler's decode weights once the parameters they were made from are freed."""
+    sampler = sampler_ref()
+    if sampler is not None and sampler._laid is not None and id(sampler._laid[1]) == weights_id:
+        sampler._laid = None
 
 
 @jax.jit
@@ -232,11 +244,15 @@ class Sampler:
     (read this process's rows with `ragen_jax.sharding.global_to_local_rows(x, sampler.rows)`).
     With `kv_window` (default), attention reads only the first `window_length(...)` cache slots, a power
     of two >= the longest row's end, instead of all `cache_size` slots.
+    `out_first_weights` (default: on CPUs) decodes with the projections' weights transposed to [out, in]
+    (`decode_weights`; made once per parameter version and kept while those parameters live): few-row GEMMs
+    run ~1.5x faster on a CPU, at the cost of one more copy of the projection weights in memory. GPUs pick
+    their own GEMM layouts, so it is off there by default.
     """
 
     def __init__(self, graphdef, *, cache_size: int, pad_id: int, batch_size: int, dtype=None,
                  model_config: ModelConfig | None = None, mesh: jax.sharding.Mesh | None = None,
-                 kv_window: bool = True):
+                 kv_window: bool = True, out_first_weights: bool | None = None):
         if cache_size < 1 or batch_size < 1:
             raise ValueError(f"cache_size and batch_size must be >= 1, got {cache_size} and {batch_size}.")
         self.graphdef = graphdef
@@ -244,6 +260,11 @@ class Sampler:
         self.cache_size, self.pad_id, self.batch_size, self.dtype = cache_size, int(pad_id), batch_size, dtype
         self.mesh = mesh
         self.kv_window = kv_window
+        if out_first_weights is None:
+            device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
+            out_first_weights = device.platform == "cpu"
+        self.out_first_weights = bool(out_first_weights)
+        self._laid: tuple[list, Any] | None = None  # (weak references to the params' leaves, their decode_weights)
         self.rows = process_rows(mesh, batch_size)
         self._programs: dict[tuple, Any] = {}
         self._makers: dict[tuple, Any] = {}  # the jitted empty cache and idle state (not counted in num_programs)
@@ -316,8 +337,27 @@ class Sampler:
 
     def _decode_fn(self, config: SamplingConfig, kv_len: int, steps: int):
         build = lambda: jax.jit(functools.partial(_decode, self.graphdef, config, kv_len, steps),  # noqa: E731
-                                donate_argnums=(1, 2))
+                                donate_argnums=(2, 3))
         return self._program(("decode", config, steps, kv_len), build)  # the window last, as for begin
+
+    def decode_weights(self, params) -> dict[str, jax.Array] | None:
+        """The decode loop's weights for `params` (`models.transformer.decode_weights`), or None when
+        `out_first_weights` is off. Made once per parameter version: reused while every leaf of `params` is the
+        same array (JAX arrays are immutable), dropped once the parameters they came from are freed."""
+        if not self.out_first_weights:
+            return None
+        leaves = jax.tree.leaves(params)
+        if self._laid is not None:
+            refs, weights = self._laid
+            if len(refs) == len(leaves) and all(ref() is leaf for ref, leaf in zip(refs, leaves)):
+                return weights
+        self._laid = None  # free the old copy before making the new one
+        make = self._maker(("decode_weights",),
+                           lambda: jax.jit(lambda p: decode_weights(nnx.merge(self.graphdef, p))))
+        weights = make(params)
+        self._laid = ([weakref.ref(leaf) for leaf in leaves], weights)
+        weakref.finalize(leaves[0], _forget_weights, weakref.ref(self), id(weights))
+        return weights
 
     def begin(self, params, cache: KVCache, state: TurnState, rows, new_tokens, new_lens, cache_lens, keys,
               config: SamplingConfig, *, source=None) -> tuple[KVCache, TurnState]:
@@ -370,7 +410,8 @@ class Sampler:
     def decode(self, params, cache: KVCache, state: TurnState, config: SamplingConfig, steps: int, *,
                end: int) -> tuple[KVCache, TurnState]:
         """Advances unfinished rows by up to `steps` tokens; `end` bounds the slot any row reaches (its window)."""
-        return self._decode_fn(config, self.decode_window(end), steps)(params, cache, state)
+        return self._decode_fn(config, self.decode_window(end), steps)(params, self.decode_weights(params), cache,
+                                                                       state)
 
     def _check(self, new_tokens, new_lens, cache_lens, active, config: SamplingConfig) -> None:
         b = self.local_batch_size
