@@ -135,7 +135,7 @@ def _sampler_hlo(graphdef, params, prompts, new) -> str:
     config = SamplingConfig(max_new_tokens=new, greedy=True)
     cache, _ = sampler.init_cache()
     decode = sampler._decode_fn(config, sampler.decode_window(prompt_len + new), new)
-    return decode.lower(params, cache, sampler.idle_state(config)).compile().as_text()
+    return decode.lower(params, sampler.decode_weights(params), cache, sampler.idle_state(config)).compile().as_text()
 
 
 def profile_update(size: str, runs: int, top: int) -> None:

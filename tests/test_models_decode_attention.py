@@ -27,9 +27,10 @@ def _dense(q, ck, cv, layer, lengths):
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (3, 3)])
 @pytest.mark.parametrize("s,block,items", [pytest.param(600, 256, 16, marks=pytest.mark.slow),  # (97, 32, 4) covers
-                                           (600, 64, 3), (97, 32, 4)])  # the same edges in the default run
+                                           (600, 64, 3), (97, 32, 4), (97, 128, 4), (64, 64, 2)])
 def test_matches_dense_for_every_length(heads, kv_heads, s, block, items):
-    """Lengths of 1, at and around block edges and the whole cache; S not a multiple of the block; GQA and MHA."""
+    """Lengths of 1, at and around block edges and the whole cache; S not a multiple of the block; a cache of one
+    block or less (read whole, without the item list); GQA and MHA."""
     edges = [1, 2, block - 1, block, block + 1, 2 * block, s - 1, s]
     lengths = jnp.asarray([n for n in edges if n <= s] + [s // 3, s // 2], jnp.int32)
     q, ck, cv = _cache(2, len(lengths), kv_heads, s, 16, heads)
@@ -38,13 +39,14 @@ def test_matches_dense_for_every_length(heads, kv_heads, s, block, items):
                                atol=2e-6, rtol=1e-5)
 
 
-def test_reads_nothing_past_a_rows_length():
+@pytest.mark.parametrize("block", [64, 512])  # several blocks per row; the whole cache as one block
+def test_reads_nothing_past_a_rows_length(block):
     """Slots at and past lengths[b] (here NaN) never reach the output."""
     q, ck, cv = _cache(1, 3, 2, 300, 8, 4)
     lengths = jnp.asarray([5, 256, 299], jnp.int32)
     poison = jnp.arange(300)[None, None, None, :, None] >= lengths[None, :, None, None, None]
     bad_k, bad_v = jnp.where(poison, jnp.nan, ck), jnp.where(poison, jnp.nan, cv)
-    out = ragged_decode_attention(q, bad_k, bad_v, 0, lengths, block=64, items=2)
+    out = ragged_decode_attention(q, bad_k, bad_v, 0, lengths, block=block, items=2)
     assert np.isfinite(np.asarray(out)).all()
     np.testing.assert_allclose(np.asarray(out), np.asarray(_dense(q, ck, cv, 0, lengths)), atol=2e-6)
 

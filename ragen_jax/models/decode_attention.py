@@ -8,7 +8,9 @@ needs, processed P items at a time in a `while_loop` that stops after the last o
 [K, block, hd] keys and values straight from the cache, scores its row's query heads against them and keeps
 the block's max, exp-sum and weighted values; a segment reduction per row then combines the blocks with the
 usual softmax rescaling (flash-decoding over a ragged batch). What a row gets depends only on its own query
-and cache, not on the other rows or the batch size.
+and cache, not on the other rows or the batch size. A cache of at most one block is read whole, masked by each
+row's length: every row's item would be the whole cache, so the list, its gathers and the segment reduction
+would only add ops (a decode step of the tiny benchmark model 2.8-3.0 -> 2.6-2.7 ms).
 """
 
 from __future__ import annotations
@@ -47,11 +49,13 @@ def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array
     chex.assert_shape(lengths, (b,))
     g, bk = h // kh, min(block, s)
     lengths = jnp.clip(lengths.astype(jnp.int32), 1, s)
+    qg = (q.reshape(b, kh, g, hd) * (1.0 / math.sqrt(hd))).astype(jnp.float32)
+    if s <= block:  # one block per row: the item list would be every row's whole cache
+        return _one_block_attention(qg, cache_k[layer], cache_v[layer], lengths).reshape(b, 1, h, hd).astype(q.dtype)
     blocks = (lengths + bk - 1) // bk  # [B] items per row
     ends = jnp.cumsum(blocks)
     starts, total = ends - blocks, ends[-1]
     n = -(-b * (-(-s // bk)) // items) * items  # static bound on the item count, whole iterations
-    qg = (q.reshape(b, kh, g, hd) * (1.0 / math.sqrt(hd))).astype(jnp.float32)
 
     def item_rows(idx):
         row = jnp.minimum(jnp.searchsorted(ends, idx, side="right"), b - 1)
@@ -88,3 +92,13 @@ def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array
     l_row = jax.ops.segment_sum(l_all * w, row_all, num_segments=b)
     o_row = jax.ops.segment_sum(o_all * w[..., None], row_all, num_segments=b)
     return (o_row / l_row[..., None]).reshape(b, 1, h, hd).astype(q.dtype)
+
+
+def _one_block_attention(qg: jax.Array, k: jax.Array, v: jax.Array, lengths: jax.Array) -> jax.Array:
+    """qg [B, K, G, hd] f32 (scaled) against k/v [B, K, S, hd], row b's first lengths[b] slots -> [B, K, G, hd] f32."""
+    scores = jnp.einsum("bkgd,bksd->bkgs", qg, k.astype(jnp.float32))
+    valid = (jnp.arange(k.shape[2], dtype=jnp.int32)[None, :] < lengths[:, None])[:, None, None, :]
+    scores = jnp.where(valid, scores, -jnp.inf)
+    p = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))  # lengths >= 1: every row has a finite max
+    values = jnp.where(valid[:, :, 0, :, None], v.astype(jnp.float32), 0.0)  # stale slots never reach a row, even NaN
+    return jnp.einsum("bkgs,bksd->bkgd", p, values) / jnp.sum(p, axis=-1)[..., None]
