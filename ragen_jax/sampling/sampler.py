@@ -355,7 +355,11 @@ class Sampler:
         make = self._maker(("decode_weights",),
                            lambda: jax.jit(lambda p: decode_weights(nnx.merge(self.graphdef, p))))
         weights = make(params)
-        self._laid = ([weakref.ref(leaf) for leaf in leaves], weights)
+        try:
+            refs = [weakref.ref(leaf) for leaf in leaves]
+        except TypeError:  # a leaf that takes no weak reference (not a jax or numpy array): made again each call
+            return weights
+        self._laid = (refs, weights)
         weakref.finalize(leaves[0], _forget_weights, weakref.ref(self), id(weights))
         return weights
 
