@@ -102,7 +102,10 @@ def generate(mesh_shape=None, layout: str = "no_fsdp") -> dict[str, np.ndarray]:
     if mesh_shape is not None:  # as the trainer samples: a mesh-aware sampler (sharded cache, global row inputs)
         mesh = make_mesh(mesh_shape)
         params = reshard_for_sampling(shard_state(params, mesh), mesh, layout=layout)
-    sampler = Sampler(actor.graphdef, cache_size=32, pad_id=0, batch_size=8, mesh=mesh)
+    # on a mesh, decode on weights laid out [out, in] (sharded as the jit places them): single-device plain is the
+    # reference both layouts must match
+    sampler = Sampler(actor.graphdef, cache_size=32, pad_id=0, batch_size=8, mesh=mesh,
+                      out_first_weights=mesh is not None)
     cache, cache_lens = sampler.init_cache()
     if mesh is not None:
         assert cache.k.sharding.spec == fit_spec(cache_spec(), cache.k.shape, mesh)

@@ -34,8 +34,8 @@ def test_decode_steps_with_decode_weights_equal_the_models_own(cfg, lora):
     rng = np.random.RandomState(0)
     prompt = jnp.asarray(rng.randint(1, cfg.vocab_size, (3, 6)), jnp.int32)
     cache_index = jnp.zeros(3, jnp.int32)
-    _, cache = nnx.merge(graphdef, params)(prompt, jnp.broadcast_to(jnp.arange(6), (3, 6)), cache=init_cache(cfg, 3, 16),
-                                           cache_index=cache_index)
+    positions = jnp.broadcast_to(jnp.arange(6), (3, 6))
+    _, cache = nnx.merge(graphdef, params)(prompt, positions, cache=init_cache(cfg, 3, 16), cache_index=cache_index)
 
     @jax.jit
     def steps(params, weights, cache):

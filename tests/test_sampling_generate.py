@@ -316,17 +316,17 @@ def test_a_repeated_call_compiles_nothing(model, caplog):
 
 
 def test_decode_weights_change_no_tokens_and_are_made_once_per_parameter_version(model):
-    """Decoding on weights laid out [out, in] (the CPU default) gives the tokens and log-probs of the model's own
-    layout; the laid-out copy is reused while the parameters are the same arrays, remade for new ones, and
-    dropped once the parameters it came from are freed."""
+    """Decoding on weights laid out [out, in] (the CPU default for large models) gives the tokens and log-probs of
+    the model's own layout; the laid-out copy is reused while the parameters are the same arrays, remade for new
+    ones, and dropped once the parameters it came from are freed."""
     import gc
 
     graphdef, params = model
     config = SamplingConfig(max_new_tokens=6, temperature=0.8, top_k=20)
     prompts, lens = _prompts(np.random.RandomState(4), [5, 9, 3])
-    plain = Sampler(graphdef, cache_size=32, pad_id=PAD, batch_size=3, out_first_weights=False)
-    laid = Sampler(graphdef, cache_size=32, pad_id=PAD, batch_size=3)
-    assert laid.out_first_weights and plain.decode_weights(params) is None  # on by default on a CPU
+    plain = Sampler(graphdef, cache_size=32, pad_id=PAD, batch_size=3)
+    laid = Sampler(graphdef, cache_size=32, pad_id=PAD, batch_size=3, out_first_weights=True)
+    assert not plain.out_first_weights and plain.decode_weights(params) is None  # off by default for a small model
     want = plain.generate(params, prompts, lens, jax.random.key(7), config)
     got = laid.generate(params, prompts, lens, jax.random.key(7), config)
     np.testing.assert_array_equal(got.tokens, want.tokens)
@@ -341,3 +341,16 @@ def test_decode_weights_change_no_tokens_and_are_made_once_per_parameter_version
     del weights, remade, newer
     gc.collect()
     assert laid._laid is None
+
+
+def test_decode_weights_are_used_by_default_only_where_they_pay_off():
+    from ragen_jax.models.transformer import decode_weights_pay_off
+
+    qwen25_05b = ModelConfig("qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864, num_layers=24,
+                             num_heads=14, num_kv_heads=2, head_dim=64, tie_word_embeddings=True, attention_bias=True)
+    assert decode_weights_pay_off(qwen25_05b, "cpu")
+    assert decode_weights_pay_off(qwen25_05b.replace(param_dtype="bfloat16", dtype="bfloat16"), "cpu")
+    assert not decode_weights_pay_off(qwen25_05b, "gpu")
+    assert not decode_weights_pay_off(CFG, "cpu")  # its weights stay in cache: transposing costs more than it saves
+    assert Sampler(nnx.split(CausalLM(CFG, rngs=nnx.Rngs(0)))[0], cache_size=8, pad_id=PAD,
+                   batch_size=1).out_first_weights is False

@@ -57,7 +57,8 @@ class OutFirstLinear:
         self.kernel_t, self.bias = kernel_t, bias
 
     def __call__(self, x: jax.Array, *, preferred_element_type=None) -> jax.Array:
-        y = out_first_matmul(x.astype(self.kernel_t.dtype), self.kernel_t, preferred_element_type=preferred_element_type)
+        y = out_first_matmul(x.astype(self.kernel_t.dtype), self.kernel_t,
+                             preferred_element_type=preferred_element_type)
         return y if self.bias is None else y + self.bias.astype(y.dtype)
 
 

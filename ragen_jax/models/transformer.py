@@ -327,6 +327,24 @@ def _projections(model: CausalLM):
                 yield f"{i}.{block_name}.{name}", block, name
 
 
+DECODE_WEIGHTS_MIN_BYTES = 128 * 2**20
+
+
+def projection_params(config: ModelConfig) -> int:
+    """Weights of every decoder projection and of an untied output head: what `decode_weights` holds."""
+    d, q, kv = config.hidden_size, config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    per_layer = 2 * d * q + 2 * d * kv + 3 * d * config.intermediate_size
+    return config.num_layers * per_layer + (0 if config.tie_word_embeddings else d * config.vocab_size)
+
+
+def decode_weights_pay_off(config: ModelConfig, platform: str) -> bool:
+    """Whether decoding on `decode_weights` is faster: on a CPU, once the projections stream from memory every
+    step (>= 128 MiB in the compute dtype). Measured per decode step (docs/performance.md): Qwen2.5-0.5B's shapes
+    1.53x at 8 rows and 1.36x at 32; 8 x 512-wide layers (94 MiB) 1.04x at 8 rows, 0.98x at 64; smaller models
+    0.90-0.94x at 128 rows (their weights stay in cache, and the transposed activations cost more than they save)."""
+    return platform == "cpu" and projection_params(config) * config.jnp_dtype.itemsize >= DECODE_WEIGHTS_MIN_BYTES
+
+
 def decode_weights(model: CausalLM) -> dict[str, jax.Array]:
     """Every projection's weight transposed to [out, in] in its compute dtype (LoRA adapters merged in), by
     name ("3.mlp.gate_proj"; "lm_head" for an untied head; a tied head uses the embedding, laid out [V, D]

@@ -25,7 +25,7 @@ import numpy as np
 from flax import nnx
 
 from ragen_jax.models import KVCache, ModelConfig, init_cache
-from ragen_jax.models.transformer import decode_weights, with_decode_weights
+from ragen_jax.models.transformer import decode_weights, decode_weights_pay_off, with_decode_weights
 from ragen_jax.models.decode_attention import uses_ragged_decode
 from ragen_jax.sampling.buckets import bucket_length, pad_rows
 from ragen_jax.sampling.config import SamplingConfig
@@ -244,10 +244,11 @@ class Sampler:
     (read this process's rows with `ragen_jax.sharding.global_to_local_rows(x, sampler.rows)`).
     With `kv_window` (default), attention reads only the first `window_length(...)` cache slots, a power
     of two >= the longest row's end, instead of all `cache_size` slots.
-    `out_first_weights` (default: on CPUs) decodes with the projections' weights transposed to [out, in]
-    (`decode_weights`; made once per parameter version and kept while those parameters live): few-row GEMMs
-    run ~1.5x faster on a CPU, at the cost of one more copy of the projection weights in memory. GPUs pick
-    their own GEMM layouts, so it is off there by default.
+    `out_first_weights` decodes with the projections' weights transposed to [out, in] (`decode_weights`; made
+    once per parameter version and kept while those parameters live): on a CPU, once the weights stream from
+    memory each step, few-row GEMMs run ~1.5x faster, at the cost of one more copy of the projection weights in
+    memory. Default: `decode_weights_pay_off` (a CPU and >= 128 MiB of projections); GPUs pick their own GEMM
+    layouts.
     """
 
     def __init__(self, graphdef, *, cache_size: int, pad_id: int, batch_size: int, dtype=None,
@@ -262,7 +263,7 @@ class Sampler:
         self.kv_window = kv_window
         if out_first_weights is None:
             device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
-            out_first_weights = device.platform == "cpu"
+            out_first_weights = decode_weights_pay_off(self.model_config, device.platform)
         self.out_first_weights = bool(out_first_weights)
         self._laid: tuple[list, Any] | None = None  # (weak references to the params' leaves, their decode_weights)
         self.rows = process_rows(mesh, batch_size)

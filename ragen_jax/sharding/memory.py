@@ -25,6 +25,7 @@ from ragen_jax.algos.logprobs import REMAT_LOGITS_BYTES
 from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
 from ragen_jax.models.attention import BLOCK_K, BLOCK_Q
 from ragen_jax.models.lora import DEFAULT_TARGETS
+from ragen_jax.models.transformer import decode_weights_pay_off, projection_params
 from ragen_jax.sharding.mesh import AXES, BATCH_AXES
 from ragen_jax.sharding.placement import sampling_rules
 from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, state_specs
@@ -194,8 +195,8 @@ def estimate_memory(
     """Per-device bytes of a PPO/GRPO run: training (micro-batch [micro_batch_size, seq_len]) and sampling
     (KV cache [rollout_batch_size, cache_len]). `optimizer_states` = arrays per parameter (AdamW: 2), in
     `optimizer_dtype` (None = the parameters' dtype); gradients accumulate in float32. `decode_weights`: the
-    sampler keeps the projections laid out [out, in] for decoding (`Sampler(out_first_weights=...)`, the CPU
-    default), one more copy of them in the compute dtype while sampling."""
+    sampler keeps the projections laid out [out, in] for decoding (`Sampler(out_first_weights=...)`, by default
+    on a CPU for large models), one more copy of them in the compute dtype while sampling."""
     c = model_config.replace(**{k: v for k, v in dict(param_dtype=param_dtype, dtype=compute_dtype,
                                                           remat=remat).items() if v})
     mesh = _abstract_mesh(mesh_shape)
@@ -225,7 +226,7 @@ def estimate_memory(
     full = nnx.merge_state(trainable, frozen)
     sampling_params = 0 if tuple(s_rules) == tuple(rules) else _shard_bytes(full, mesh, s_rules)
     if decode_weights:
-        sampling_params += _projection_elems(c) * c.jnp_dtype.itemsize // tensor
+        sampling_params += projection_params(c) * c.jnp_dtype.itemsize // tensor
     prefill_tokens = min(prefill_len, cache_len)
     prefill = roll * prefill_tokens * c.jnp_dtype.itemsize * _layer_activation_elems(c, tensor) / 2 + (
         _attention_block_bytes(c, roll, prefill_tokens, tensor))
@@ -233,13 +234,6 @@ def estimate_memory(
     return MemoryPlan(params=params, grads=grads, optimizer=opt, activations=activations, batch=batch,
                       sampling_params=sampling_params, kv_cache=kv_cache, sampling_activations=sampling_activations,
                       mesh_shape=tuple(mesh.shape[a] for a in AXES))
-
-
-def _projection_elems(c: ModelConfig) -> int:
-    """Weights of every decoder projection, and of an untied output head (`transformer.decode_weights`)."""
-    d, q, kv = c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-    per_layer = 2 * d * q + 2 * d * kv + 3 * d * c.intermediate_size
-    return c.num_layers * per_layer + (0 if c.tie_word_embeddings else d * c.vocab_size)
 
 
 def _advice(plan: MemoryPlan) -> list[str]:
@@ -296,7 +290,7 @@ def plan_from_config(cfg: Any, model_config: ModelConfig, mesh_shape: Mapping[st
         logprob_chunk=cfg.trainer.logprob_chunk, sampling_layout=cfg.mesh.get("sampling_layout", "no_fsdp"),
         optimizer_dtype=cfg.optim.actor.get("state_dtype") or None,
         with_critic=bool(cfg.algo.use_critic), with_reference=bool(cfg.algo.use_kl_loss or cfg.algo.use_kl_in_reward),
-        decode_weights=jax.default_backend() == "cpu")  # the Sampler's default (out_first_weights)
+        decode_weights=decode_weights_pay_off(model_config, jax.default_backend()))  # the Sampler's default
 
 
 def measured_bytes(compiled: Any) -> int:
