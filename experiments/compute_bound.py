@@ -17,6 +17,8 @@ import time
 import jax
 import jax.numpy as jnp
 
+from ragen_jax.models.transformer import projection_params
+
 
 @functools.lru_cache(maxsize=None)
 def gemm_flops_per_s(n: int = 1024, calls: int = 7) -> float:
@@ -51,9 +53,9 @@ def stream_bytes_per_s(mib: int = 1024, calls: int = 5) -> float:
 def decode_step_bytes(cfg, batch: int, attended: float, dtype_bytes: int = 4) -> float:
     """Bytes one decode step must read: every weight a token multiplies through once (the vocabulary projection
     included, not the embedding rows it looks up) and each row's `attended` cached keys and values."""
-    h, i = cfg.hidden_size, cfg.intermediate_size
-    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    weights = cfg.num_layers * (h * q + 2 * h * kv + q * h + 3 * h * i) + cfg.vocab_size * h
+    kv = cfg.num_kv_heads * cfg.head_dim
+    tied_head = cfg.vocab_size * cfg.hidden_size if cfg.tie_word_embeddings else 0  # counted there when untied
+    weights = projection_params(cfg) + tied_head
     cache = batch * cfg.num_layers * 2 * kv * attended
     return dtype_bytes * (weights + cache)
 
