@@ -1,5 +1,7 @@
 """Model variants: bfloat16 parameters/compute, rematerialisation, the value model."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,3 +67,20 @@ def test_tiny_preset_computes_in_its_param_dtype_unless_told_otherwise():
     assert tiny_config().dtype == "float32"
     assert tiny_config(param_dtype="bfloat16").dtype == "bfloat16"
     assert tiny_config(param_dtype="bfloat16", dtype="float32").dtype == "float32"  # an explicit dtype wins
+
+
+@pytest.mark.parametrize("remat", ["none", "full"])
+def test_rope_sin_and_cos_are_evaluated_once_per_training_step(remat):
+    """The RoPE tables are made once per forward and read by every layer, forward and backward: each of sin and cos
+    appears once in the compiled gradient (it used to be fused into each layer's q and k rotations, forward and
+    backward: 24 evaluations of [B, T, hd] per tiny-update micro-batch)."""
+    graphdef, state = nnx.split(CausalLM(CFG.replace(remat=remat), rngs=nnx.Rngs(0)))
+    tokens = jnp.ones((2, 64), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(64, dtype=jnp.int32), (2, 64))
+
+    def loss(s):
+        return jnp.sum(nnx.merge(graphdef, s)(tokens, positions)[0] ** 2)
+
+    text = jax.jit(jax.grad(loss)).lower(state).compile().as_text()
+    counts = {op: len(re.findall(rf"\b{op}\(", text)) for op in ("sine", "cosine")}
+    assert counts == {"sine": 1, "cosine": 1}, counts

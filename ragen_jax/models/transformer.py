@@ -77,11 +77,22 @@ def rope_inv_freq(config: ModelConfig) -> np.ndarray:
     return inv
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
-    """Rotates x [B, T, N, hd] by positions [B, T] (rotate-half convention, as transformers)."""
-    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)[None, None, :]
-    emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
-    cos, sin = jnp.cos(emb).astype(x.dtype), jnp.sin(emb).astype(x.dtype)
+def rope_tables(positions: jax.Array, inv_freq: np.ndarray, dtype: Any) -> tuple[jax.Array, jax.Array]:
+    """(cos, sin) [B, T, 1, hd] in dtype for positions [B, T]: the rotate-half tables every layer shares.
+
+    A forward makes them once (`Decoder`): sin and cos are evaluated on the hd/2 distinct frequencies and, for more
+    than one token, materialised, so XLA reads them instead of fusing a copy of the transcendental into each of the
+    layers' forward and backward RoPE fusions (24 evaluations of [B, T, hd] per tiny-update micro-batch before)."""
+    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)[None, None, :]  # [B, T, hd/2]
+    cos, sin = (jnp.concatenate([f, f], axis=-1)[:, :, None, :].astype(dtype) for f in (jnp.cos(freqs), jnp.sin(freqs)))
+    if positions.shape[1] > 1:
+        cos, sin = jax.lax.optimization_barrier((cos, sin))
+    return cos, sin
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotates x [B, T, N, hd] by the tables (cos, sin) [B, T, 1, hd] of `rope_tables` (rotate-half convention, as
+    transformers)."""
     half = x.shape[-1] // 2
     rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
     return x * cos + rotated * sin
@@ -122,8 +133,8 @@ class Attention(nnx.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = h, kv, hd
         self.qk_norm = cfg.qk_norm
 
-    def __call__(self, x, positions, inv_freq, mask: KeyMask, cache, cache_index, layer, select=None):
-        """x [B, T, D], cache (k, v) [L, B, K, S, hd] or None -> (out [B, T, D], new (k, v)). select [B, N] int32
+    def __call__(self, x, cos, sin, mask: KeyMask, cache, cache_index, layer, select=None):
+        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] (`rope_tables`), cache (k, v) [L, B, K, S, hd] or None -> (out [B, T, D], new (k, v)). select [B, N] int32
         (optional): every token's key and value are made (and cached), but only queries select[b, :] of row b
         attend (out [B, N, D])."""
         b, t, _ = x.shape
@@ -132,7 +143,7 @@ class Attention(nnx.Module):
         v = shard_activation(self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), 2)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         query_positions = None
         if select is not None:  # N queries per row at their own slots
             q = jnp.take_along_axis(q, select[:, :, None, None], axis=1)
@@ -182,10 +193,10 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pdt)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x, positions, inv_freq, mask, cache, cache_index, layer, select=None):
-        """x [B, T, D] -> (x [B, T, D], new (k, v)); with select [B, N] int32 only tokens select[b, :] of row b go
+    def __call__(self, x, cos, sin, mask, cache, cache_index, layer, select=None):
+        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] -> (x [B, T, D], new (k, v)); with select [B, N] int32 only tokens select[b, :] of row b go
         on past attention (x [B, N, D]), every token's key and value still made."""
-        attn, new_cache = self.self_attn(self.input_layernorm(x), positions, inv_freq, mask, cache, cache_index, layer,
+        attn, new_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, cache_index, layer,
                                          select)
         if select is not None:
             x = jnp.take_along_axis(x, select[:, :, None], axis=1)
@@ -250,15 +261,15 @@ class Decoder(nnx.Module):
             chex.assert_rank(hidden_at, {1, 2})
             hidden_at = hidden_at.astype(jnp.int32).reshape(b, -1)
         mask = _key_mask(attention_mask, cache, cache_index, kv_len, query_lengths)
-        inv_freq = rope_inv_freq(self.config)
         x = shard_activation(self.embed_tokens(tokens))
+        cos, sin = rope_tables(positions, rope_inv_freq(self.config), x.dtype)
         kv = (cache.k, cache.v) if cache is not None else None
         call = DecoderLayer.__call__
         if self.config.remat != "none" and cache is None:  # remat helps training; decoding has no backward
             call = nnx.remat(call, policy=_remat_policy(self.config.remat), static_argnums=(7,))
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x, kv = call(layer, x, positions, inv_freq, mask, kv, cache_index, i, hidden_at if i == last else None)
+            x, kv = call(layer, x, cos, sin, mask, kv, cache_index, i, hidden_at if i == last else None)
             x = shard_activation(x)
         new_cache = KVCache(k=kv[0], v=kv[1]) if cache is not None else None
         return self.norm(x), new_cache
