@@ -8,13 +8,14 @@ the entropy bonus, the same micro-batches (loss numerators / mini-batch token co
 micro-batch), `clip_grad_norm_` and `torch.optim.AdamW`. Same config, weights and batch; the first
 update's loss and grad norm are printed for both as a check that they compute the same thing.
 
-    /work/venv/bin/python experiments/bench_train.py [--sizes tiny,medium,long] [--steps 3] [--remat none]
+    /work/venv/bin/python experiments/bench_train.py [--sizes tiny,medium,long,tiny-384] [--steps 3] [--remat none]
 
 Tokens/s counts every position of the [B, T] mini-batch; ours and PyTorch alternate update by update and
 times are medians of --steps interleaved repeats. `long` is RAGEN's row length (mini-batch 8 x 3584,
-micro-batch 4). Peak memory: ours is XLA's compiled bytes of the update (arguments + outputs - aliased +
-temporaries, `memory_analysis`); PyTorch's is the growth of the peak resident set (reset first: peak_memory.py) over
-one update in a fresh subprocess (so it counts gradients, AdamW state and activations, not the loaded
+micro-batch 4); `tiny-384` the tiny model at one of the trainer's length buckets that is not a multiple of 256.
+Peak memory: ours is XLA's compiled bytes of the update (arguments + outputs - aliased + temporaries,
+`memory_analysis`); PyTorch's is the growth of the peak resident set (reset first: peak_memory.py) over one update
+in a fresh subprocess (so it counts gradients, AdamW state and activations, not the loaded
 weights). The 1-minute load average at the start and the CPU other processes used during the timed updates are
 printed (`experiments/quiet.py`), with a warning when the machine was not quiet. Last line: ours/PyTorch per size.
 """
@@ -54,6 +55,7 @@ SIZES = {
     "medium": (dict(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_layers=8, num_heads=8,
                     num_kv_heads=2, head_dim=64), 8, 512, 4),
     "long": (dict(), 8, 3584, 4),
+    "tiny-384": (dict(), 32, 384, 8),  # the trainer's 384-token length bucket (rollout/batching.bucket_length)
 }
 OPTIM = dict(lr=1e-6, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant",
              grad_clip=1.0)

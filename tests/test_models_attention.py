@@ -70,6 +70,7 @@ CASES = [  # (mask kind, B, T, S, heads, kv heads, block_q, block_k)
     ("cache", 3, 20, 64, 4, 2, 8, 16),
     ("cache", 3, 45, 200, 4, 4, 16, 64),
     ("right", 2, 1000, 1000, 4, 2, 256, 256),
+    ("right", 2, 384, 384, 2, 1, 256, 256),  # the trainer's 384 bucket: two blocks of 192
 ]
 
 
@@ -180,6 +181,17 @@ def test_blockwise_never_holds_the_scores():
     dense = grad(functools.partial(attn.dense_attention, key_valid=valid))
     temp = lambda f: f.lower(q, k, v).compile().memory_analysis().temp_size_in_bytes  # noqa: E731
     assert temp(blockwise) < scores_bytes / 8 < scores_bytes < temp(dense)
+
+
+def test_block_length_evens_the_blocks_and_keeps_their_count():
+    """Fewer padded positions, as many blocks: 384 positions in 256-blocks are 2 x 192, not 2 x 256."""
+    assert [attn.block_length(n, 256) for n in (100, 256, 384, 640, 896, 3584, 3712)] == [104, 256, 192, 224, 224,
+                                                                                          256, 256]
+    for block in (8, 16, 24, 64, 128, 256):
+        for n in range(1, 2100, 7):
+            size, count = attn.block_length(n, block), -(-n // block)
+            assert size <= block and -(-n // size) == count, (n, block, size)
+            assert count * size - n < 17 * count, (n, block, size)  # each block rounded up by less than 17
 
 
 def test_choose_implementation():

@@ -88,6 +88,16 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
+def block_length(n: int, block: int) -> int:
+    """Positions per block for a sequence of n: as few blocks as `block` allows, made even (a multiple of 16) so
+    the padding to whole blocks stays under one block's worth of 16. A 384-token row is 2 x 192, not 2 x 256 (the
+    trainer's length buckets above 256 are multiples of 128: 256-blocks padded 384 to 512 and cost 1.6x the
+    attention's time; docs/performance.md). The block count is that of `block`: never more, never fewer."""
+    if n <= block:
+        return min(block, _round_up(n, 8))
+    return min(block, _round_up(-(-n // -(-n // block)), 16))
+
+
 def _position_blocks(positions: jax.Array, groups: int, bq: int) -> jax.Array:
     """Query slots [B, T] -> [nq, B, G*bq] in _to_query_blocks' row order (group, query); padding -1."""
     b, t = positions.shape
@@ -259,13 +269,14 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None, *, query_positions=None,
                         block_q: int | None = None, block_k: int | None = None, heads_major: bool = False) -> jax.Array:
     """q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd]) -> [B, T, H, hd] in q's dtype, holding one
-    [G*block_q, block_k] score block per (row, key head) at a time (default BLOCK_Q, BLOCK_K). Gradients recompute
+    score block of at most [G*block_q, block_k] per (row, key head) at a time (default BLOCK_Q, BLOCK_K; evened
+    over the sequence by `block_length`). Gradients recompute
     blocks (custom VJP). query_lengths [B] (optional): queries t >= query_lengths[b] are padding, whole blocks of
     them are skipped. query_positions [B, T] (instead of offset): query t of row b sits at that slot (best sorted
     along T: key blocks are skipped by each query block's latest position)."""
     b, t, h, hd = q.shape
     kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
-    bq, bk = min(block_q or BLOCK_Q, _round_up(t, 8)), min(block_k or BLOCK_K, _round_up(s, 8))
+    bq, bk = block_length(t, block_q or BLOCK_Q), block_length(s, block_k or BLOCK_K)
     qpos = _position_blocks(_query_positions(b, t, offset, query_positions), h // kh, bq)
     nq = _round_up(t, bq) // bq
     q_blocks = nq if query_lengths is None else (jnp.max(query_lengths).astype(jnp.int32) + bq - 1) // bq
