@@ -11,6 +11,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from ragen_jax.chunks import even_chunk
+
 
 def _logprob_entropy(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
     targets = jnp.clip(targets, 0, logits.shape[-1] - 1)  # e.g. -100 padding: finite, mask it out
@@ -39,7 +41,8 @@ def token_logprobs_and_entropy(hidden: jax.Array, head: jax.Array, targets: jax.
     """log p(targets) and entropy under logits = hidden @ head / temperature, chunked over T.
 
     hidden [B, T, D], head [D, V], targets [B, T] int -> (logprobs [B, T], entropy [B, T]) f32.
-    T need not divide chunk_size (the tail is padded). Gradients flow to hidden and head.
+    T need not divide chunk_size: the chunks are evened (`chunks.even_chunk`) and the tail is padded. Gradients
+    flow to hidden and head.
     remat: recompute each chunk's logits in the backward pass instead of keeping them; None decides by size
     (the [B, T, V] float32 logits above REMAT_LOGITS_BYTES), so small vocabularies skip the recomputation.
     """
@@ -49,7 +52,7 @@ def token_logprobs_and_entropy(hidden: jax.Array, head: jax.Array, targets: jax.
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
     b, t, d = hidden.shape
-    c = min(chunk_size, t)
+    c = even_chunk(t, chunk_size)  # 300 positions in chunks of 256 are 2 x 150, not 2 x 256
     n = -(-t // c)
     pad = n * c - t
     hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))

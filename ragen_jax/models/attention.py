@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ragen_jax.chunks import even_chunk, round_up
+
 # Queries and keys per block (a score block is [G*BLOCK_Q, BLOCK_K] per row and key head). Measured on a 2-core CPU,
 # the tiny model's attention at 4 x 3584, forward+backward wall seconds (min of 3, load ~1.6): 256x256 1.03-1.13,
 # 256x384 1.02, 256x128 1.26, 384x384 1.24, 512x256 1.31, 128x256 1.41, 128x128 1.61, 512x512 1.59. With only
@@ -84,24 +86,18 @@ def _query_positions(b: int, t: int, offset, query_positions) -> jax.Array:
 
 
 # ----------------------------------------------------------------------------------------- blocked layout
-def _round_up(n: int, m: int) -> int:
-    return -(-n // m) * m
-
-
 def block_length(n: int, block: int) -> int:
-    """Positions per block for a sequence of n: as few blocks as `block` allows, made even (a multiple of 16) so
-    the padding to whole blocks stays under one block's worth of 16. A 384-token row is 2 x 192, not 2 x 256 (the
-    trainer's length buckets above 256 are multiples of 128: 256-blocks padded 384 to 512 and cost 1.6x the
-    attention's time; docs/performance.md). The block count is that of `block`: never more, never fewer."""
-    if n <= block:
-        return min(block, _round_up(n, 8))
-    return min(block, _round_up(-(-n // -(-n // block)), 16))
+    """Positions per block for a sequence of n: as few blocks as `block` allows, evened (`chunks.even_chunk`, a
+    multiple of 16; a single block a multiple of 8). A 384-token row is 2 x 192, not 2 x 256: the trainer's length
+    buckets above 256 are multiples of 128, and 256-blocks padded 384 to 512 at 1.6x the attention's time
+    (docs/performance.md)."""
+    return even_chunk(n, block, 8 if n <= block else 16)
 
 
 def _position_blocks(positions: jax.Array, groups: int, bq: int) -> jax.Array:
     """Query slots [B, T] -> [nq, B, G*bq] in _to_query_blocks' row order (group, query); padding -1."""
     b, t = positions.shape
-    tp = _round_up(t, bq)
+    tp = round_up(t, bq)
     pos = jnp.pad(positions, ((0, 0), (0, tp - t)), constant_values=-1).reshape(b, tp // bq, bq).transpose(1, 0, 2)
     return jnp.tile(pos, (1, 1, groups))
 
@@ -115,7 +111,7 @@ def _block_bounds(qpos: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _to_query_blocks(q: jax.Array, kv_heads: int, bq: int) -> jax.Array:
     """[B, T, H, hd] -> [nq, B, K, G*bq, hd] (T padded to whole blocks; a row is (group, query))."""
     b, t, h, hd = q.shape
-    tp = _round_up(t, bq)
+    tp = round_up(t, bq)
     q = jnp.pad(q, ((0, 0), (0, tp - t), (0, 0), (0, 0)))
     q = q.reshape(b, tp // bq, bq, kv_heads, h // kv_heads, hd).transpose(1, 0, 3, 4, 2, 5)
     return q.reshape(tp // bq, b, kv_heads, h // kv_heads * bq, hd)
@@ -133,11 +129,11 @@ def _to_key_blocks(k: jax.Array, bk: int, heads_major: bool = False) -> jax.Arra
     """[B, S, K, hd] (heads_major: [B, K, S, hd]) -> [nk, B, K, bk, hd] (S padded to whole blocks)."""
     if heads_major:
         b, kh, s, hd = k.shape
-        sp = _round_up(s, bk)
+        sp = round_up(s, bk)
         k = jnp.pad(k, ((0, 0), (0, 0), (0, sp - s), (0, 0)))
         return k.reshape(b, kh, sp // bk, bk, hd).transpose(2, 0, 1, 3, 4)
     b, s, kh, hd = k.shape
-    sp = _round_up(s, bk)
+    sp = round_up(s, bk)
     k = jnp.pad(k, ((0, 0), (0, sp - s), (0, 0), (0, 0)))
     return k.reshape(b, sp // bk, bk, kh, hd).transpose(1, 0, 3, 2, 4)
 
@@ -145,7 +141,7 @@ def _to_key_blocks(k: jax.Array, bk: int, heads_major: bool = False) -> jax.Arra
 def _valid_blocks(key_valid: jax.Array | None, b: int, s: int, bk: int) -> jax.Array:
     """[nk, B, bk] bool: real (and, where given, unmasked) key slots; the padding to whole blocks is False."""
     valid = jnp.ones((b, s), bool) if key_valid is None else key_valid.astype(bool)
-    sp = _round_up(s, bk)
+    sp = round_up(s, bk)
     valid = jnp.pad(valid, ((0, 0), (0, sp - s)))
     return valid.reshape(b, sp // bk, bk).transpose(1, 0, 2)
 
@@ -278,7 +274,7 @@ def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None
     kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
     bq, bk = block_length(t, block_q or BLOCK_Q), block_length(s, block_k or BLOCK_K)
     qpos = _position_blocks(_query_positions(b, t, offset, query_positions), h // kh, bq)
-    nq = _round_up(t, bq) // bq
+    nq = round_up(t, bq) // bq
     q_blocks = nq if query_lengths is None else (jnp.max(query_lengths).astype(jnp.int32) + bq - 1) // bq
     out = _flash(_to_query_blocks(q, kh, bq), _to_key_blocks(k, bk, heads_major), _to_key_blocks(v, bk, heads_major),
                  qpos, _valid_blocks(key_valid, b, s, bk), jnp.asarray(q_blocks, jnp.int32), 1.0 / math.sqrt(hd), bq)
