@@ -157,3 +157,13 @@ def test_decode_weights_add_exactly_their_bytes_to_sampling(tied):
     plain, laid = estimate_memory(config, **kw), estimate_memory(config, **kw, decode_weights=True)
     assert laid.sampling_params - plain.sampling_params == nbytes
     assert laid.training_peak == plain.training_peak
+
+
+def test_logit_estimate_pads_to_the_same_evened_chunks_as_the_log_probs():
+    """301 tokens (300 targets) in chunks of at most 256 are 2 x 150, as `token_logprobs_and_entropy` cuts them:
+    the estimate counts 300 positions of kept logits, not 512."""
+    from ragen_jax.sharding import memory
+
+    cfg = tiny_config()
+    kept = memory._logit_bytes(cfg, rows=2, global_rows=2, seq_len=301, tensor=1, chunk=256)
+    assert kept == int(memory._KEPT_LOGIT_COPIES * 2 * 300 * cfg.vocab_size * 4)
