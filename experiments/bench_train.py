@@ -8,7 +8,7 @@ the entropy bonus, the same micro-batches (loss numerators / mini-batch token co
 micro-batch), `clip_grad_norm_` and `torch.optim.AdamW`. Same config, weights and batch; the first
 update's loss and grad norm are printed for both as a check that they compute the same thing.
 
-    /work/venv/bin/python experiments/bench_train.py [--sizes tiny,medium,long,tiny-384] [--steps 3] [--remat none]
+    python experiments/bench_train.py [--sizes tiny,medium,long,tiny-384] [--steps 3] [--remat none]
 
 Tokens/s counts every position of the [B, T] mini-batch; ours and PyTorch alternate update by update and
 times are medians of --steps interleaved repeats. `long` is RAGEN's row length (mini-batch 8 x 3584,

@@ -266,10 +266,10 @@ def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None
                         block_q: int | None = None, block_k: int | None = None, heads_major: bool = False) -> jax.Array:
     """q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd]) -> [B, T, H, hd] in q's dtype, holding one
     score block of at most [G*block_q, block_k] per (row, key head) at a time (default BLOCK_Q, BLOCK_K; evened
-    over the sequence by `block_length`). Gradients recompute
-    blocks (custom VJP). query_lengths [B] (optional): queries t >= query_lengths[b] are padding, whole blocks of
-    them are skipped. query_positions [B, T] (instead of offset): query t of row b sits at that slot (best sorted
-    along T: key blocks are skipped by each query block's latest position)."""
+    over the sequence by `block_length`). Gradients recompute blocks (custom VJP). query_lengths [B] (optional):
+    queries t >= query_lengths[b] are padding, whole blocks of them are skipped. query_positions [B, T] (instead of
+    offset): query t of row b sits at that slot (best sorted along T: key blocks are skipped by each query block's
+    latest position)."""
     b, t, h, hd = q.shape
     kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
     bq, bk = block_length(t, block_q or BLOCK_Q), block_length(s, block_k or BLOCK_K)

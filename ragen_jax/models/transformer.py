@@ -134,9 +134,9 @@ class Attention(nnx.Module):
         self.qk_norm = cfg.qk_norm
 
     def __call__(self, x, cos, sin, mask: KeyMask, cache, cache_index, layer, select=None):
-        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] (`rope_tables`), cache (k, v) [L, B, K, S, hd] or None -> (out [B, T, D], new (k, v)). select [B, N] int32
-        (optional): every token's key and value are made (and cached), but only queries select[b, :] of row b
-        attend (out [B, N, D])."""
+        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] (`rope_tables`), cache (k, v) [L, B, K, S, hd] or None
+        -> (out [B, T, D], new (k, v)). select [B, N] int32 (optional): every token's key and value are made (and
+        cached), but only queries select[b, :] of row b attend (out [B, N, D])."""
         b, t, _ = x.shape
         q = shard_activation(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), 2)
         k = shard_activation(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), 2)
@@ -194,8 +194,9 @@ class DecoderLayer(nnx.Module):
         self.mlp = MLP(cfg, rngs=rngs)
 
     def __call__(self, x, cos, sin, mask, cache, cache_index, layer, select=None):
-        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] -> (x [B, T, D], new (k, v)); with select [B, N] int32 only tokens select[b, :] of row b go
-        on past attention (x [B, N, D]), every token's key and value still made."""
+        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] -> (x [B, T, D], new (k, v)); with select [B, N] int32
+        only tokens select[b, :] of row b go on past attention (x [B, N, D]), every token's key and value still
+        made."""
         attn, new_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, cache_index, layer,
                                          select)
         if select is not None:
