@@ -352,8 +352,9 @@ def projection_params(config: ModelConfig) -> int:
 def decode_weights_pay_off(config: ModelConfig, platform: str) -> bool:
     """Whether decoding on `decode_weights` is faster: on a CPU, once the projections stream from memory every
     step (>= 128 MiB in the compute dtype). Measured per decode step (docs/performance.md): Qwen2.5-0.5B's shapes
-    1.53x at 8 rows and 1.36x at 32; 8 x 512-wide layers (94 MiB) 1.03x at 8 rows, 1.01x at 64; smaller models
-    0.91-0.92x at 128 rows (their weights stay in cache, and the transposed activations cost more than they save)."""
+    1.53x at 8 rows and 1.36x at 32 (load not checked); 8 x 512-wide layers (94 MiB) 1.03x at 8 rows, 1.01x at
+    64; smaller models 0.91-0.92x at 128 rows (their weights stay in cache, and the transposed activations cost more
+    than they save)."""
     return platform == "cpu" and projection_params(config) * config.jnp_dtype.itemsize >= DECODE_WEIGHTS_MIN_BYTES
 
 

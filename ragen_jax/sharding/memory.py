@@ -22,7 +22,7 @@ from flax import nnx
 from jax.sharding import AbstractMesh
 
 from ragen_jax.algos.logprobs import REMAT_LOGITS_BYTES
-from ragen_jax.chunks import even_chunk
+from ragen_jax.chunks import even_chunk, round_up
 from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
 from ragen_jax.models.attention import BLOCK_K, BLOCK_Q
 from ragen_jax.models.lora import DEFAULT_TARGETS
@@ -146,7 +146,7 @@ def _logit_bytes(c: ModelConfig, rows: int, global_rows: int, seq_len: int, tens
     (global shapes, as `token_logprobs_and_entropy` decides) stays below REMAT_LOGITS_BYTES, else one chunk's."""
     targets = seq_len - 1
     chunk = even_chunk(targets, chunk) if targets > 0 else 1
-    padded = -(-targets // chunk) * chunk
+    padded = round_up(targets, chunk)
     vocab = _split(c.vocab_size, tensor)
     if global_rows * padded * c.vocab_size * 4 <= REMAT_LOGITS_BYTES:
         return int(_KEPT_LOGIT_COPIES * rows * padded * vocab * 4)
