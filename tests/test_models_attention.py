@@ -325,13 +325,13 @@ def test_model_prefill_at_row_offsets_matches_dense(monkeypatch):
 
 
 @pytest.mark.parametrize("t", [1, 45])
-def test_heads_major_keys_give_the_same_attention(t):
-    """The KV cache's layout ([B, K, S, hd]) attends exactly as [B, S, K, hd], decode (dense) and prefill
-    (blockwise, from a cache offset)."""
+def test_cache_layout_gives_the_same_attention(t):
+    """The KV cache's layout (keys [B, K, hd, S], values [B, K, S, hd]) attends exactly as [B, S, K, hd], decode
+    (dense) and prefill (blockwise, from a cache offset)."""
     q, k, v, _ = _inputs(2, t, 64, 4, 2)
     offset = jnp.asarray([3, 19 - t if t < 19 else 0], jnp.int32)
     valid = jnp.arange(64)[None, :] < jnp.asarray([40, 64])[:, None]
     want = attn.attention(q, k, v, offset=offset, key_valid=valid)
-    got = attn.attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), offset=offset, key_valid=valid,
-                         heads_major=True)
+    got = attn.attention(q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), offset=offset, key_valid=valid,
+                         cache_layout=True)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)

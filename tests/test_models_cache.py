@@ -34,7 +34,8 @@ def test_two_chunk_prefill_with_per_row_index_equals_full_forward(model):
     logits1, cache = call_model(model, toks1, pos1, cache=cache, cache_index=jnp.zeros(3, jnp.int32))
     toks2, pos2 = chunk(first, lengths - first, (lengths - first).max())
     logits2, cache = call_model(model, toks2, pos2, cache=cache, cache_index=jnp.asarray(first, jnp.int32))
-    assert cache.k.shape == (2, 3, 2, 32, 16)  # [L, B, K, S, hd]
+    assert cache.k.shape == (2, 3, 2, 16, 32) and cache.v.shape == (2, 3, 2, 32, 16)  # [L, B, K, hd, S], [L, B, K, S, hd]
+    assert cache.max_len == 32
     for b in range(3):
         got = np.concatenate([logits1[b, : first[b]], logits2[b, : lengths[b] - first[b]]])
         np.testing.assert_allclose(got, full[b, : lengths[b]], atol=1e-5, rtol=0)
@@ -48,8 +49,9 @@ def test_cache_update_is_functional_and_donatable(model):
     _, new = jax.jit(lambda s, c: nnx.merge(graphdef, s)(tokens, tokens, cache=c, cache_index=jnp.array([0, 3])))(
         state, cache)
     assert float(jnp.abs(cache.k).sum()) == 0.0  # the input cache is untouched
-    written = np.abs(np.asarray(new.k)).sum(axis=(0, 2, 4)) > 0  # [B, S] of [L, B, K, S, hd]
-    np.testing.assert_array_equal(written, [[1, 1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 0, 0, 0]])
+    want = [[1, 1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 0, 0, 0]]
+    np.testing.assert_array_equal(np.abs(np.asarray(new.k)).sum(axis=(0, 2, 3)) > 0, want)  # [B, S] of [L, B, K, hd, S]
+    np.testing.assert_array_equal(np.abs(np.asarray(new.v)).sum(axis=(0, 2, 4)) > 0, want)  # [B, S] of [L, B, K, S, hd]
     _, newer = step(state, new, tokens[:, :1], jnp.array([[2], [5]], jnp.int32), jnp.array([2, 5], jnp.int32))
     assert newer.k.shape == new.k.shape and new.k.is_deleted()
 

@@ -15,14 +15,15 @@ from ragen_jax.models.tiny import tiny_config
 
 
 def _cache(layers, b, kv_heads, s, hd, heads, dtype=jnp.float32, seed=0):
+    """(q [B, 1, H, hd], keys [L, B, K, hd, S], values [L, B, K, S, hd]): the KV cache's layout."""
     rng = np.random.default_rng(seed)
     ck, cv = (jnp.asarray(rng.standard_normal((layers, b, kv_heads, s, hd)), dtype) for _ in range(2))
     q = jnp.asarray(rng.standard_normal((b, 1, heads, hd)), dtype)
-    return q, ck, cv
+    return q, jnp.swapaxes(ck, 3, 4), cv
 
 
 def _dense(q, ck, cv, layer, lengths):
-    return dense_attention(q, ck[layer], cv[layer], offset=lengths - 1, heads_major=True)
+    return dense_attention(q, ck[layer], cv[layer], offset=lengths - 1, cache_layout=True)
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (3, 3)])
@@ -44,8 +45,8 @@ def test_reads_nothing_past_a_rows_length(block):
     """Slots at and past lengths[b] (here NaN) never reach the output."""
     q, ck, cv = _cache(1, 3, 2, 300, 8, 4)
     lengths = jnp.asarray([5, 256, 299], jnp.int32)
-    poison = jnp.arange(300)[None, None, None, :, None] >= lengths[None, :, None, None, None]
-    bad_k, bad_v = jnp.where(poison, jnp.nan, ck), jnp.where(poison, jnp.nan, cv)
+    poison = jnp.arange(300)[None, None, None, :, None] >= lengths[None, :, None, None, None]  # [1, B, 1, S, 1]
+    bad_k, bad_v = jnp.where(jnp.swapaxes(poison, 3, 4), jnp.nan, ck), jnp.where(poison, jnp.nan, cv)
     out = ragged_decode_attention(q, bad_k, bad_v, 0, lengths, block=block, items=2)
     assert np.isfinite(np.asarray(out)).all()
     np.testing.assert_allclose(np.asarray(out), np.asarray(_dense(q, ck, cv, 0, lengths)), atol=2e-6)

@@ -224,7 +224,7 @@ def test_attention_window_over_the_cache_changes_nothing(model, monkeypatch, rag
         np.testing.assert_allclose(np.asarray(w.logprobs), np.asarray(f.logprobs), atol=1e-5)
         np.testing.assert_array_equal(np.asarray(w.cache_lens), np.asarray(f.cache_lens))
         for b, n in enumerate(np.asarray(w.cache_lens)):
-            np.testing.assert_allclose(np.asarray(w.cache.k)[:, b, :, :n], np.asarray(f.cache.k)[:, b, :, :n], atol=1e-5)
+            np.testing.assert_allclose(np.asarray(w.cache.k)[:, b, ..., :n], np.asarray(f.cache.k)[:, b, ..., :n], atol=1e-5)
         runs = {name: (runs[name][0], outs[name]) for name in runs}
         msgs, msg_lens = _prompts(rng, [150, 10, 60])
         new_toks, new_lens = _concat([[_generated(w, b)[-1:], msgs[b, : msg_lens[b]]] for b in range(3)])
@@ -257,7 +257,7 @@ def test_inactive_rows_are_untouched_even_when_their_cache_is_full(model):
     np.testing.assert_array_equal(np.asarray(out.cache_lens), [lens_before[0], lens_before[1] + 12 + 3, lens_before[2]])
     for b in (0, 2):
         n = lens_before[b]
-        np.testing.assert_array_equal(np.asarray(out.cache.k)[:, b, :, :n], k_before[:, b, :, :n])
+        np.testing.assert_array_equal(np.asarray(out.cache.k)[:, b, ..., :n], k_before[:, b, ..., :n])
         np.testing.assert_array_equal(np.asarray(out.cache.v)[:, b, :, :n], v_before[:, b, :, :n])
 
 

@@ -58,8 +58,7 @@ def _score_pairs(
     """
     model = nnx.merge(graphdef, params)
     rows, width = tokens.shape
-    pair_cache = KVCache(k=jnp.take(cache.k[:, :, :, :window], cols, axis=1),
-                         v=jnp.take(cache.v[:, :, :, :window], cols, axis=1))
+    pair_cache = cache.first_slots(window).take_rows(cols)
     positions = start[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
     hidden, _ = model.hidden(tokens, positions, cache=pair_cache, cache_index=start)
     # chunked over Z: the [B, Z, vocab] logits never exist at once (2.5 GB per batch at Qwen's 152k vocabulary)

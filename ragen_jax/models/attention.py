@@ -54,25 +54,30 @@ def _device_facts() -> tuple[str, str | None]:
     return device.platform, getattr(device, "compute_capability", None)
 
 
-def dense_attention(q, k, v, offset=None, key_valid=None, heads_major: bool = False,
+def dense_attention(q, k, v, offset=None, key_valid=None, cache_layout: bool = False,
                     query_positions=None) -> jax.Array:
-    """Reference form: q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd], the cache's layout) ->
+    """Reference form: q [B, T, H, hd], k/v [B, S, K, hd] (cache_layout: k [B, K, hd, S], v [B, K, S, hd]) ->
     [B, T, H, hd] through the full [B, K, G, T, S] scores (float32) and a [B, T, S] mask. Used for decode steps
     (T = 1) and as the tests' reference. query_positions [B, T] (instead of offset): query t of row b sits at
     slot query_positions[b, t]."""
     b, t, h, hd = q.shape
-    kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
-    kv = "bksd" if heads_major else "bskd"
+    kh, s = _heads_and_slots(k, cache_layout)
+    ks, vs = ("bkds", "bksd") if cache_layout else ("bskd", "bskd")
     query_positions = _query_positions(b, t, offset, query_positions)
     mask = jnp.arange(s)[None, None, :] <= query_positions[:, :, None]
     if key_valid is not None:
         mask = mask & key_valid.astype(bool)[:, None, :]
-    qg = q.reshape(b, t, kh, h // kh, hd)
-    scores = jnp.einsum(f"btkgd,{kv}->bkgts", qg, k, preferred_element_type=jnp.float32)
+    qg = q.reshape(b, t, kh, h // kh, hd).transpose(0, 2, 3, 1, 4)  # batch axes first: XLA:CPU then takes bf16
+    scores = jnp.einsum(f"bkgtd,{ks}->bkgts", qg, k, preferred_element_type=jnp.float32)
     scores = scores * (1.0 / math.sqrt(hd))
     scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum(f"bkgts,{kv}->btkgd", probs, v).reshape(b, t, h, hd)
+    return jnp.einsum(f"bkgts,{vs}->btkgd", probs, v).reshape(b, t, h, hd)
+
+
+def _heads_and_slots(k: jax.Array, cache_layout: bool) -> tuple[int, int]:
+    """(key heads K, key slots S) of keys [B, S, K, hd], or [B, K, hd, S] in the cache's layout."""
+    return (k.shape[1], k.shape[3]) if cache_layout else (k.shape[2], k.shape[1])
 
 
 def _query_positions(b: int, t: int, offset, query_positions) -> jax.Array:
@@ -125,9 +130,15 @@ def _from_query_blocks(x: jax.Array, t: int, heads: int) -> jax.Array:
     return x.reshape(b, nq * bq, heads, hd)[:, :t]
 
 
-def _to_key_blocks(k: jax.Array, bk: int, heads_major: bool = False) -> jax.Array:
-    """[B, S, K, hd] (heads_major: [B, K, S, hd]) -> [nk, B, K, bk, hd] (S padded to whole blocks)."""
-    if heads_major:
+def _to_key_blocks(k: jax.Array, bk: int, layout: str = "bskd") -> jax.Array:
+    """k laid out [B, S, K, hd] ("bskd"), [B, K, S, hd] ("bksd", the cache's values) or [B, K, hd, S] ("bkds",
+    the cache's keys) -> [nk, B, K, bk, hd] (S padded to whole blocks)."""
+    if layout == "bkds":
+        b, kh, hd, s = k.shape
+        sp = round_up(s, bk)
+        k = jnp.pad(k, ((0, 0), (0, 0), (0, 0), (0, sp - s)))
+        return k.reshape(b, kh, hd, sp // bk, bk).transpose(3, 0, 1, 4, 2)
+    if layout == "bksd":
         b, kh, s, hd = k.shape
         sp = round_up(s, bk)
         k = jnp.pad(k, ((0, 0), (0, 0), (0, sp - s), (0, 0)))
@@ -263,20 +274,21 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
 def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None, *, query_positions=None,
-                        block_q: int | None = None, block_k: int | None = None, heads_major: bool = False) -> jax.Array:
-    """q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd]) -> [B, T, H, hd] in q's dtype, holding one
-    score block of at most [G*block_q, block_k] per (row, key head) at a time (default BLOCK_Q, BLOCK_K; evened
-    over the sequence by `block_length`). Gradients recompute blocks (custom VJP). query_lengths [B] (optional):
+                        block_q: int | None = None, block_k: int | None = None, cache_layout: bool = False) -> jax.Array:
+    """q [B, T, H, hd], k/v [B, S, K, hd] (cache_layout: k [B, K, hd, S], v [B, K, S, hd]) -> [B, T, H, hd] in q's
+    dtype, holding one score block of at most [G*block_q, block_k] per (row, key head) at a time (default BLOCK_Q,
+    BLOCK_K; evened over the sequence by `block_length`). Gradients recompute blocks (custom VJP). query_lengths [B] (optional):
     queries t >= query_lengths[b] are padding, whole blocks of them are skipped. query_positions [B, T] (instead of
     offset): query t of row b sits at that slot (best sorted along T: key blocks are skipped by each query block's
     latest position)."""
     b, t, h, hd = q.shape
-    kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
+    kh, s = _heads_and_slots(k, cache_layout)
     bq, bk = block_length(t, block_q or BLOCK_Q), block_length(s, block_k or BLOCK_K)
     qpos = _position_blocks(_query_positions(b, t, offset, query_positions), h // kh, bq)
     nq = round_up(t, bq) // bq
     q_blocks = nq if query_lengths is None else (jnp.max(query_lengths).astype(jnp.int32) + bq - 1) // bq
-    out = _flash(_to_query_blocks(q, kh, bq), _to_key_blocks(k, bk, heads_major), _to_key_blocks(v, bk, heads_major),
+    k_layout, v_layout = ("bkds", "bksd") if cache_layout else ("bskd", "bskd")
+    out = _flash(_to_query_blocks(q, kh, bq), _to_key_blocks(k, bk, k_layout), _to_key_blocks(v, bk, v_layout),
                  qpos, _valid_blocks(key_valid, b, s, bk), jnp.asarray(q_blocks, jnp.int32), 1.0 / math.sqrt(hd), bq)
     return _from_query_blocks(out, t, h)
 
@@ -302,22 +314,23 @@ def _cudnn_attention(q, k, v, key_valid) -> jax.Array:
 
 
 def attention(q, k, v, *, offset=None, key_valid=None, query_lengths=None, query_positions=None,
-              implementation: str | None = None, heads_major: bool = False) -> jax.Array:
-    """Causal GQA: q [B, T, H, hd], k/v [B, S, K, hd] (heads_major: [B, K, S, hd], the KV cache's layout) ->
-    [B, T, H, hd]; query t of row b sees slots
-    s <= offset[b] + t (offset [B] int32, None = 0) with key_valid[b, s] ([B, S] bool, None = all).
+              implementation: str | None = None, cache_layout: bool = False) -> jax.Array:
+    """Causal GQA: q [B, T, H, hd], k/v [B, S, K, hd] (cache_layout: the KV cache's, k [B, K, hd, S] and
+    v [B, K, S, hd]) -> [B, T, H, hd]; query t of row b sees slots s <= offset[b] + t (offset [B] int32, None = 0)
+    with key_valid[b, s] ([B, S] bool, None = all).
     query_positions [B, T] int32 (instead of offset): query t of row b sits at slot query_positions[b, t] and sees
     s <= that (queries picked out of a longer sequence, best sorted along T).
     query_lengths [B] int32 (optional): queries t >= query_lengths[b] are padding whose output is unspecified
     (blockwise skips whole blocks of them). implementation: one of IMPLEMENTATIONS, or None to pick with
     `choose_implementation`."""
     chex.assert_rank([q, k, v], 4)
-    chex.assert_equal_shape([k, v])
     b, t, h, hd = q.shape
-    kh, s = (k.shape[1], k.shape[2]) if heads_major else (k.shape[2], k.shape[1])
-    if h % kh or k.shape[0] != b or k.shape[3] != hd:
-        layout = "[B, K, S, hd]" if heads_major else "[B, S, K, hd]"
-        raise ValueError(f"q {q.shape} and k/v {k.shape} must be [B, T, H, hd] and {layout} with K dividing H.")
+    kh, s = _heads_and_slots(k, cache_layout)
+    want_k, want_v = ((b, kh, hd, s), (b, kh, s, hd)) if cache_layout else ((b, s, kh, hd), (b, s, kh, hd))
+    if h % kh or k.shape != want_k or v.shape != want_v:
+        layout = "k [B, K, hd, S] and v [B, K, S, hd]" if cache_layout else "k/v [B, S, K, hd]"
+        raise ValueError(f"q {q.shape}, k {k.shape} and v {v.shape} must be [B, T, H, hd] and {layout} with K "
+                         "dividing H.")
     if offset is not None:
         chex.assert_shape(offset, (b,))
     if key_valid is not None:
@@ -336,12 +349,12 @@ def attention(q, k, v, *, offset=None, key_valid=None, query_lengths=None, query
                                                from_cache=offset is not None or query_positions is not None,
                                                compute_capability=capability)
     if implementation == "dense":
-        return dense_attention(q, k, v, offset, key_valid, heads_major, query_positions)
+        return dense_attention(q, k, v, offset, key_valid, cache_layout, query_positions)
     if implementation == "blockwise":
         return blockwise_attention(q, k, v, offset, key_valid, query_lengths, query_positions=query_positions,
-                                   heads_major=heads_major)
+                                   cache_layout=cache_layout)
     if implementation == "cudnn":
-        if offset is not None or heads_major or query_positions is not None:
+        if offset is not None or cache_layout or query_positions is not None:
             raise ValueError("implementation='cudnn' covers attention without a cache; use 'blockwise'.")
         return _cudnn_attention(q, k, v, key_valid)
     raise ValueError(f"implementation must be one of {IMPLEMENTATIONS} or None, got {implementation!r}.")

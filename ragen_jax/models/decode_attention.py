@@ -37,15 +37,14 @@ def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array
                             *, block: int = DECODE_BLOCK, items: int = DECODE_ITEMS) -> jax.Array:
     """One query per row against its own first lengths[b] cache slots of layer `layer`.
 
-    q [B, 1, H, hd]; cache_k/cache_v [L, B, K, S, hd] (the KV cache, K dividing H); lengths [B] int32 in [1, S]
-    -> [B, 1, H, hd] in q's dtype (scores and softmax in float32)."""
+    q [B, 1, H, hd]; the KV cache's keys cache_k [L, B, K, hd, S] and values cache_v [L, B, K, S, hd] (K dividing
+    H); lengths [B] int32 in [1, S] -> [B, 1, H, hd] in q's dtype (scores and softmax in float32)."""
     chex.assert_rank([q, cache_k, cache_v], [4, 5, 5])
-    chex.assert_equal_shape([cache_k, cache_v])
     b, t, h, hd = q.shape
-    _, cb, kh, s, chd = cache_k.shape
-    if t != 1 or cb != b or chd != hd or h % kh:
-        raise ValueError(f"q {q.shape} must be [B, 1, H, hd] and the cache {cache_k.shape} [L, B, K, S, hd] with "
-                         "K dividing H.")
+    layers, cb, kh, s, chd = cache_v.shape
+    if t != 1 or cb != b or chd != hd or h % kh or cache_k.shape != (layers, b, kh, hd, s):
+        raise ValueError(f"q {q.shape} must be [B, 1, H, hd], the cache's keys {cache_k.shape} [L, B, K, hd, S] and "
+                         f"its values {cache_v.shape} [L, B, K, S, hd], with K dividing H.")
     chex.assert_shape(lengths, (b,))
     g, bk = h // kh, min(block, s)
     lengths = jnp.clip(lengths.astype(jnp.int32), 1, s)
@@ -61,8 +60,12 @@ def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array
         row = jnp.minimum(jnp.searchsorted(ends, idx, side="right"), b - 1)
         return row, idx - starts[row]
 
-    def gather(cache, row, first):  # [P, K, bk, hd]
-        one = lambda r, f: jax.lax.dynamic_slice(cache, (layer, r, 0, f, 0), (1, 1, kh, bk, hd))[0, 0]  # noqa: E731
+    def gather_keys(row, first):  # [P, K, hd, bk]
+        one = lambda r, f: jax.lax.dynamic_slice(cache_k, (layer, r, 0, 0, f), (1, 1, kh, hd, bk))[0, 0]  # noqa: E731
+        return jax.vmap(one)(row, first)
+
+    def gather_values(row, first):  # [P, K, bk, hd]
+        one = lambda r, f: jax.lax.dynamic_slice(cache_v, (layer, r, 0, f, 0), (1, 1, kh, bk, hd))[0, 0]  # noqa: E731
         return jax.vmap(one)(row, first)
 
     def body(carry):
@@ -72,11 +75,11 @@ def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array
         first = jnp.minimum(j * bk, s - bk)  # the last block of an S that bk does not divide overlaps the one before
         slot = first[:, None] + jnp.arange(bk, dtype=jnp.int32)[None, :]
         valid = (slot >= j[:, None] * bk) & (slot < lengths[row][:, None]) & (idx < total)[:, None]  # [P, bk]
-        scores = jnp.einsum("pkgd,pksd->pkgs", qg[row], gather(cache_k, row, first).astype(jnp.float32))
+        scores = jnp.einsum("pkgd,pkds->pkgs", qg[row], gather_keys(row, first).astype(jnp.float32))
         scores = jnp.where(valid[:, None, None, :], scores, -jnp.inf)
         m = jnp.max(scores, axis=-1)  # [P, K, G]
         p = jnp.exp(scores - jnp.where(jnp.isfinite(m), m, 0.0)[..., None])
-        values = jnp.where(valid[:, None, :, None], gather(cache_v, row, first).astype(jnp.float32), 0.0)
+        values = jnp.where(valid[:, None, :, None], gather_values(row, first).astype(jnp.float32), 0.0)
         o = jnp.einsum("pkgs,pksd->pkgd", p, values)  # slots a row may not see never reach it, even as NaN
         at = (i * items, 0, 0)
         return (i + 1, jax.lax.dynamic_update_slice(m_all, m, at),
@@ -95,9 +98,10 @@ def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array
 
 
 def _one_block_attention(qg: jax.Array, k: jax.Array, v: jax.Array, lengths: jax.Array) -> jax.Array:
-    """qg [B, K, G, hd] f32 (scaled) against k/v [B, K, S, hd], row b's first lengths[b] slots -> [B, K, G, hd] f32."""
-    scores = jnp.einsum("bkgd,bksd->bkgs", qg, k.astype(jnp.float32))
-    valid = (jnp.arange(k.shape[2], dtype=jnp.int32)[None, :] < lengths[:, None])[:, None, None, :]
+    """qg [B, K, G, hd] f32 (scaled) against keys k [B, K, hd, S] and values v [B, K, S, hd], row b's first
+    lengths[b] slots -> [B, K, G, hd] f32."""
+    scores = jnp.einsum("bkgd,bkds->bkgs", qg, k.astype(jnp.float32))
+    valid = (jnp.arange(v.shape[2], dtype=jnp.int32)[None, :] < lengths[:, None])[:, None, None, :]
     scores = jnp.where(valid, scores, -jnp.inf)
     p = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))  # lengths >= 1: every row has a finite max
     values = jnp.where(valid[:, :, 0, :, None], v.astype(jnp.float32), 0.0)  # stale slots never reach a row, even NaN

@@ -27,15 +27,33 @@ _INIT = nnx.initializers.normal(0.02)
 
 @flax.struct.dataclass
 class KVCache:
-    """Keys and values of every layer; row b's sequence lies in slots 0.. of axis 3. Key heads come before slots,
-    the layout attention reads, so a decode step reads the cache without re-laying it out."""
+    """Keys and values of every layer; row b's sequence lies in slots 0.. of the slot axis. Keys are kept
+    transposed (slots last), values slots-major, so a decode step's two products are plain GEMMs per row and
+    key head: scores q [G, hd] @ K^T [hd, S], then probabilities [G, S] @ V [S, hd]. With keys slots-major the
+    scores contract both operands' last axis, which XLA:CPU runs ~3x slower at decode shapes (the tiny benchmark
+    model's attention at 64 rows x 192 slots, docs/performance.md)."""
 
-    k: jax.Array  # [num_layers, B, num_kv_heads, S, head_dim]
+    k: jax.Array  # [num_layers, B, num_kv_heads, head_dim, S]
     v: jax.Array  # [num_layers, B, num_kv_heads, S, head_dim]
 
     @property
     def max_len(self) -> int:
-        return self.k.shape[3]
+        return self.v.shape[3]
+
+    def first_slots(self, n: int) -> "KVCache":
+        """The cache cut to its first n slots."""
+        return KVCache(k=self.k[..., :n], v=self.v[:, :, :, :n])
+
+    def take_rows(self, rows: jax.Array) -> "KVCache":
+        """Rows `rows` [R] of every layer (out-of-range indices clamp, as jnp indexing does)."""
+        return KVCache(k=self.k[:, rows], v=self.v[:, rows])
+
+    def put_rows(self, rows: jax.Array, part: "KVCache") -> "KVCache":
+        """This cache with rows `rows` [R] set to part's rows over part's first part.max_len slots; a row index
+        >= B is dropped (padding)."""
+        n = part.max_len
+        return KVCache(k=self.k.at[:, rows, :, :, :n].set(part.k, mode="drop"),
+                       v=self.v.at[:, rows, :, :n].set(part.v, mode="drop"))
 
 
 @flax.struct.dataclass
@@ -49,10 +67,12 @@ class KeyMask:
 
 
 def init_cache(config: ModelConfig, batch_size: int, max_len: int, dtype: Any = None) -> KVCache:
-    """A zero KV cache [num_layers, B, num_kv_heads, max_len, head_dim] in the compute dtype by default."""
-    shape = (config.num_layers, batch_size, config.num_kv_heads, max_len, config.head_dim)
+    """A zero KV cache in the compute dtype by default: keys [num_layers, B, num_kv_heads, head_dim, max_len],
+    values [num_layers, B, num_kv_heads, max_len, head_dim]."""
+    rows = (config.num_layers, batch_size, config.num_kv_heads)
     dtype = jnp.dtype(dtype) if dtype is not None else config.jnp_dtype
-    return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
+    return KVCache(k=jnp.zeros(rows + (config.head_dim, max_len), dtype),
+                   v=jnp.zeros(rows + (max_len, config.head_dim), dtype))
 
 
 def rope_inv_freq(config: ModelConfig) -> np.ndarray:
@@ -134,7 +154,7 @@ class Attention(nnx.Module):
         self.qk_norm = cfg.qk_norm
 
     def __call__(self, x, cos, sin, mask: KeyMask, cache, cache_index, layer, select=None):
-        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] (`rope_tables`), cache (k, v) [L, B, K, S, hd] or None
+        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] (`rope_tables`), cache (k, v) as KVCache's or None
         -> (out [B, T, D], new (k, v)). select [B, N] int32 (optional): every token's key and value are made (and
         cached), but only queries select[b, :] of row b attend (out [B, N, D])."""
         b, t, _ = x.shape
@@ -154,16 +174,16 @@ class Attention(nnx.Module):
             ck, cv = cache
             rows = jnp.arange(b)[:, None]
             slots = cache_index[:, None] + jnp.arange(t)[None, :]
-            ck = ck.at[layer, rows, :, slots].set(k.astype(ck.dtype), mode="drop")  # k [B, T, K, hd]
+            ck = ck.at[layer, rows, :, :, slots].set(k.astype(ck.dtype), mode="drop")  # k [B, T, K, hd]
             cv = cv.at[layer, rows, :, slots].set(v.astype(cv.dtype), mode="drop")
             new_cache = (ck, cv)
             # a prefill's kept query reads the window densely: O(S) next to the prefill's O(T S), no loop to compile
             if select is None and _ragged_decode(t, mask):
                 out = ragged_decode_attention(q, ck, cv, layer, mask.offset + 1)  # each row reads its own length
             else:  # attend over the first `window` slots only (see `kv_len`)
-                k, v = ck[layer, :, :, :mask.window].astype(q.dtype), cv[layer, :, :, :mask.window].astype(q.dtype)
+                k, v = ck[layer, ..., :mask.window].astype(q.dtype), cv[layer, :, :, :mask.window].astype(q.dtype)
                 out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid,
-                                query_lengths=mask.query_lengths, query_positions=query_positions, heads_major=True)
+                                query_lengths=mask.query_lengths, query_positions=query_positions, cache_layout=True)
         else:
             out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid, query_lengths=mask.query_lengths,
                             query_positions=query_positions)

@@ -163,7 +163,7 @@ def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place:
         sub = cache
     else:
         safe = jnp.minimum(prefill_rows, batch - 1)
-        sub = KVCache(k=cache.k[:, safe, :, :kv_len], v=cache.v[:, safe, :, :kv_len])
+        sub = cache.take_rows(safe).first_slots(kv_len)
     positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
     last_token = jnp.maximum(new_lens - 1, 0)
     hidden, sub = model.hidden(tokens, positions, cache=sub, cache_index=cache_index, kv_len=kv_len,
@@ -171,8 +171,7 @@ def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place:
     if in_place:
         cache = sub
     else:
-        cache = KVCache(k=cache.k.at[:, rows, :, :kv_len].set(sub.k[:, source], mode="drop"),
-                        v=cache.v.at[:, rows, :, :kv_len].set(sub.v[:, source], mode="drop"))
+        cache = cache.put_rows(rows, sub.take_rows(source))
     logits = model.logits(hidden.astype(model.config.jnp_dtype))[:, 0]
     tok, lp, raw = sample_rows(_token_keys(keys, jnp.int32(0)), logits[source], config)
     state = state.replace(
@@ -287,7 +286,7 @@ class Sampler:
         return len(self._programs)
 
     def init_cache(self) -> tuple[KVCache, np.ndarray]:
-        """An empty cache [L, B, kv_heads, cache_size, head_dim] (rows over the mesh's (data, fsdp), kv heads
+        """An empty cache (`init_cache`: cache_size slots; rows over the mesh's (data, fsdp), kv heads
         over tensor) and this process's cache_lens, zeros [local_batch_size]."""
         lens = np.zeros((self.local_batch_size,), np.int32)
         if self.mesh is None:
@@ -460,8 +459,8 @@ class Sampler:
             raise ValueError("Pass cache and cache_lens together (both from Sampler.init_cache or a SampleOutput).")
         if cache is None:
             cache, cache_lens = self.init_cache()
-        if (cache.k.shape[1], cache.max_len) != (self.batch_size, self.cache_size):
-            raise ValueError(f"cache has [B, S] = {(cache.k.shape[1], cache.max_len)}, this sampler expects "
+        if (cache.v.shape[1], cache.max_len) != (self.batch_size, self.cache_size):
+            raise ValueError(f"cache has [B, S] = {(cache.v.shape[1], cache.max_len)}, this sampler expects "
                              f"{(self.batch_size, self.cache_size)}; create it with Sampler.init_cache().")
         tokens_np = np.asarray(new_tokens, dtype=np.int32)
         lens_np = np.asarray(new_lens, dtype=np.int32)

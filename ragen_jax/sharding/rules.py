@@ -143,7 +143,8 @@ def batch_spec(rank: int) -> P:
 
 
 def cache_spec() -> P:
-    """KV cache [L, B, kv_heads, S, head_dim]: rows over (data, fsdp), kv heads over tensor."""
+    """KV cache (keys [L, B, kv_heads, head_dim, S], values [L, B, kv_heads, S, head_dim]): rows over (data, fsdp),
+    kv heads over tensor."""
     return P(None, BATCH_AXES, "tensor", None, None)
 
 
