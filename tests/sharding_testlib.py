@@ -108,7 +108,8 @@ def generate(mesh_shape=None, layout: str = "no_fsdp") -> dict[str, np.ndarray]:
                       out_first_weights=mesh is not None)
     cache, cache_lens = sampler.init_cache()
     if mesh is not None:
-        assert cache.k.sharding.spec == fit_spec(cache_spec(), cache.k.shape, mesh)
+        for layer in cache.k + cache.v:
+            assert layer.sharding.spec == fit_spec(cache_spec(), layer.shape, mesh)
     rng = np.random.default_rng(1)
     lens = rng.integers(3, 9, size=8).astype(np.int32)
     prompts = rng.integers(1, VOCAB, size=(8, 8)).astype(np.int32)

@@ -335,3 +335,23 @@ def test_cache_layout_gives_the_same_attention(t):
     got = attn.attention(q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), offset=offset, key_valid=valid,
                          cache_layout=True)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+
+
+def test_a_short_cache_window_is_read_in_small_key_blocks():
+    """A prefill reading a cache window of one default block cuts it into CACHE_WINDOW_BLOCK_K-slot blocks (so the
+    causal skip drops the slots past the prompt); longer windows and attention without a cache keep BLOCK_K."""
+    assert attn.key_block_length(192, cache_layout=True) == attn.CACHE_WINDOW_BLOCK_K == 64
+    assert attn.key_block_length(attn.BLOCK_K, cache_layout=True) == 64
+    assert attn.key_block_length(192) == 192 and attn.key_block_length(3072, cache_layout=True) == attn.BLOCK_K
+    assert attn.key_block_length(192, block_k=96, cache_layout=True) == 96
+
+
+@pytest.mark.parametrize("start", [0, 57])
+def test_prefill_into_a_short_cache_window_matches_dense(start):
+    """A 100-token prefill at cache offset `start` into a 192-slot window (three 64-slot key blocks, the last ones
+    past some rows' queries) attends as the dense form does."""
+    q, k, v, _ = _inputs(3, 100, 192, 4, 2)
+    offset = jnp.asarray([start, 0, start + 30], jnp.int32)
+    want = attn.dense_attention(q, k, v, offset=offset)
+    got = attn.attention(q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), offset=offset, cache_layout=True)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-6)

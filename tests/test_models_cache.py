@@ -34,8 +34,9 @@ def test_two_chunk_prefill_with_per_row_index_equals_full_forward(model):
     logits1, cache = call_model(model, toks1, pos1, cache=cache, cache_index=jnp.zeros(3, jnp.int32))
     toks2, pos2 = chunk(first, lengths - first, (lengths - first).max())
     logits2, cache = call_model(model, toks2, pos2, cache=cache, cache_index=jnp.asarray(first, jnp.int32))
-    assert cache.k.shape == (2, 3, 2, 16, 32) and cache.v.shape == (2, 3, 2, 32, 16)  # [L, B, K, hd, S], [L, B, K, S, hd]
-    assert cache.max_len == 32
+    assert [k.shape for k in cache.k] == [(3, 2, 16, 32)] * 2  # per layer [B, K, hd, S]
+    assert [v.shape for v in cache.v] == [(3, 2, 32, 16)] * 2  # per layer [B, K, S, hd]
+    assert cache.max_len == 32 and cache.batch_size == 3
     for b in range(3):
         got = np.concatenate([logits1[b, : first[b]], logits2[b, : lengths[b] - first[b]]])
         np.testing.assert_allclose(got, full[b, : lengths[b]], atol=1e-5, rtol=0)
@@ -48,12 +49,13 @@ def test_cache_update_is_functional_and_donatable(model):
     tokens = jnp.array([[3, 4], [5, 6]], jnp.int32)
     _, new = jax.jit(lambda s, c: nnx.merge(graphdef, s)(tokens, tokens, cache=c, cache_index=jnp.array([0, 3])))(
         state, cache)
-    assert float(jnp.abs(cache.k).sum()) == 0.0  # the input cache is untouched
+    assert sum(float(jnp.abs(x).sum()) for x in cache.k + cache.v) == 0.0  # the input cache is untouched
     want = [[1, 1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 0, 0, 0]]
-    np.testing.assert_array_equal(np.abs(np.asarray(new.k)).sum(axis=(0, 2, 3)) > 0, want)  # [B, S] of [L, B, K, hd, S]
-    np.testing.assert_array_equal(np.abs(np.asarray(new.v)).sum(axis=(0, 2, 4)) > 0, want)  # [B, S] of [L, B, K, S, hd]
+    for k, v in zip(new.k, new.v):
+        np.testing.assert_array_equal(np.abs(np.asarray(k)).sum(axis=(1, 2)) > 0, want)  # [B, S] of [B, K, hd, S]
+        np.testing.assert_array_equal(np.abs(np.asarray(v)).sum(axis=(1, 3)) > 0, want)  # [B, S] of [B, K, S, hd]
     _, newer = step(state, new, tokens[:, :1], jnp.array([[2], [5]], jnp.int32), jnp.array([2, 5], jnp.int32))
-    assert newer.k.shape == new.k.shape and new.k.is_deleted()
+    assert newer.k[0].shape == new.k[0].shape and all(x.is_deleted() for x in new.k + new.v)
 
 
 def test_cache_slot_mask_supports_left_padded_cache(model):

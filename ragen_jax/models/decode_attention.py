@@ -33,24 +33,24 @@ def uses_ragged_decode(devices: int = 1) -> bool:
     return jax.default_backend() == "cpu" and devices == 1
 
 
-def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array, layer: int, lengths: jax.Array,
-                            *, block: int = DECODE_BLOCK, items: int = DECODE_ITEMS) -> jax.Array:
-    """One query per row against its own first lengths[b] cache slots of layer `layer`.
+def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array, lengths: jax.Array, *,
+                            block: int = DECODE_BLOCK, items: int = DECODE_ITEMS) -> jax.Array:
+    """One query per row against its own first lengths[b] slots of one layer's cache.
 
-    q [B, 1, H, hd]; the KV cache's keys cache_k [L, B, K, hd, S] and values cache_v [L, B, K, S, hd] (K dividing
-    H); lengths [B] int32 in [1, S] -> [B, 1, H, hd] in q's dtype (scores and softmax in float32)."""
-    chex.assert_rank([q, cache_k, cache_v], [4, 5, 5])
+    q [B, 1, H, hd]; the layer's keys cache_k [B, K, hd, S] and values cache_v [B, K, S, hd] (`KVCache`'s layout,
+    K dividing H); lengths [B] int32 in [1, S] -> [B, 1, H, hd] in q's dtype (scores and softmax in float32)."""
+    chex.assert_rank([q, cache_k, cache_v], 4)
     b, t, h, hd = q.shape
-    layers, cb, kh, s, chd = cache_v.shape
-    if t != 1 or cb != b or chd != hd or h % kh or cache_k.shape != (layers, b, kh, hd, s):
-        raise ValueError(f"q {q.shape} must be [B, 1, H, hd], the cache's keys {cache_k.shape} [L, B, K, hd, S] and "
-                         f"its values {cache_v.shape} [L, B, K, S, hd], with K dividing H.")
+    cb, kh, s, chd = cache_v.shape
+    if t != 1 or cb != b or chd != hd or h % kh or cache_k.shape != (b, kh, hd, s):
+        raise ValueError(f"q {q.shape} must be [B, 1, H, hd], the layer's keys {cache_k.shape} [B, K, hd, S] and "
+                         f"its values {cache_v.shape} [B, K, S, hd], with K dividing H.")
     chex.assert_shape(lengths, (b,))
     g, bk = h // kh, min(block, s)
     lengths = jnp.clip(lengths.astype(jnp.int32), 1, s)
     qg = (q.reshape(b, kh, g, hd) * (1.0 / math.sqrt(hd))).astype(jnp.float32)
     if s <= block:  # one block per row: the item list would be every row's whole cache
-        return _one_block_attention(qg, cache_k[layer], cache_v[layer], lengths).reshape(b, 1, h, hd).astype(q.dtype)
+        return _one_block_attention(qg, cache_k, cache_v, lengths).reshape(b, 1, h, hd).astype(q.dtype)
     blocks = (lengths + bk - 1) // bk  # [B] items per row
     ends = jnp.cumsum(blocks)
     starts, total = ends - blocks, ends[-1]
@@ -61,11 +61,11 @@ def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array
         return row, idx - starts[row]
 
     def gather_keys(row, first):  # [P, K, hd, bk]
-        one = lambda r, f: jax.lax.dynamic_slice(cache_k, (layer, r, 0, 0, f), (1, 1, kh, hd, bk))[0, 0]  # noqa: E731
+        one = lambda r, f: jax.lax.dynamic_slice(cache_k, (r, 0, 0, f), (1, kh, hd, bk))[0]  # noqa: E731
         return jax.vmap(one)(row, first)
 
     def gather_values(row, first):  # [P, K, bk, hd]
-        one = lambda r, f: jax.lax.dynamic_slice(cache_v, (layer, r, 0, f, 0), (1, 1, kh, bk, hd))[0, 0]  # noqa: E731
+        one = lambda r, f: jax.lax.dynamic_slice(cache_v, (r, 0, f, 0), (1, kh, bk, hd))[0]  # noqa: E731
         return jax.vmap(one)(row, first)
 
     def body(carry):
@@ -104,5 +104,11 @@ def _one_block_attention(qg: jax.Array, k: jax.Array, v: jax.Array, lengths: jax
     valid = (jnp.arange(v.shape[2], dtype=jnp.int32)[None, :] < lengths[:, None])[:, None, None, :]
     scores = jnp.where(valid, scores, -jnp.inf)
     p = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))  # lengths >= 1: every row has a finite max
-    values = jnp.where(valid[:, :, 0, :, None], v.astype(jnp.float32), 0.0)  # stale slots never reach a row, even NaN
-    return jnp.einsum("bkgs,bksd->bkgd", p, values) / jnp.sum(p, axis=-1)[..., None]
+    total = jnp.sum(p, axis=-1)[..., None]
+    weighted = lambda values: jnp.einsum("bkgs,bksd->bkgd", p, values) / total  # noqa: E731
+    out = weighted(v.astype(jnp.float32))
+    # Stale slots (past a row's length) weigh exactly 0, and 0 * x = 0 for finite x adds nothing to a sum, so the
+    # unmasked product is the masked one, bit for bit, unless a stale slot is not finite (0 * NaN and 0 * inf are
+    # NaN): only then are the values masked, a pass over them that every step would otherwise pay.
+    return jax.lax.cond(jnp.all(jnp.isfinite(out)), lambda: out,
+                        lambda: weighted(jnp.where(valid[:, :, 0, :, None], v.astype(jnp.float32), 0.0)))

@@ -27,33 +27,40 @@ _INIT = nnx.initializers.normal(0.02)
 
 @flax.struct.dataclass
 class KVCache:
-    """Keys and values of every layer; row b's sequence lies in slots 0.. of the slot axis. Keys are kept
-    transposed (slots last), values slots-major, so a decode step's two products are plain GEMMs per row and
-    key head: scores q [G, hd] @ K^T [hd, S], then probabilities [G, S] @ V [S, hd]. With keys slots-major the
-    scores contract both operands' last axis, which XLA:CPU runs ~3x slower at decode shapes (the tiny benchmark
-    model's attention at 64 rows x 192 slots, docs/performance.md)."""
+    """Keys and values, one array per layer; row b's sequence lies in slots 0.. of the slot axis.
 
-    k: jax.Array  # [num_layers, B, num_kv_heads, head_dim, S]
-    v: jax.Array  # [num_layers, B, num_kv_heads, S, head_dim]
+    One array per layer, so a step reads and writes each layer's cache where it lies: slicing a layer out of one
+    stacked [L, ...] array is a copy on XLA:CPU (the tiny benchmark model's decode step copied its whole cache
+    once per step that way). Keys are kept transposed (slots last), values slots-major, so a decode step's two
+    products are plain GEMMs per row and key head: scores q [G, hd] @ K^T [hd, S], then probabilities [G, S] @ V
+    [S, hd]; with keys slots-major the scores contract both operands' last axis, which XLA:CPU runs ~3x slower
+    at decode shapes (docs/performance.md)."""
+
+    k: tuple[jax.Array, ...]  # per layer [B, num_kv_heads, head_dim, S]
+    v: tuple[jax.Array, ...]  # per layer [B, num_kv_heads, S, head_dim]
 
     @property
     def max_len(self) -> int:
-        return self.v.shape[3]
+        return self.v[0].shape[2]
+
+    @property
+    def batch_size(self) -> int:
+        return self.v[0].shape[0]
 
     def first_slots(self, n: int) -> "KVCache":
         """The cache cut to its first n slots."""
-        return KVCache(k=self.k[..., :n], v=self.v[:, :, :, :n])
+        return KVCache(k=tuple(k[..., :n] for k in self.k), v=tuple(v[:, :, :n] for v in self.v))
 
     def take_rows(self, rows: jax.Array) -> "KVCache":
         """Rows `rows` [R] of every layer (out-of-range indices clamp, as jnp indexing does)."""
-        return KVCache(k=self.k[:, rows], v=self.v[:, rows])
+        return KVCache(k=tuple(k[rows] for k in self.k), v=tuple(v[rows] for v in self.v))
 
     def put_rows(self, rows: jax.Array, part: "KVCache") -> "KVCache":
         """This cache with rows `rows` [R] set to part's rows over part's first part.max_len slots; a row index
         >= B is dropped (padding)."""
         n = part.max_len
-        return KVCache(k=self.k.at[:, rows, :, :, :n].set(part.k, mode="drop"),
-                       v=self.v.at[:, rows, :, :n].set(part.v, mode="drop"))
+        return KVCache(k=tuple(k.at[rows, :, :, :n].set(pk, mode="drop") for k, pk in zip(self.k, part.k)),
+                       v=tuple(v.at[rows, :, :n].set(pv, mode="drop") for v, pv in zip(self.v, part.v)))
 
 
 @flax.struct.dataclass
@@ -67,12 +74,12 @@ class KeyMask:
 
 
 def init_cache(config: ModelConfig, batch_size: int, max_len: int, dtype: Any = None) -> KVCache:
-    """A zero KV cache in the compute dtype by default: keys [num_layers, B, num_kv_heads, head_dim, max_len],
-    values [num_layers, B, num_kv_heads, max_len, head_dim]."""
-    rows = (config.num_layers, batch_size, config.num_kv_heads)
+    """A zero KV cache in the compute dtype by default: per layer, keys [B, num_kv_heads, head_dim, max_len] and
+    values [B, num_kv_heads, max_len, head_dim]."""
+    rows, layers = (batch_size, config.num_kv_heads), range(config.num_layers)
     dtype = jnp.dtype(dtype) if dtype is not None else config.jnp_dtype
-    return KVCache(k=jnp.zeros(rows + (config.head_dim, max_len), dtype),
-                   v=jnp.zeros(rows + (max_len, config.head_dim), dtype))
+    return KVCache(k=tuple(jnp.zeros(rows + (config.head_dim, max_len), dtype) for _ in layers),
+                   v=tuple(jnp.zeros(rows + (max_len, config.head_dim), dtype) for _ in layers))
 
 
 def rope_inv_freq(config: ModelConfig) -> np.ndarray:
@@ -153,9 +160,9 @@ class Attention(nnx.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = h, kv, hd
         self.qk_norm = cfg.qk_norm
 
-    def __call__(self, x, cos, sin, mask: KeyMask, cache, cache_index, layer, select=None):
-        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] (`rope_tables`), cache (k, v) as KVCache's or None
-        -> (out [B, T, D], new (k, v)). select [B, N] int32 (optional): every token's key and value are made (and
+    def __call__(self, x, cos, sin, mask: KeyMask, cache, cache_index, select=None):
+        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] (`rope_tables`), cache: this layer's (k, v) as KVCache
+        holds them, or None -> (out [B, T, D], new (k, v)). select [B, N] int32 (optional): every token's key and value are made (and
         cached), but only queries select[b, :] of row b attend (out [B, N, D])."""
         b, t, _ = x.shape
         q = shard_activation(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), 2)
@@ -170,18 +177,18 @@ class Attention(nnx.Module):
             query_positions = select if mask.offset is None else mask.offset[:, None] + select
             mask = mask.replace(offset=None, query_lengths=None)
         new_cache = None
-        if cache is not None:  # write this chunk into slots cache_index[b] + t of layer `layer`
+        if cache is not None:  # write this chunk into slots cache_index[b] + t
             ck, cv = cache
             rows = jnp.arange(b)[:, None]
             slots = cache_index[:, None] + jnp.arange(t)[None, :]
-            ck = ck.at[layer, rows, :, :, slots].set(k.astype(ck.dtype), mode="drop")  # k [B, T, K, hd]
-            cv = cv.at[layer, rows, :, slots].set(v.astype(cv.dtype), mode="drop")
+            ck = ck.at[rows, :, :, slots].set(k.astype(ck.dtype), mode="drop")  # k [B, T, K, hd]
+            cv = cv.at[rows, :, slots].set(v.astype(cv.dtype), mode="drop")
             new_cache = (ck, cv)
             # a prefill's kept query reads the window densely: O(S) next to the prefill's O(T S), no loop to compile
             if select is None and _ragged_decode(t, mask):
-                out = ragged_decode_attention(q, ck, cv, layer, mask.offset + 1)  # each row reads its own length
+                out = ragged_decode_attention(q, ck, cv, mask.offset + 1)  # each row reads its own length
             else:  # attend over the first `window` slots only (see `kv_len`)
-                k, v = ck[layer, ..., :mask.window].astype(q.dtype), cv[layer, :, :, :mask.window].astype(q.dtype)
+                k, v = ck[..., :mask.window].astype(q.dtype), cv[:, :, :mask.window].astype(q.dtype)
                 out = attention(q, k, v, offset=mask.offset, key_valid=mask.key_valid,
                                 query_lengths=mask.query_lengths, query_positions=query_positions, cache_layout=True)
         else:
@@ -213,12 +220,11 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pdt)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x, cos, sin, mask, cache, cache_index, layer, select=None):
-        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] -> (x [B, T, D], new (k, v)); with select [B, N] int32
-        only tokens select[b, :] of row b go on past attention (x [B, N, D]), every token's key and value still
-        made."""
-        attn, new_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, cache_index, layer,
-                                         select)
+    def __call__(self, x, cos, sin, mask, cache, cache_index, select=None):
+        """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd], cache: this layer's (k, v) or None -> (x [B, T, D], new
+        (k, v)); with select [B, N] int32 only tokens select[b, :] of row b go on past attention (x [B, N, D]),
+        every token's key and value still made."""
+        attn, new_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, cache_index, select)
         if select is not None:
             x = jnp.take_along_axis(x, select[:, :, None], axis=1)
         x = x + attn
@@ -284,15 +290,19 @@ class Decoder(nnx.Module):
         mask = _key_mask(attention_mask, cache, cache_index, kv_len, query_lengths)
         x = shard_activation(self.embed_tokens(tokens))
         cos, sin = rope_tables(positions, rope_inv_freq(self.config), x.dtype)
-        kv = (cache.k, cache.v) if cache is not None else None
         call = DecoderLayer.__call__
         if self.config.remat != "none" and cache is None:  # remat helps training; decoding has no backward
-            call = nnx.remat(call, policy=_remat_policy(self.config.remat), static_argnums=(7,))
+            call = nnx.remat(call, policy=_remat_policy(self.config.remat))
         last = len(self.layers) - 1
+        new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
-            x, kv = call(layer, x, cos, sin, mask, kv, cache_index, i, hidden_at if i == last else None)
+            kv = None if cache is None else (cache.k[i], cache.v[i])
+            x, kv = call(layer, x, cos, sin, mask, kv, cache_index, hidden_at if i == last else None)
             x = shard_activation(x)
-        new_cache = KVCache(k=kv[0], v=kv[1]) if cache is not None else None
+            if kv is not None:
+                new_k.append(kv[0])
+                new_v.append(kv[1])
+        new_cache = KVCache(k=tuple(new_k), v=tuple(new_v)) if cache is not None else None
         return self.norm(x), new_cache
 
 

@@ -459,8 +459,8 @@ class Sampler:
             raise ValueError("Pass cache and cache_lens together (both from Sampler.init_cache or a SampleOutput).")
         if cache is None:
             cache, cache_lens = self.init_cache()
-        if (cache.v.shape[1], cache.max_len) != (self.batch_size, self.cache_size):
-            raise ValueError(f"cache has [B, S] = {(cache.v.shape[1], cache.max_len)}, this sampler expects "
+        if (cache.batch_size, cache.max_len) != (self.batch_size, self.cache_size):
+            raise ValueError(f"cache has [B, S] = {(cache.batch_size, cache.max_len)}, this sampler expects "
                              f"{(self.batch_size, self.cache_size)}; create it with Sampler.init_cache().")
         tokens_np = np.asarray(new_tokens, dtype=np.int32)
         lens_np = np.asarray(new_lens, dtype=np.int32)

@@ -143,9 +143,9 @@ def batch_spec(rank: int) -> P:
 
 
 def cache_spec() -> P:
-    """KV cache (keys [L, B, kv_heads, head_dim, S], values [L, B, kv_heads, S, head_dim]): rows over (data, fsdp),
-    kv heads over tensor."""
-    return P(None, BATCH_AXES, "tensor", None, None)
+    """A layer of the KV cache (keys [B, kv_heads, head_dim, S], values [B, kv_heads, S, head_dim]): rows over
+    (data, fsdp), kv heads over tensor."""
+    return P(BATCH_AXES, "tensor", None, None)
 
 
 def shard_cache(cache: Any, mesh: Mesh) -> Any:
