@@ -71,7 +71,8 @@ def test_weights_really_split(placement, mesh):
     # sampling layout drops fsdp: weights are whole along the fsdp dimension
     assert p["sampling"]["model/layers/0/self_attn/q_proj/kernel"]["shard_shapes"] == [[128, 128 // tensor]]
     assert p["batch"]["tokens"]["shard_shapes"] == [[16 // (data * fsdp), 24]]
-    assert p["cache"]["k"]["shard_shapes"] == [[2, 8 // (data * fsdp), 2 // tensor, 32, 32]]
+    for layer in ("k/0", "k/1", "v/0", "v/1"):  # per layer [8 rows, 2 kv heads, 32, 32]
+        assert p["cache"][layer]["shard_shapes"] == [[8 // (data * fsdp), 2 // tensor, 32, 32]]
     assert f"multiple of {data * fsdp}" in p["bad_batch_error"]
 
 

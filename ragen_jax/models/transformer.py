@@ -55,6 +55,10 @@ class KVCache:
         """Rows `rows` [R] of every layer (out-of-range indices clamp, as jnp indexing does)."""
         return KVCache(k=tuple(k[rows] for k in self.k), v=tuple(v[rows] for v in self.v))
 
+    def broadcast_rows(self, b: int) -> "KVCache":
+        """A cache of one row as b identical rows (a broadcast, for XLA to fuse into what reads it)."""
+        return jax.tree.map(lambda x: jnp.broadcast_to(x, (b,) + x.shape[1:]), self)
+
     def put_rows(self, rows: jax.Array, part: "KVCache") -> "KVCache":
         """This cache with rows `rows` [R] set to part's rows over part's first part.max_len slots; a row index
         >= B is dropped (padding)."""

@@ -114,7 +114,7 @@ def sft_sums(model, prefix: jax.Array, batch: dict[str, jax.Array]) -> tuple[jax
         cache = init_cache(model.config, 1, p + w)
         _, cache = model.hidden(prefix[None], jnp.arange(p, dtype=jnp.int32)[None], cache=cache,
                                 cache_index=jnp.zeros((1,), jnp.int32))
-        cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (x.shape[0], b) + x.shape[2:]), cache)
+        cache = cache.broadcast_rows(b)
         full_mask = jnp.concatenate([jnp.ones((b, p), bool), attention.astype(bool)], axis=1)
         hidden, _ = model.hidden(tokens, positions + p, attention_mask=full_mask, cache=cache,
                                  cache_index=jnp.full((b,), p, jnp.int32))
