@@ -280,13 +280,14 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
 def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None, *, query_positions=None,
-                        block_q: int | None = None, block_k: int | None = None, cache_layout: bool = False) -> jax.Array:
+                        block_q: int | None = None, block_k: int | None = None,
+                        cache_layout: bool = False) -> jax.Array:
     """q [B, T, H, hd], k/v [B, S, K, hd] (cache_layout: k [B, K, hd, S], v [B, K, S, hd]) -> [B, T, H, hd] in q's
-    dtype, holding one score block of at most [G*block_q, block_k] per (row, key head) at a time (default BLOCK_Q,
-    BLOCK_K; evened over the sequence by `block_length`). Gradients recompute blocks (custom VJP). query_lengths [B] (optional):
-    queries t >= query_lengths[b] are padding, whole blocks of them are skipped. query_positions [B, T] (instead of
-    offset): query t of row b sits at that slot (best sorted along T: key blocks are skipped by each query block's
-    latest position)."""
+    dtype, holding one score block of at most [G*block_q, block_k] per (row, key head) at a time (default BLOCK_Q
+    and `key_block_length`'s; evened over the sequence by `block_length`). Gradients recompute blocks (custom
+    VJP). query_lengths [B] (optional): queries t >= query_lengths[b] are padding, whole blocks of them are
+    skipped. query_positions [B, T] (instead of offset): query t of row b sits at that slot (best sorted along T:
+    key blocks are skipped by each query block's latest position)."""
     b, t, h, hd = q.shape
     kh, s = _heads_and_slots(k, cache_layout)
     bq, bk = block_length(t, block_q or BLOCK_Q), key_block_length(s, block_k, cache_layout)

@@ -5,12 +5,13 @@ longest row's length, rounded up), so with rows of different lengths (the contin
 episodes at different turns) most of what it reads is masked away, and attention over the window is what a
 long-context decode step spends. Here the work is a list of (row, key block) items, only the blocks a row
 needs, processed P items at a time in a `while_loop` that stops after the last one: each item gathers its
-[K, hd, block] keys and [K, block, hd] values straight from the cache (`KVCache`'s layout), scores its row's query heads against them and keeps
-the block's max, exp-sum and weighted values; a segment reduction per row then combines the blocks with the
-usual softmax rescaling (flash-decoding over a ragged batch). What a row gets depends only on its own query
-and cache, not on the other rows or the batch size. A cache of at most one block is read whole, masked by each
-row's length: every row's item would be the whole cache, so the list, its gathers and the segment reduction
-would only add ops (a decode step of the tiny benchmark model 2.70-2.77 -> 2.37-2.43 ms).
+[K, hd, block] keys and [K, block, hd] values straight from the cache (`KVCache`'s layout), scores its row's
+query heads against them and keeps the block's max, exp-sum and weighted values; a segment reduction per row
+then combines the blocks with the usual softmax rescaling (flash-decoding over a ragged batch). What a row
+gets depends only on its own query and cache, not on the other rows or the batch size. A cache of at most one
+block is read whole, masked by each row's length: every row's item would be the whole cache, so the list, its
+gathers and the segment reduction would only add ops (a decode step of the tiny benchmark model 2.70-2.77 ->
+2.37-2.43 ms).
 """
 
 from __future__ import annotations

@@ -166,8 +166,8 @@ class Attention(nnx.Module):
 
     def __call__(self, x, cos, sin, mask: KeyMask, cache, cache_index, select=None):
         """x [B, T, D], RoPE tables cos/sin [B, T, 1, hd] (`rope_tables`), cache: this layer's (k, v) as KVCache
-        holds them, or None -> (out [B, T, D], new (k, v)). select [B, N] int32 (optional): every token's key and value are made (and
-        cached), but only queries select[b, :] of row b attend (out [B, N, D])."""
+        holds them, or None -> (out [B, T, D], new (k, v)). select [B, N] int32 (optional): every token's key and
+        value are made (and cached), but only queries select[b, :] of row b attend (out [B, N, D])."""
         b, t, _ = x.shape
         q = shard_activation(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), 2)
         k = shard_activation(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), 2)
