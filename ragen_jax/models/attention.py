@@ -68,7 +68,7 @@ def dense_attention(q, k, v, offset=None, key_valid=None, cache_layout: bool = F
     slot query_positions[b, t]."""
     b, t, h, hd = q.shape
     kh, s = _heads_and_slots(k, cache_layout)
-    ks, vs = ("bkds", "bksd") if cache_layout else ("bskd", "bskd")
+    ks, vs = _key_value_layouts(cache_layout)
     query_positions = _query_positions(b, t, offset, query_positions)
     mask = jnp.arange(s)[None, None, :] <= query_positions[:, :, None]
     if key_valid is not None:
@@ -84,6 +84,11 @@ def dense_attention(q, k, v, offset=None, key_valid=None, cache_layout: bool = F
 def _heads_and_slots(k: jax.Array, cache_layout: bool) -> tuple[int, int]:
     """(key heads K, key slots S) of keys [B, S, K, hd], or [B, K, hd, S] in the cache's layout."""
     return (k.shape[1], k.shape[3]) if cache_layout else (k.shape[2], k.shape[1])
+
+
+def _key_value_layouts(cache_layout: bool) -> tuple[str, str]:
+    """einsum axes of (keys, values): the cache's ("bkds", "bksd"), else both "bskd"."""
+    return ("bkds", "bksd") if cache_layout else ("bskd", "bskd")
 
 
 def _query_positions(b: int, t: int, offset, query_positions) -> jax.Array:
@@ -294,7 +299,7 @@ def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None
     qpos = _position_blocks(_query_positions(b, t, offset, query_positions), h // kh, bq)
     nq = round_up(t, bq) // bq
     q_blocks = nq if query_lengths is None else (jnp.max(query_lengths).astype(jnp.int32) + bq - 1) // bq
-    k_layout, v_layout = ("bkds", "bksd") if cache_layout else ("bskd", "bskd")
+    k_layout, v_layout = _key_value_layouts(cache_layout)
     out = _flash(_to_query_blocks(q, kh, bq), _to_key_blocks(k, bk, k_layout), _to_key_blocks(v, bk, v_layout),
                  qpos, _valid_blocks(key_valid, b, s, bk), jnp.asarray(q_blocks, jnp.int32), 1.0 / math.sqrt(hd), bq)
     return _from_query_blocks(out, t, h)
