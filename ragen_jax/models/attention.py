@@ -30,8 +30,8 @@ BLOCK_K = 256
 # Keys per block when a prefill reads a cache window of at most BLOCK_K slots. Such a window is one block, which
 # the causal skip cannot drop, so every query scored every slot of it, even those past the prompt's end; in
 # 64-slot blocks the skip drops them (the tiny benchmark model's prefill of 64 x 128 tokens into a 192-slot window,
-# in-process: 102 -> 76 ms; 48- and 32-slot blocks 83 and 79 ms). Longer windows keep BLOCK_K: a 3,072-slot window
-# in 64-slot blocks measured 749 vs 632 ms.
+# in-process, quiet: 94.1 -> 81.6 ms; at load ~1.2, 48- and 32-slot blocks were slower than 64). Longer windows
+# keep BLOCK_K: a 3,072-slot window in 64-slot blocks measured 749 vs 632 ms (load ~1).
 CACHE_WINDOW_BLOCK_K = 64
 _NEG = float(np.finfo(np.float32).min)  # score of a key the query may not see
 _M0 = _NEG / 2  # running max before any visible key: exp((_NEG - _M0) * scale) is exactly 0
