@@ -11,15 +11,12 @@ import os
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
+from ragen_jax.trainer.optim import all_finite
 
-@jax.jit
-def _all_finite(state: Any) -> jax.Array:
-    """One replicated bool: every floating leaf is finite (runs where the shards live, any number of hosts)."""
-    leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+_all_finite = jax.jit(all_finite)  # one replicated bool, computed where the shards live (any number of hosts)
 
 
 class Checkpointer:

@@ -13,6 +13,7 @@ from flax import nnx
 from configs.base import apply_tiny, get_base_config
 from ragen_jax.algos import ppo_clip_loss
 from ragen_jax.trainer.loop import algo_settings
+from ragen_jax.trainer.optim import all_finite, guarded_apply
 from ragen_jax.trainer.steps import make_step_fns, scored_positions
 from test_algos_step_integration import BASE, ROWS, TX, BigramLM, make_batch, split_actor
 
@@ -44,10 +45,18 @@ def _inf_loss(batch):  # one token with an infinite advantage: the loss is -inf,
     return dict(batch, advantages=adv)
 
 
+def _state_overflows() -> optax.GradientTransformation:
+    """Finite updates, but a new optimizer state that is infinite."""
+    def update(updates, state, params=None):
+        return jax.tree.map(lambda u: -1e-3 * u, updates), jax.tree.map(lambda a: a + jnp.inf, state)
+    return optax.GradientTransformation(lambda params: jax.tree.map(jnp.zeros_like, params), update)
+
+
 @pytest.mark.parametrize("poison,tx", [
     (_nan_advantages, TX),
     (_inf_loss, TX),
     (lambda b: b, optax.sgd(1e39)),  # finite loss and gradient, but the new weights overflow to inf
+    (lambda b: b, _state_overflows()),  # finite loss, gradient and weights; the new optimizer state is not
     (lambda b: b, optax.adam(1e39)),  # the same through an optimizer with state
 ])
 def test_a_poisoned_update_changes_nothing_and_is_counted(poison, tx):
@@ -80,6 +89,51 @@ def test_a_poisoned_critic_update_changes_nothing():
     assert float(metrics["update_skipped"]) == 1.0
     assert all(np.array_equal(a, b) for a, b in zip(before, host(new)))
     assert all(np.array_equal(a, b) for a, b in zip(opt_before, host(new_opt)))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_all_finite_finds_one_bad_value_in_any_leaf_and_never_overflows(bad, dtype):
+    big = jnp.full((64, 64), 3e38, dtype)  # finite; a plain sum of these is inf
+    tree = {"a": big, "b": [jnp.zeros((3,), dtype), jnp.arange(5)], "c": -big}
+    assert bool(jax.jit(all_finite)(tree))
+    for path in (("a",), ("b", 0), ("c",)):
+        poisoned = jax.tree.map(lambda x: x, tree)
+        leaf = poisoned[path[0]] if len(path) == 1 else poisoned[path[0]][path[1]]
+        leaf = leaf.at[(0,) * leaf.ndim].set(bad)
+        if len(path) == 1:
+            poisoned[path[0]] = leaf
+        else:
+            poisoned[path[0]][path[1]] = leaf
+        assert not bool(jax.jit(all_finite)(poisoned)), path
+
+
+def test_the_guard_costs_at_most_two_kernels_per_state_leaf():
+    """The guard around the optimizer compiles to few kernels: one reduction per leaf (XLA:CPU keeps the x * 0
+    apart from some of them) and one conditional for the pick. The tiny model with AdamW: 295 fusions against
+    the bare step's 151 for 80 leaves; an isfinite, an all-reduce and a select per leaf made 525, ~1.4 s more
+    compile time of the tiny model's update."""
+    from ragen_jax.models.tiny import make_tiny_model
+    from ragen_jax.trainer.optim import make_optimizer
+
+    trainable = nnx.state(make_tiny_model(seed=0)[0], nnx.Param)
+    tx, _ = make_optimizer(dict(lr=1e-3, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
+                                schedule="constant", grad_clip=1.0), 10)
+    opt = tx.init(trainable)
+    grads = jax.tree.map(jnp.ones_like, trainable)
+
+    def plain(p, o, g):
+        updates, new_opt = tx.update(g, o, p)
+        return optax.apply_updates(p, updates), new_opt
+
+    def guarded(p, o, g):
+        return guarded_apply(tx, p, o, g, jnp.float32(1.0))[:2]
+
+    def fusions(fn):
+        return jax.jit(fn).lower(trainable, opt, grads).compile().as_text().count(" fusion(")
+
+    leaves = len(jax.tree.leaves((trainable, opt)))
+    assert fusions(guarded) <= fusions(plain) + 2 * leaves + 8
 
 
 @pytest.mark.parametrize("mode", AGG_MODES)

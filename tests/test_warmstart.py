@@ -325,6 +325,31 @@ def test_sft_steps_lower_the_loss_and_donate_params(tok):
     assert actor.trainable is not first and jax.tree.leaves(first)[0].is_deleted()  # donated
 
 
+def test_an_sft_step_whose_new_weights_overflow_changes_nothing(tok):
+    """The warm start's step has the RL update's guard: finite loss and gradient but infinite new weights (an
+    enormous learning rate) leave the weights and the optimizer state as they were, and the step says so."""
+    import optax
+
+    from ragen_jax.trainer.loop import rollout_config
+    from ragen_jax.trainer.setup import split_model
+
+    c = _bandit_config()
+    eps = oracle_demo_episodes("Bandit", 8, tok, rollout_config(c), seed=99, batch_size=8)
+    data = ws.prepare_sft_data(demo_rows(eps, tok, rollout_config(c)))
+    actor = split_model(make_tiny_model(seed=0, **dict(c.model.tiny))[0], lora=False)
+    rows = np.arange(8)
+    for lr, skipped in ((1e39, 1.0), (1e-3, 0.0)):
+        tx = optax.adam(lr)
+        opt = tx.init(actor.trainable)
+        before = [np.array(x) for x in jax.tree.leaves((actor.trainable, opt))]
+        params, opt, metrics = ws.make_sft_step(actor.graphdef, tx, 4)(
+            jax.tree.map(jnp.copy, actor.trainable), opt, actor.frozen, jnp.asarray(data.prefix),
+            {k: jnp.asarray(v) for k, v in data.batch(rows).items()})
+        after = [np.array(x) for x in jax.tree.leaves((params, opt))]
+        assert float(metrics["update_skipped"]) == skipped and np.isfinite(float(metrics["loss"]))
+        assert all(np.array_equal(a, b) for a, b in zip(before, after)) == bool(skipped)
+
+
 @pytest.mark.slow
 def test_warmstart_run_learns_bandit(tmp_path, monkeypatch):
     """run_warmstart end to end: validation success rises from ~0 to most episodes (about 1-2 min)."""

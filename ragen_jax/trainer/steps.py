@@ -16,7 +16,6 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_numerator, call_with_supported,
@@ -24,6 +23,7 @@ from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_numerator, ca
                              turn_ends_from_mask)
 from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 from ragen_jax.algos.rollout_correction import resolve_rollout_correction
+from ragen_jax.trainer.optim import guarded_apply
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
@@ -135,25 +135,6 @@ def _accumulate(loss_fn, params, micro_batches, *args):
     return loss, grads, jax.tree.map(jnp.mean, metrics)
 
 
-def _all_finite(tree: Any) -> jax.Array:
-    """[] bool: every floating leaf of `tree` is finite (integer leaves, e.g. step counts, always are)."""
-    leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
-
-
-def _guarded_apply(tx, params, opt_state, grads, loss):
-    """Apply the optimizer unless the loss, the gradient, the new weights or the new optimizer state is
-    non-finite (then keep params and optimizer state exactly as they were)."""
-    grad_norm = optax.global_norm(grads)
-    finite_in = jnp.isfinite(grad_norm) & jnp.isfinite(loss)
-    safe_grads = jax.tree.map(lambda g: jnp.where(finite_in, g, 0.0), grads)
-    updates, new_opt = tx.update(safe_grads, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
-    finite = finite_in & _all_finite(new_params) & _all_finite(new_opt)
-    keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
-    return jax.tree.map(keep, new_params, params), jax.tree.map(keep, new_opt, opt_state), grad_norm, finite
-
-
 def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx, critic_tx,
                   micro_batch_size: int) -> dict[str, Callable]:
     """Jitted scoring / advantage / update functions for one training run."""
@@ -215,7 +196,7 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         denom = jnp.maximum(agg_denominator(minibatch["loss_mask"], algo.loss_agg_mode), 1e-8)
         loss, grads, metrics = _accumulate(actor_loss, trainable, _micro_batches(minibatch, micro_batch_size),
                                            frozen, denom)
-        trainable, opt_state, grad_norm, finite = _guarded_apply(actor_tx, trainable, opt_state, grads, loss)
+        trainable, opt_state, grad_norm, finite = guarded_apply(actor_tx, trainable, opt_state, grads, loss)
         n_micro = minibatch["loss_mask"].shape[0] // micro_batch_size  # per-micro parts of one loss
         metrics = {k: v * n_micro if k in ("pg_loss", "entropy", "kl_loss") else v for k, v in metrics.items()}
         metrics.update(correction_metrics, loss=loss, grad_norm=grad_norm,
@@ -233,7 +214,7 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         denom = jnp.maximum(agg_denominator(minibatch["loss_mask"], algo.loss_agg_mode), 1e-8)
         loss, grads, metrics = _accumulate(critic_loss, params, _micro_batches(minibatch, micro_batch_size),
                                            frozen, denom)
-        params, opt_state, grad_norm, finite = _guarded_apply(critic_tx, params, opt_state, grads, loss)
+        params, opt_state, grad_norm, finite = guarded_apply(critic_tx, params, opt_state, grads, loss)
         return params, opt_state, dict(metrics, vf_loss=loss, grad_norm=grad_norm,
                                        update_skipped=1.0 - finite.astype(jnp.float32))
 

@@ -29,7 +29,7 @@ from ragen_jax import sharding
 from ragen_jax.models.transformer import init_cache
 from ragen_jax.rollout.demos import DemoRows, demo_rows, load_jsonl_demos, oracle_demo_episodes
 from ragen_jax.rollout.dump import write_jsonl
-from ragen_jax.trainer.optim import make_optimizer
+from ragen_jax.trainer.optim import guarded_apply, make_optimizer
 from ragen_jax.trainer.steps import positions_from_mask
 
 logger = logging.getLogger(__name__)
@@ -151,15 +151,10 @@ def make_sft_step(graphdef, tx: optax.GradientTransformation, micro_batch_size: 
 
         zeros = jax.tree.map(jnp.zeros_like, trainable)
         (loss, correct, grads), _ = jax.lax.scan(body, (jnp.float32(0), jnp.float32(0), zeros), micro)
-        grad_norm = optax.global_norm(grads)
-        finite = jnp.isfinite(grad_norm) & jnp.isfinite(loss)
-        grads = jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads)
-        updates, new_opt = tx.update(grads, opt_state, trainable)
-        new_params = optax.apply_updates(trainable, updates)
-        keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+        trainable, opt_state, grad_norm, applied = guarded_apply(tx, trainable, opt_state, grads, loss)
         metrics = {"loss": loss, "token_accuracy": correct / count, "grad_norm": grad_norm,
-                   "update_skipped": 1.0 - finite.astype(jnp.float32)}
-        return jax.tree.map(keep, new_params, trainable), jax.tree.map(keep, new_opt, opt_state), metrics
+                   "update_skipped": 1.0 - applied.astype(jnp.float32)}
+        return trainable, opt_state, metrics
 
     return jax.jit(step, donate_argnums=(0, 1))
 
