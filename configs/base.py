@@ -214,7 +214,9 @@ def apply_tiny(c: ml_collections.ConfigDict) -> None:
     c.optim.actor.warmup_steps = 0
     c.trainer.total_steps = 30
     c.trainer.mini_batch_size = 32
-    c.trainer.micro_batch_size = 32
+    # ~2k tokens per micro-batch: on a 2-core CPU the update is fastest at 1-2k tokens a call, its data staying
+    # in cache (the tiny model at 32 x 256 rows: 354 ms a mini-batch at micro-batch 32, 288 ms at 8; scoring too)
+    c.trainer.micro_batch_size = 8
     c.trainer.save_every = 0
     c.diagnostics.every = 5
     c.diagnostics.max_pairs = 32
@@ -247,11 +249,11 @@ def apply_quickstart_rl(c: ml_collections.ConfigDict) -> None:
     c.warmstart.num_demos = 5000
     c.warmstart.steps = 500
     c.warmstart.max_seconds = 0.0
-    c.warmstart.batch_size = c.warmstart.micro_batch_size = 64
+    c.warmstart.batch_size, c.warmstart.micro_batch_size = 64, 16  # ~1k tokens a step: 165 vs 196 ms at 64
     c.warmstart.lr = 1e-3
     c.env.groups, c.env.group_size = 16, 8
     c.trainer.total_steps = 80
-    c.trainer.mini_batch_size = c.trainer.micro_batch_size = 64
+    c.trainer.mini_batch_size, c.trainer.micro_batch_size = 64, 16  # 64 x 128 rows: 251 vs 351 ms at 64
     c.trainer.epochs = 1
     c.algo.update(dict(preset="grpo", adv_estimator="grpo", use_critic=False, norm_adv_by_std_in_grpo=True,
                        loss_agg_mode="seq-mean-token-mean", use_kl_loss=True, kl_loss_coef=0.05,
