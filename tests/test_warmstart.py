@@ -325,6 +325,26 @@ def test_sft_steps_lower_the_loss_and_donate_params(tok):
     assert actor.trainable is not first and jax.tree.leaves(first)[0].is_deleted()  # donated
 
 
+def test_fewer_demo_rows_than_a_micro_batch_still_train(tok):
+    """Two Bandit demonstrations (two rows) under the quickstart's micro-batch of 16 rows: each step takes the rows
+    there are (it stopped with a reshape error when the micro-batch was larger than the demonstration set)."""
+    import types
+
+    from ragen_jax.monitoring import Monitor
+    from ragen_jax.trainer.loop import rollout_config
+    from ragen_jax.trainer.setup import split_model
+
+    c = _bandit_config()
+    c.warmstart.update(steps=2, batch_size=64, micro_batch_size=16, warmup_steps=0)
+    eps = oracle_demo_episodes("Bandit", 2, tok, rollout_config(c), seed=99, batch_size=2)
+    data = ws.prepare_sft_data(demo_rows(eps, tok, rollout_config(c)))
+    assert data.num_rows < 16
+    actor = split_model(make_tiny_model(seed=0, **dict(c.model.tiny))[0], lora=False)
+    trainer = types.SimpleNamespace(cfg=c, actor=actor, monitor=Monitor("", enabled=False))
+    metrics = ws.train_sft(trainer, data, steps=2, log_every=1)
+    assert metrics["sft/steps"] == 2 and np.isfinite(metrics["sft/loss"])
+
+
 def test_an_sft_step_whose_new_weights_overflow_changes_nothing(tok):
     """The warm start's step has the RL update's guard: finite loss and gradient but infinite new weights (an
     enormous learning rate) leave the weights and the optimizer state as they were, and the step says so."""

@@ -251,8 +251,8 @@ def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, l
     """
     w = trainer.cfg.warmstart
     batch_size = min(int(w.batch_size), data.num_rows)
-    micro = int(w.micro_batch_size or batch_size)
-    batch_size = max(micro, batch_size // micro * micro)
+    micro = min(int(w.micro_batch_size or batch_size), batch_size)  # fewer demo rows than a micro-batch: one step
+    batch_size = batch_size // micro * micro
     tx, schedule = sft_optimizer(w, steps)
     step_fn = make_sft_step(trainer.actor.graphdef, tx, micro)
     opt_state = tx.init(trainer.actor.trainable)
