@@ -109,3 +109,20 @@ def test_host_helpers_compile_a_few_shapes():
         np.testing.assert_array_equal(lengths, slots)
     assert _episode_turn_keys._cache_size() - keys_before <= 5  # sizes 1, 2, 4, 8, 16
     assert _rows_of._cache_size() - rows_before <= 5
+
+
+def test_decode_lanes_play_the_same_trajectories(tiny, ragged_turns):
+    """Both engines with the sampler in lanes (each group's episodes spread over two lanes, so a shared prompt is
+    prefilled in each) play the lockstep engine's trajectories without lanes."""
+    graphdef, params, tok = tiny
+    cfg = _config(temperature=1.0)
+    reference = play(RolloutEngine(graphdef, tok, cfg, N, lanes=1), tok, params)
+    lockstep = RolloutEngine(graphdef, tok, cfg, N, lanes=2)
+    continuous = ContinuousEngine(graphdef, tok, cfg, N, slots=N, chunk=3, lanes=4)
+    assert (lockstep.sampler.lanes, continuous.sampler.lanes) == (2, 4)
+    assert_same_trajectories(play(lockstep, tok, params), reference)
+    got = play(continuous, tok, params)
+    assert_same_trajectories(got, reference)
+    one_lane = play(ContinuousEngine(graphdef, tok, cfg, N, slots=N, chunk=3, lanes=1), tok, params)
+    # a group's four episodes lie in two lanes of two: its prompt is prefilled twice, once per lane
+    assert got.extras["stats"]["prefills"] == one_lane.extras["stats"]["prefills"] + GROUPS

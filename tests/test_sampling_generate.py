@@ -14,28 +14,12 @@ from ragen_jax.models import transformer as transformer_module
 from ragen_jax.sampling import sampler as sampler_module
 from ragen_jax.sampling import Sampler, SamplingConfig, score_tokens
 
-PAD = 0
-CFG = ModelConfig(
-    architecture="qwen2", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
-    num_heads=4, num_kv_heads=2, head_dim=16, attention_bias=True,
-)
+from tests.sampling_testlib import CFG, PAD, prompts as _prompts, sharp_model
 
 
 @pytest.fixture(scope="module")
 def model():
-    lm = CausalLM(CFG, rngs=nnx.Rngs(0))
-    # Sharper logits than the 0.02 init gives, so greedy/top-k decisions are not near-ties.
-    lm.model.embed_tokens.embedding.value = jax.random.normal(jax.random.key(1), (CFG.vocab_size, CFG.hidden_size))
-    lm.lm_head.kernel.value = 0.3 * jax.random.normal(jax.random.key(2), (CFG.hidden_size, CFG.vocab_size))
-    return nnx.split(lm)
-
-
-def _prompts(rng, lens, width=None):
-    width = width or max(lens)
-    toks = np.full((len(lens), width), PAD, np.int32)
-    for b, n in enumerate(lens):
-        toks[b, :n] = rng.randint(1, CFG.vocab_size, n)
-    return toks, np.asarray(lens, np.int32)
+    return sharp_model()
 
 
 def _concat(parts):

@@ -44,23 +44,23 @@ def finished_rows(state, slots) -> tuple[np.ndarray, ...]:
 
 
 def make_engine(kind: str, graphdef, tokenizer, config: RolloutConfig, batch_size: int, *, slots: int = 0,
-                chunk: int = 8, mesh=None):
+                chunk: int = 8, lanes: int = 0, mesh=None):
     """The rollout engine a config names: "continuous", "lockstep", or "auto" (continuous on one process,
-    lockstep across hosts). Both play the same trajectories."""
+    lockstep across hosts). Both play the same trajectories. lanes: the sampler's decode lanes (0: its default)."""
     from ragen_jax.rollout.engine import RolloutEngine
 
     if kind not in ("auto", "continuous", "lockstep"):
         raise ValueError(f"rollout.engine={kind!r} must be 'auto', 'continuous' or 'lockstep'.")
     if kind == "lockstep" or (kind == "auto" and jax.process_count() > 1):
-        return RolloutEngine(graphdef, tokenizer, config, batch_size, mesh=mesh)
-    return ContinuousEngine(graphdef, tokenizer, config, batch_size, slots=slots, chunk=chunk, mesh=mesh)
+        return RolloutEngine(graphdef, tokenizer, config, batch_size, lanes=lanes, mesh=mesh)
+    return ContinuousEngine(graphdef, tokenizer, config, batch_size, slots=slots, chunk=chunk, lanes=lanes, mesh=mesh)
 
 
 class ContinuousEngine:
     """Plays `batch_size` episodes through `slots` decode slots (default: one per episode), K steps a chunk."""
 
     def __init__(self, graphdef, tokenizer, config: RolloutConfig, batch_size: int, *, slots: int = 0,
-                 chunk: int = 8, share_prompts: bool = True, mesh=None):
+                 chunk: int = 8, share_prompts: bool = True, lanes: int = 0, mesh=None):
         if jax.process_count() > 1:
             raise ValueError("The continuous rollout engine plays on one process; across hosts use "
                              "rollout.engine='lockstep'.")
@@ -73,7 +73,7 @@ class ContinuousEngine:
         self.chunk, self.share_prompts = int(chunk), share_prompts
         self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
         self.sampler = Sampler(graphdef, cache_size=config.max_model_len, pad_id=tokenizer.pad_token_id,
-                               batch_size=self.slots, mesh=mesh)
+                               batch_size=self.slots, mesh=mesh, lanes=lanes or None)
 
     def run(self, params: Any, env: EnvBatch, seeds: Sequence[int], group_ids: Sequence[int],
             key: jax.Array, *, tag: str, temperature: float | None = None, greedy: bool = False,
@@ -153,8 +153,9 @@ class ContinuousEngine:
         play.timing["generate"] += time.perf_counter() - t0
         end[slots] = cache_len[slots] + lens + sampling.max_new_tokens
         stats["first_tokens"] += len(slots)
-        stats["prefills"] += len(set(source))
-        stats["prefill_tokens"] += int(sum(lens[i] for i in set(source)))
+        prefilled = self.sampler.prefilled_rows(np.asarray(slots), np.asarray(source))
+        stats["prefills"] += len(prefilled)
+        stats["prefill_tokens"] += int(lens[prefilled].sum())
         return cache, state
 
     def _end_turns(self, play: EpisodeBook, state, slots: np.ndarray, episode_of, cache_len, active) -> list[int]:

@@ -71,13 +71,13 @@ class RolloutEngine:
     process): its env batch holds `local_batch_size` episodes.
     """
 
-    def __init__(self, graphdef, tokenizer, config: RolloutConfig, batch_size: int, mesh=None):
+    def __init__(self, graphdef, tokenizer, config: RolloutConfig, batch_size: int, mesh=None, lanes: int = 0):
         self.config = config
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
         self.sampler = Sampler(graphdef, cache_size=config.max_model_len,
-                               pad_id=tokenizer.pad_token_id, batch_size=batch_size, mesh=mesh)
+                               pad_id=tokenizer.pad_token_id, batch_size=batch_size, mesh=mesh, lanes=lanes or None)
         self.rows = self.sampler.rows
         self.local_batch_size = self.sampler.local_batch_size
 

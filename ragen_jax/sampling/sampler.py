@@ -30,6 +30,7 @@ from ragen_jax.models.decode_attention import uses_ragged_decode
 from ragen_jax.sampling.buckets import bucket_length, pad_rows
 from ragen_jax.sampling.config import SamplingConfig
 from ragen_jax.sampling.filters import sample_rows
+from ragen_jax.sampling.lanes import LaneCaches, decode_lanes, lane_plan, merge_rows, run_lanes, split_rows
 from ragen_jax.sampling.stopping import INACTIVE, stop_reason
 from ragen_jax.sharding.distributed import agree_max
 from ragen_jax.sharding.placement import process_rows, row_sharding, rows_to_global
@@ -49,7 +50,7 @@ class SampleOutput:
     logprobs: jax.Array  # [B, N] f32 under the sampling distribution; 0 past length
     raw_logprobs: jax.Array  # [B, N] f32 under the raw model (temperature 1, full vocab); 0 past length
     finish_reason: jax.Array  # [B] int32: 0 length cap, 1 eos, 2 stop sequence, -1 inactive
-    cache: KVCache
+    cache: KVCache | LaneCaches  # one KVCache per lane when the sampler decodes in lanes
     cache_lens: jax.Array  # [B] int32 tokens of each row whose K/V are in the cache
 
 
@@ -248,24 +249,34 @@ class Sampler:
     memory each step, few-row GEMMs run ~1.5x faster, at the cost of one more copy of the projection weights in
     memory. Default: `decode_weights_pay_off` (a CPU and >= 128 MiB of projections); GPUs pick their own GEMM
     layouts.
+    `lanes` splits the rows into that many equal parts, each with its own cache (`LaneCaches`), whose begin and
+    decode programs run side by side in threads (`sampling.lanes`): a small model's decode step on a CPU does not
+    use the cores otherwise. Default: `decode_lanes` (a CPU, a small model, >= 8 rows a lane); 1 with a mesh.
     """
 
     def __init__(self, graphdef, *, cache_size: int, pad_id: int, batch_size: int, dtype=None,
                  model_config: ModelConfig | None = None, mesh: jax.sharding.Mesh | None = None,
-                 kv_window: bool = True, out_first_weights: bool | None = None):
+                 kv_window: bool = True, out_first_weights: bool | None = None, lanes: int | None = None):
         if cache_size < 1 or batch_size < 1:
             raise ValueError(f"cache_size and batch_size must be >= 1, got {cache_size} and {batch_size}.")
+        device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
         self.graphdef = graphdef
         self.model_config = model_config or model_config_of(graphdef)
         self.cache_size, self.pad_id, self.batch_size, self.dtype = cache_size, int(pad_id), batch_size, dtype
         self.mesh = mesh
         self.kv_window = kv_window
         if out_first_weights is None:
-            device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
             out_first_weights = decode_weights_pay_off(self.model_config, device.platform)
         self.out_first_weights = bool(out_first_weights)
         self._laid: tuple[list, Any] | None = None  # (weak references to the params' leaves, their decode_weights)
         self.rows = process_rows(mesh, batch_size)
+        if lanes is None:
+            lanes = decode_lanes(self.model_config, device.platform, batch_size, multi_device=mesh is not None)
+        if lanes < 1 or batch_size % lanes or (lanes > 1 and mesh is not None):
+            raise ValueError(f"lanes={lanes} must be >= 1 and divide batch_size={batch_size}, and be 1 with a mesh "
+                             "(a mesh shards the rows instead).")
+        self.lanes, self.lane_rows = int(lanes), batch_size // lanes
+        self._ran: set = set()  # programs that ran once (a lane's first call compiles them alone)
         self._programs: dict[tuple, Any] = {}
         self._makers: dict[tuple, Any] = {}  # the jitted empty cache and idle state (not counted in num_programs)
 
@@ -285,10 +296,13 @@ class Sampler:
         """How many distinct programs (begin: rows x bucket x window; decode: config x window x steps) it compiled."""
         return len(self._programs)
 
-    def init_cache(self) -> tuple[KVCache, np.ndarray]:
+    def init_cache(self) -> tuple[KVCache | LaneCaches, np.ndarray]:
         """An empty cache (`init_cache`: cache_size slots; rows over the mesh's (data, fsdp), kv heads
-        over tensor) and this process's cache_lens, zeros [local_batch_size]."""
+        over tensor; one per lane in lanes) and this process's cache_lens, zeros [local_batch_size]."""
         lens = np.zeros((self.local_batch_size,), np.int32)
+        if self.lanes > 1:
+            return LaneCaches(tuple(init_cache(self.model_config, self.lane_rows, self.cache_size, self.dtype)
+                                    for _ in range(self.lanes))), lens
         if self.mesh is None:
             return init_cache(self.model_config, self.batch_size, self.cache_size, self.dtype), lens
 
@@ -363,15 +377,15 @@ class Sampler:
         weakref.finalize(leaves[0], _forget_weights, weakref.ref(self), id(weights))
         return weights
 
-    def begin(self, params, cache: KVCache, state: TurnState, rows, new_tokens, new_lens, cache_lens, keys,
-              config: SamplingConfig, *, source=None) -> tuple[KVCache, TurnState]:
+    def begin(self, params, cache: KVCache | LaneCaches, state: TurnState, rows, new_tokens, new_lens, cache_lens,
+              keys, config: SamplingConfig, *, source=None) -> tuple[KVCache | LaneCaches, TurnState]:
         """Starts a turn for the global rows `rows` [R]: appends new_tokens[r, :new_lens[r]] to row r's cached
         sequence (its first cache_lens[r] slots) and samples the turn's first token with keys[r] (raw key data
         [R, k], e.g. `episode_turn_keys`). One process; the cache and state are donated. -> (cache, state).
 
         source [R] (optional): row r reuses the prefill of row source[r] (an index into `rows`, whose new tokens
-        and cache length it shares), e.g. the episodes of a group starting from one prompt: prefilled once.
-        Rows and prefills are padded to powers of two, so a run compiles a few programs."""
+        and cache length it shares), e.g. the episodes of a group starting from one prompt: prefilled once (once
+        per lane, in lanes). Rows and prefills are padded to powers of two, so a run compiles a few programs."""
         rows = np.asarray(rows, np.int32)
         r = len(rows)
         if r == 0:
@@ -384,25 +398,56 @@ class Sampler:
         source = np.arange(r) if source is None else np.asarray(source, np.int64)
         if source.shape != (r,) or np.any(source[source] != source):
             raise ValueError("source must map each row to a row (of `rows`) that is its own source.")
+        tokens, keys = np.asarray(new_tokens, np.int32), np.asarray(keys, np.uint32)
+        self._check_cache(cache)
+        if self.lanes == 1:
+            fn, args = self._begin_call(config, rows, tokens, lens, index, keys, source, self.batch_size)
+            return fn(params, cache, state, *args)
+        states, caches = list(split_rows(state, self.lanes)), list(cache.lanes)
+        plan = [(lane, self._begin_call(config, rows[picks] - lane * self.lane_rows, tokens[picks], lens[picks],
+                                        index[picks], keys[picks], local, self.lane_rows))
+                for lane, picks, local in lane_plan(rows, source, self.lane_rows)]
+        outs = self._run_lanes([(fn, (params, caches[lane], states[lane]) + args) for lane, (fn, args) in plan])
+        for (lane, _), (lane_cache, lane_state) in zip(plan, outs):
+            caches[lane], states[lane] = lane_cache, lane_state
+        return LaneCaches(tuple(caches)), merge_rows(states)
+
+    def prefilled_rows(self, rows, source) -> np.ndarray:
+        """The positions in `rows` of the rows whose new tokens `begin(rows, ..., source=source)` prefills: one per
+        distinct source, per lane in lanes."""
+        rows, source = np.asarray(rows, np.int64), np.asarray(source, np.int64)
+        if self.lanes == 1:
+            return np.unique(source)
+        return np.sort(np.concatenate([picks[np.unique(local)] for _, picks, local in
+                                       lane_plan(rows, source, self.lane_rows)]))
+
+    def _begin_call(self, config: SamplingConfig, rows, tokens, lens, index, keys, source, batch: int):
+        """(begin program, its arguments after (params, cache, state)) for rows [R] of a batch of `batch` rows."""
+        r = len(rows)
         sources, position = np.unique(source, return_inverse=True)  # the prefills, and which one each row takes
         u = len(sources)
-        size, prefills = (min(bucket_length(n, minimum=1), self.batch_size) for n in (r, u))
+        size, prefills = (min(bucket_length(n, minimum=1), batch) for n in (r, u))
         bucket = bucket_length(int(lens[sources].max()))
         kv_len = self.window_length(int((index + lens)[sources].max()))  # what the prefill reads and writes
-        tokens = np.full((prefills, bucket), self.pad_id, np.int32)
-        given = np.asarray(new_tokens, np.int32)[sources, :bucket]
-        tokens[:u, :given.shape[1]] = given
-        keys = np.asarray(keys, np.uint32)
+        padded = np.full((prefills, bucket), self.pad_id, np.int32)
+        given = tokens[sources, :bucket]
+        padded[:u, :given.shape[1]] = given
         pad, pad_u = size - r, prefills - u
-        args = (np.concatenate([rows, np.full(pad, self.batch_size, np.int32)]),
+        args = (np.concatenate([rows, np.full(pad, batch, np.int32)]),
                 np.concatenate([position, np.zeros(pad, np.int64)]).astype(np.int32),
-                np.concatenate([rows[sources], np.full(pad_u, self.batch_size, np.int32)]), tokens,
+                np.concatenate([rows[sources], np.full(pad_u, batch, np.int32)]), padded,
                 np.concatenate([index[sources], np.zeros(pad_u, np.int32)]),
                 np.concatenate([lens[sources], np.ones(pad_u, np.int32)]),
                 np.concatenate([keys, np.zeros((pad, keys.shape[1]), np.uint32)]))
-        in_place = r == u == self.batch_size and np.array_equal(rows, np.arange(r)) and np.array_equal(sources, np.arange(r))
-        fn = self._begin_fn(config, size, prefills, bucket, kv_len, in_place)
-        return fn(params, cache, state, *map(jnp.asarray, args))
+        in_place = r == u == batch and np.array_equal(rows, np.arange(r)) and np.array_equal(sources, np.arange(r))
+        return self._begin_fn(config, size, prefills, bucket, kv_len, in_place), tuple(map(jnp.asarray, args))
+
+    def _run_lanes(self, calls: list[tuple[Any, tuple]]) -> list[Any]:
+        """Runs (program, arguments) calls, one per lane, side by side; a program's first call runs alone."""
+        cold = any(fn not in self._ran for fn, _ in calls)
+        results = run_lanes([functools.partial(fn, *args) for fn, args in calls], first_alone=cold)
+        self._ran.update(fn for fn, _ in calls)
+        return results
 
     def decode_window(self, end: int) -> int:
         """The cache slots a decode program is compiled for when rows reach slot `end`: its window_length, or the
@@ -411,11 +456,27 @@ class Sampler:
         window = self.window_length(end)
         return self.cache_size if uses_ragged_decode(1 if self.mesh is None else self.mesh.size) else window
 
-    def decode(self, params, cache: KVCache, state: TurnState, config: SamplingConfig, steps: int, *,
-               end: int) -> tuple[KVCache, TurnState]:
+    def decode(self, params, cache: KVCache | LaneCaches, state: TurnState, config: SamplingConfig, steps: int, *,
+               end: int) -> tuple[KVCache | LaneCaches, TurnState]:
         """Advances unfinished rows by up to `steps` tokens; `end` bounds the slot any row reaches (its window)."""
-        return self._decode_fn(config, self.decode_window(end), steps)(params, self.decode_weights(params), cache,
-                                                                       state)
+        self._check_cache(cache)
+        fn = self._decode_fn(config, self.decode_window(end), steps)
+        weights = self.decode_weights(params)
+        if self.lanes == 1:
+            return fn(params, weights, cache, state)
+        outs = self._run_lanes([(fn, (params, weights, lane_cache, lane_state))
+                                for lane_cache, lane_state in zip(cache.lanes, split_rows(state, self.lanes))])
+        caches, states = zip(*outs)
+        return LaneCaches(tuple(caches)), merge_rows(states)
+
+    def _check_cache(self, cache) -> None:
+        laned = isinstance(cache, LaneCaches)
+        if (cache.batch_size, cache.max_len) != (self.batch_size, self.cache_size) or laned != (self.lanes > 1) or (
+                laned and len(cache.lanes) != self.lanes):
+            held = f"{len(cache.lanes)} lanes of " if laned else ""
+            raise ValueError(f"cache holds {held}[B, S] = {(cache.batch_size, cache.max_len)}, this sampler expects "
+                             f"{self.lanes} lane(s) of {(self.batch_size, self.cache_size)} in all; create it with "
+                             "Sampler.init_cache().")
 
     def _check(self, new_tokens, new_lens, cache_lens, active, config: SamplingConfig) -> None:
         b = self.local_batch_size
@@ -459,9 +520,7 @@ class Sampler:
             raise ValueError("Pass cache and cache_lens together (both from Sampler.init_cache or a SampleOutput).")
         if cache is None:
             cache, cache_lens = self.init_cache()
-        if (cache.batch_size, cache.max_len) != (self.batch_size, self.cache_size):
-            raise ValueError(f"cache has [B, S] = {(cache.batch_size, cache.max_len)}, this sampler expects "
-                             f"{(self.batch_size, self.cache_size)}; create it with Sampler.init_cache().")
+        self._check_cache(cache)
         tokens_np = np.asarray(new_tokens, dtype=np.int32)
         lens_np = np.asarray(new_lens, dtype=np.int32)
         cache_lens_np = np.asarray(cache_lens, dtype=np.int32)

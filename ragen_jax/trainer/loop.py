@@ -164,9 +164,9 @@ class Trainer:
         # each process plays the episodes of the rows its devices hold, with its own envs
         r = cfg.rollout
         self.engine = make_engine(r.engine, self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.batch_size,
-                                  slots=r.slots, chunk=r.chunk, mesh=self.mesh)
+                                  slots=r.slots, chunk=r.chunk, lanes=r.lanes, mesh=self.mesh)
         self.val_engine = make_engine(r.engine, self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.val_batch,
-                                      slots=r.slots, chunk=r.chunk, mesh=self.mesh)
+                                      slots=r.slots, chunk=r.chunk, lanes=r.lanes, mesh=self.mesh)
 
         updates = t.total_steps * t.epochs * max(self.batch_size // t.mini_batch_size, 1)
         self.actor_tx, self.actor_lr = make_optimizer(cfg.optim.actor, updates)
