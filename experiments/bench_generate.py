@@ -106,8 +106,8 @@ def prefill_bytes(graphdef, params, batch: int, bucket: int, cache_size: int, wi
 
 
 def ours_runner(graphdef, params, prompts: np.ndarray, new_tokens: int):
-    """(() -> (seconds, new tokens [B, N]) of one Sampler.generate call, compiled bytes of its prefill).
-    The warm-up call compiles."""
+    """(() -> (seconds, new tokens [B, N]) of one Sampler.generate call, compiled bytes of its prefill, the
+    sampler's decode lanes (its default)). The warm-up call compiles."""
     batch, prompt_len = prompts.shape
     sampler = Sampler(graphdef, cache_size=prompt_len + new_tokens, pad_id=PAD, batch_size=batch)
     config = SamplingConfig(max_new_tokens=new_tokens, greedy=True)
@@ -121,7 +121,7 @@ def ours_runner(graphdef, params, prompts: np.ndarray, new_tokens: int):
         out = sampler.generate(params, prompts, lens, jax.random.key(0), config)
         out.tokens.block_until_ready()
         return time.perf_counter() - start, np.asarray(out.tokens)
-    return call, peak
+    return call, peak, sampler.lanes
 
 
 def torch_peak_bytes(folder: str, case: str) -> int:
@@ -156,7 +156,7 @@ def run_case(case: str, repeats: int) -> float:
         ours = load_model(folder)
         graphdef, params = nnx.split(ours)
         del ours
-        ours_call, ours_peak = ours_runner(graphdef, params, prompts, new_tokens)
+        ours_call, ours_peak, lanes = ours_runner(graphdef, params, prompts, new_tokens)
     theirs_call = theirs_runner(hf_model, prompts, new_tokens)
     theirs_call()  # one untimed call at full size, as ours' compiling call: PyTorch's first allocations and page faults
     t_ours, t_theirs = [], []
@@ -175,7 +175,8 @@ def run_case(case: str, repeats: int) -> float:
     ours_flops = prefill_flops(config, batch, prompt_len, last_layer_all=False) + decode
     theirs_flops = prefill_flops(config, batch, prompt_len) + decode
     print(f"[{case}] batch {batch}, prompt {prompt_len}, {new_tokens} new tokens (greedy), medians of {repeats}: "
-          f"ours {ours_tps:.1f}, transformers {theirs_tps:.1f} {what}, ratio {ours_tps / theirs_tps:.2f}x; "
+          f"ours {ours_tps:.1f} ({lanes} decode lane{'s' if lanes > 1 else ''}), transformers {theirs_tps:.1f} "
+          f"{what}, ratio {ours_tps / theirs_tps:.2f}x; "
           f"greedy tokens identical: {agree:.1%}\n"
           f"[{case}] peak memory: ours {ours_peak / 2**20:.1f} MiB (compiled prefill), transformers "
           f"{theirs_peak / 2**20:.1f} MiB (peak RSS growth over one generate); {other.line()}\n"

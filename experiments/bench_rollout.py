@@ -16,9 +16,10 @@ then `--repeats` timed runs each, interleaved; medians):
 For each engine it prints wall seconds (median, min, max), generated tokens, decode steps per generated token
 (the waste: slot-steps the decode loop ran per token it kept; 1.00 is none) and whether its trajectories equal
 the lockstep engine's token for token. The continuous engine runs with each `--slots` value (0 = one slot per
-episode, the default).
+episode, the default) and each `--lanes` value (0 = the sampler's default decode lanes); the lockstep engine, the
+reference, decodes in one lane.
 
-    .venv/bin/python experiments/bench_rollout.py [--repeats 3] [--slots 0,32] [--chunk 8] [--workloads ragen_shaped,tiny]
+    .venv/bin/python experiments/bench_rollout.py [--repeats 3] [--slots 0,32] [--lanes 1,0] [--chunk 8] [--workloads ragen_shaped,tiny]
 
 Last line: RATIO continuous/lockstep wall: ragen_shaped=N.NNx tiny=N.NNx (lockstep seconds / continuous seconds,
 the continuous engine at its best slot count, which the lines above name).
@@ -123,10 +124,11 @@ def trajectories(result) -> list:
 def bench_workload(name: str, args) -> dict:
     graphdef, params, tokenizer, rollout, env, seeds, group_ids = workload(name, args)
     batch = len(seeds)
-    engines = {"lockstep": RolloutEngine(graphdef, tokenizer, rollout, batch)}
+    engines = {"lockstep": RolloutEngine(graphdef, tokenizer, rollout, batch, lanes=1)}
     for slots in args.slots:
-        label = f"continuous[slots={slots or batch}]"
-        engines[label] = ContinuousEngine(graphdef, tokenizer, rollout, batch, slots=slots, chunk=args.chunk)
+        for lanes in args.lanes:
+            engine = ContinuousEngine(graphdef, tokenizer, rollout, batch, slots=slots, chunk=args.chunk, lanes=lanes)
+            engines[f"continuous[slots={slots or batch},lanes={engine.sampler.lanes}]"] = engine
     key = jax.random.key(0)
     reference, out = None, {}
     for label, engine in engines.items():  # warm-up: compile every program, record the trajectories
@@ -169,9 +171,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--slots", default="0,32", help="continuous engine slot counts to try (0 = one per episode)")
     parser.add_argument("--chunk", type=int, default=8, help="continuous engine decode steps per chunk")
+    parser.add_argument("--lanes", default="0", help="continuous engine decode lanes to try (0 = the sampler's "
+                        "default); the lockstep reference decodes in one")
     parser.add_argument("--tiny_model", default=None, help="model folder for the tiny workload (default: random tiny)")
     args = parser.parse_args()
     args.slots = [int(s) for s in args.slots.split(",")]
+    args.lanes = [int(n) for n in args.lanes.split(",")]
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cores; at the start: {load_line()}",
           flush=True)
     ratios = {}

@@ -121,7 +121,7 @@ def profile_generate(case: str, runs: int, top: int) -> None:
         model = load_model(folder, param_dtype="float32")
     graphdef, params = nnx.split(model)
     prompts = np.random.default_rng(0).integers(1, hf_cfg.vocab_size, (batch, prompt_len)).astype(np.int32)
-    call, _ = bg.ours_runner(graphdef, params, prompts, new)
+    call, _, _ = bg.ours_runner(graphdef, params, prompts, new)
     sampler_hlo = _sampler_hlo(graphdef, params, prompts, new)
     print_profile(f"generate {case}: batch {batch}, prompt {prompt_len}, {new} greedy tokens", sampler_hlo,
                   trace_ops(call, runs), runs, top)
@@ -129,13 +129,17 @@ def profile_generate(case: str, runs: int, top: int) -> None:
 
 def _sampler_hlo(graphdef, params, prompts, new) -> str:
     from ragen_jax.sampling import Sampler, SamplingConfig
+    from ragen_jax.sampling.lanes import split_rows
 
     batch, prompt_len = prompts.shape
     sampler = Sampler(graphdef, cache_size=prompt_len + new, pad_id=0, batch_size=batch)
     config = SamplingConfig(max_new_tokens=new, greedy=True)
     cache, _ = sampler.init_cache()
+    state = sampler.idle_state(config)
+    if sampler.lanes > 1:  # every lane runs the same program over its rows
+        cache, state = cache.lanes[0], split_rows(state, sampler.lanes)[0]
     decode = sampler._decode_fn(config, sampler.decode_window(prompt_len + new), new)
-    return decode.lower(params, sampler.decode_weights(params), cache, sampler.idle_state(config)).compile().as_text()
+    return decode.lower(params, sampler.decode_weights(params), cache, state).compile().as_text()
 
 
 def profile_update(size: str, runs: int, top: int) -> None:
