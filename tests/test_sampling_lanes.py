@@ -30,7 +30,7 @@ def _assert_same_turn(a, b):
     np.testing.assert_allclose(np.asarray(a.raw_logprobs), np.asarray(b.raw_logprobs), atol=1e-5)
 
 
-@pytest.mark.parametrize("greedy", [True, False])
+@pytest.mark.parametrize("greedy", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_lanes_play_the_same_multi_turn_rows_as_one_program(model, greedy):
     """Three turns, the cache kept between them, rows 2 and 5 idle in the second turn: two and four lanes give
     the tokens, lengths and cache lengths of one program (log-probs to float rounding), and the same cache over
