@@ -25,8 +25,8 @@ import numpy as np
 
 from ragen_jax.models import KVCache, ModelConfig
 
-MIN_LANE_ROWS = 8  # rows per lane: 2 x 4 rows decoded no faster than 8 in one call (2 x 8: 1.18x, 2 x 16: 2.0x)
-MAX_LANE_WEIGHT_BYTES = 16 * 2**20  # weights one decode step reads (projections + output head), per lane
+MIN_LANE_ROWS = 8  # rows per lane: 8 rows in two lanes generated 0.91x as fast as in one, 16 rows 1.55x
+MAX_LANE_WEIGHT_BYTES = 16 * 2**20  # weights one decode step reads (projections + output head); each lane reads all
 
 
 @flax.struct.dataclass
@@ -72,9 +72,10 @@ def decode_lanes(config: ModelConfig, platform: str, batch_size: int, *, multi_d
                  cores: int | None = None) -> int:
     """How many lanes a sampler decodes in by default: on a CPU, for a model whose decode step reads at most
     MAX_LANE_WEIGHT_BYTES of weights, as many as there are cores and MIN_LANE_ROWS-row parts of the batch (a
-    divisor of the batch); otherwise 1. Measured on a 2-core CPU (docs/performance.md): the tiny model (2 MB of
-    weights) at 16 / 32 / 64 / 128 rows decoded 1.18 / 2.0 / 2.0 / 1.7x faster in two lanes, at 8 rows no
-    faster; a 512-wide, 8-layer model (156 MB) 0.82x at 16 rows and 0.96x at 64 (each lane streams every weight)."""
+    divisor of the batch); otherwise 1. Measured on a 2-core CPU (`experiments/bench_lanes.py`, whole generate
+    calls, two lanes against one program): the tiny model (2.0 MiB of weights a step) at 8 / 16 / 32 / 64 / 128
+    rows 0.91 / 1.55 / 1.70 / 1.71 / 1.47x; a 512-wide, 8-layer model (148.5 MiB) 0.94x at 16 rows and 0.99x at 64
+    (each lane streams every weight from memory)."""
     if platform != "cpu" or multi_device or decode_step_weight_bytes(config) > MAX_LANE_WEIGHT_BYTES:
         return 1
     lanes = max(1, min(cpu_cores() if cores is None else cores, batch_size // MIN_LANE_ROWS))
