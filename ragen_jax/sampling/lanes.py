@@ -2,8 +2,9 @@
 
 On a CPU, a small model's decode step is many small ops (a few-row GEMM, a softmax over a short window), and
 XLA:CPU's split of each op over the cores buys nothing there: the tiny benchmark model's step (64 rows, 192
-cache slots) took the same 2.4-2.6 ms pinned to one core as on two. Two program calls of 32 rows each, made from
-two threads, run side by side: 1.1-1.3 ms a step for the 64 rows (docs/performance.md). A sampler in lanes keeps
+cache slots) took as long pinned to one core as on two, and two program calls of 32 rows each, made from two
+threads, ran side by side in about half the time (scratch timings, docs/performance.md; whole generate calls in
+two lanes measured quiet: 1.5-1.7x, `experiments/bench_lanes.py`). A sampler in lanes keeps
 one KV cache per lane (`LaneCaches`; its rows never move between lanes, so no step copies a cache), carries one
 `TurnState` over the whole batch (small; split and merged per call) and runs each lane's begin and decode
 programs on a shared thread pool. Each row's tokens depend only on its own key, prompt and cache, as without
