@@ -76,6 +76,7 @@ def validate_config(cfg, mode: str = "train") -> None:
                           f"rows of a step ({episodes} episodes x env.max_turn {cfg.env.max_turn})")
     if cfg.val.group_size > 0 and cfg.val.batch_size % cfg.val.group_size:
         errors.append("config.val.batch_size must be a multiple of config.val.group_size")
+    errors += _sampling_errors(cfg.rollout, cfg.val)
     if cfg.rollout.response_length >= cfg.rollout.max_model_len:
         errors.append("config.rollout.response_length must be < config.rollout.max_model_len")
     if algo.adv_estimator == "gae" and not algo.use_critic:
@@ -84,6 +85,24 @@ def validate_config(cfg, mode: str = "train") -> None:
         raise ValueError(f"Invalid config: {errors[0]}")
     if errors:
         raise ValueError("Invalid config:\n  - " + "\n  - ".join(errors))
+
+
+def _sampling_errors(rollout, val) -> list[str]:
+    """What `SamplingConfig` would refuse at the first rollout, said in config keys (validation samples with the
+    rollout's top_p and top_k; a greedy validation still reports log-probs at its temperature)."""
+    errors = []
+    if not rollout.temperature > 0:
+        errors.append(f"config.rollout.temperature must be > 0 (got {rollout.temperature}): RL samples its "
+                      "rollouts; 1.0 samples from the model as it is")
+    if not val.temperature > 0:
+        errors.append(f"config.val.temperature must be > 0 (got {val.temperature}); for argmax validation add "
+                      "--config.val.greedy=True and keep a positive temperature")
+    if not 0 < rollout.top_p <= 1:
+        errors.append(f"config.rollout.top_p must be in (0, 1] (got {rollout.top_p}); 1.0 turns nucleus "
+                      "filtering off")
+    if rollout.top_k < 0:
+        errors.append(f"config.rollout.top_k must be >= 0 (0 = off) (got {rollout.top_k})")
+    return errors
 
 
 PLAYED_DEMO_SOURCES = ("oracle", "random")  # played in a JAX env batch (rollout.demos.play_oracle_episodes)

@@ -49,3 +49,29 @@ def test_a_model_path_beside_the_tiny_preset_is_refused_with_the_fix():
         validate_config(cfg)
     cfg.model.preset = ""
     validate_config(cfg)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("rollout.temperature", 0.0, r"config.rollout.temperature must be > 0 \(got 0.0\)"),
+    ("rollout.temperature", -1.0, r"config.rollout.temperature must be > 0 \(got -1.0\)"),
+    ("val.temperature", 0.0, r"config.val.temperature must be > 0 \(got 0.0\).*--config.val.greedy=True"),
+    ("rollout.top_p", 0.0, r"config.rollout.top_p must be in \(0, 1\] \(got 0.0\)"),
+    ("rollout.top_p", 1.5, r"config.rollout.top_p must be in \(0, 1\] \(got 1.5\)"),
+    ("rollout.top_k", -1, r"config.rollout.top_k must be >= 0 \(0 = off\) \(got -1\)"),
+])
+def test_impossible_sampling_settings_fail_before_anything_is_built(key, value, message):
+    """A zero temperature used to pass the config check and stop the run with a traceback at its first RL step,
+    after the validation and the warm start (minutes on a CPU); it must fail here, naming the key and the fix."""
+    cfg = _config("SimpleSokoban", warmstart=False)
+    section, name = key.split(".")
+    cfg[section][name] = value
+    with pytest.raises(ValueError, match=message):
+        validate_config(cfg)
+    with pytest.raises(ValueError, match=message):
+        validate_config(cfg, mode="eval")
+
+
+def test_greedy_validation_at_a_positive_temperature_is_valid():
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.val.greedy, cfg.val.temperature = True, 0.5
+    validate_config(cfg)
