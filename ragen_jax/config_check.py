@@ -54,16 +54,8 @@ def validate_config(cfg, mode: str = "train") -> None:
         FilterConfig.from_mapping(dict(cfg.filter))
     except ValueError as e:
         errors.append(f"config.filter: {e}")
-    positive = [("env", "groups"), ("env", "group_size"), ("env", "max_turn"), ("env", "max_actions_per_turn"),
-                ("env", "max_actions_per_traj"), ("rollout", "response_length"), ("trainer", "mini_batch_size"),
-                ("trainer", "micro_batch_size"), ("trainer", "epochs"), ("val", "group_size"), ("val", "batch_size")]
-    for section, key in positive:
-        if cfg[section][key] <= 0:
-            errors.append(f"config.{section}.{key} must be > 0 (got {cfg[section][key]})")
-    for section, key in (("trainer", "total_steps"), ("val", "groups"), ("val", "every"), ("trainer", "save_every")):
-        if cfg[section][key] < 0:
-            errors.append(f"config.{section}.{key} must be >= 0 (got {cfg[section][key]})")
-    if cfg.trainer.mini_batch_size % cfg.trainer.micro_batch_size:
+    errors += _range_errors(cfg)
+    if cfg.trainer.micro_batch_size > 0 and cfg.trainer.mini_batch_size % cfg.trainer.micro_batch_size:
         errors.append("config.trainer.mini_batch_size must be a multiple of config.trainer.micro_batch_size")
     episodes = cfg.env.groups * cfg.env.group_size
     mini = cfg.trainer.mini_batch_size
@@ -102,6 +94,38 @@ def _sampling_errors(rollout, val) -> list[str]:
                       "filtering off")
     if rollout.top_k < 0:
         errors.append(f"config.rollout.top_k must be >= 0 (0 = off) (got {rollout.top_k})")
+    return errors
+
+
+_POSITIVE = (lambda v: v > 0, "must be > 0")
+_AT_LEAST_0 = (lambda v: v >= 0, "must be >= 0")
+_AT_LEAST_1 = (lambda v: v >= 1, "must be >= 1")
+_UNIT = (lambda v: 0 <= v <= 1, "must be in [0, 1]")
+RANGES = {  # key: (valid, what the error says): values that cannot run, or would train silently wrong
+    **{key: _POSITIVE for key in (
+        "env.groups", "env.group_size", "env.max_turn", "env.max_actions_per_turn", "env.max_actions_per_traj",
+        "rollout.response_length", "trainer.mini_batch_size", "trainer.micro_batch_size", "trainer.epochs",
+        "val.group_size", "val.batch_size")},
+    **{key: _AT_LEAST_0 for key in ("trainer.total_steps", "trainer.save_every", "val.groups", "val.every")},
+    **{f"optim.{m}.{k}": _AT_LEAST_0 for m in ("actor", "critic") for k in ("lr", "warmup_steps", "weight_decay")},
+    **{f"optim.{m}.grad_clip": (lambda v: v >= 0, "must be >= 0 (0 = off)") for m in ("actor", "critic")},
+    "algo.gamma": _UNIT, "algo.lam": _UNIT, "algo.high_level_gamma": _UNIT,
+    "algo.kl_loss_coef": _AT_LEAST_0, "algo.clip_ratio_low": _AT_LEAST_0, "algo.clip_ratio_high": _AT_LEAST_0,
+    "algo.clip_ratio_c": (lambda v: v == 0 or v > 1, "must be 0 (off) or > 1"),  # dual-clip's lower bound, as veRL
+    "trainer.logprob_chunk": _AT_LEAST_1, "rollout.context_window": _AT_LEAST_1, "rollout.chunk": _AT_LEAST_1,
+    "rollout.slots": (lambda v: v >= 0, "must be >= 0 (0 = one per episode)"),
+    "rollout.lanes": (lambda v: v >= 0, "must be >= 0 (0 = the sampler's default)"),
+}
+
+
+def _range_errors(cfg) -> list[str]:
+    errors = []
+    for key, (valid, requirement) in RANGES.items():
+        value = cfg
+        for part in key.split("."):
+            value = value[part]
+        if not valid(value):
+            errors.append(f"config.{key} {requirement} (got {value})")
     return errors
 
 

@@ -75,3 +75,40 @@ def test_greedy_validation_at_a_positive_temperature_is_valid():
     cfg = _config("SimpleSokoban", warmstart=False)
     cfg.val.greedy, cfg.val.temperature = True, 0.5
     validate_config(cfg)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("optim.actor.lr", -1e-4, r"config.optim.actor.lr must be >= 0 \(got -0.0001\)"),
+    ("optim.critic.warmup_steps", -5, r"config.optim.critic.warmup_steps must be >= 0 \(got -5\)"),
+    ("optim.actor.weight_decay", -0.1, r"config.optim.actor.weight_decay must be >= 0"),
+    ("optim.actor.grad_clip", -1.0, r"config.optim.actor.grad_clip must be >= 0 \(0 = off\)"),
+    ("algo.gamma", 1.5, r"config.algo.gamma must be in \[0, 1\] \(got 1.5\)"),
+    ("algo.lam", -0.1, r"config.algo.lam must be in \[0, 1\]"),
+    ("algo.high_level_gamma", 2.0, r"config.algo.high_level_gamma must be in \[0, 1\]"),
+    ("algo.kl_loss_coef", -0.1, r"config.algo.kl_loss_coef must be >= 0"),
+    ("algo.clip_ratio_low", -0.2, r"config.algo.clip_ratio_low must be >= 0"),
+    ("algo.clip_ratio_c", 0.5, r"config.algo.clip_ratio_c must be 0 \(off\) or > 1 \(got 0.5\)"),
+    ("trainer.logprob_chunk", 0, r"config.trainer.logprob_chunk must be >= 1"),
+    ("rollout.context_window", 0, r"config.rollout.context_window must be >= 1"),
+    ("rollout.chunk", 0, r"config.rollout.chunk must be >= 1"),
+    ("rollout.slots", -1, r"config.rollout.slots must be >= 0 \(0 = one per episode\)"),
+    ("rollout.lanes", -1, r"config.rollout.lanes must be >= 0 \(0 = the sampler's default\)"),
+])
+def test_values_outside_their_range_fail_before_anything_is_built(key, value, message):
+    """A negative learning rate (gradient ascent), a discount above 1 or a negative KL coefficient used to train
+    silently; a zero chunk or context window failed later, once the model was built."""
+    cfg = _config("SimpleSokoban", warmstart=False)
+    *path, name = key.split(".")
+    node = cfg
+    for part in path:
+        node = node[part]
+    node[name] = value
+    with pytest.raises(ValueError, match=message):
+        validate_config(cfg)
+
+
+def test_the_edges_of_each_range_are_valid():
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.optim.actor.lr, cfg.optim.actor.grad_clip, cfg.algo.gamma, cfg.algo.lam = 0.0, 0.0, 0.0, 1.0
+    cfg.algo.clip_ratio_c, cfg.algo.kl_loss_coef, cfg.rollout.slots, cfg.rollout.lanes = 0.0, 0.0, 0, 0
+    validate_config(cfg)
