@@ -109,6 +109,12 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     **{key: _AT_LEAST_0 for key in ("trainer.total_steps", "trainer.save_every", "val.groups", "val.every")},
     **{f"optim.{m}.{k}": _AT_LEAST_0 for m in ("actor", "critic") for k in ("lr", "warmup_steps", "weight_decay")},
     **{f"optim.{m}.grad_clip": (lambda v: v >= 0, "must be >= 0 (0 = off)") for m in ("actor", "critic")},
+    **{f"warmstart.{k}": _AT_LEAST_0 for k in ("lr", "warmup_steps", "weight_decay", "steps", "max_seconds",
+                                               "val_every", "filler_words")},
+    **{f"warmstart.{k}": _POSITIVE for k in ("batch_size", "num_demos")},
+    "warmstart.micro_batch_size": (lambda v: v >= 0, "must be >= 0 (0 = the batch size)"),
+    "diagnostics.every": _AT_LEAST_0, "diagnostics.max_pairs": _POSITIVE, "diagnostics.batch_size": _POSITIVE,
+    "diagnostics.ema_decay": _UNIT,
     "algo.gamma": _UNIT, "algo.lam": _UNIT, "algo.high_level_gamma": _UNIT,
     "algo.kl_loss_coef": _AT_LEAST_0, "algo.clip_ratio_low": _AT_LEAST_0, "algo.clip_ratio_high": _AT_LEAST_0,
     "algo.clip_ratio_c": (lambda v: v == 0 or v > 1, "must be 0 (off) or > 1"),  # dual-clip's lower bound, as veRL

@@ -112,3 +112,22 @@ def test_the_edges_of_each_range_are_valid():
     cfg.optim.actor.lr, cfg.optim.actor.grad_clip, cfg.algo.gamma, cfg.algo.lam = 0.0, 0.0, 0.0, 1.0
     cfg.algo.clip_ratio_c, cfg.algo.kl_loss_coef, cfg.rollout.slots, cfg.rollout.lanes = 0.0, 0.0, 0, 0
     validate_config(cfg)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("warmstart.lr", -1e-3, r"config.warmstart.lr must be >= 0"),
+    ("warmstart.steps", -1, r"config.warmstart.steps must be >= 0"),
+    ("warmstart.batch_size", 0, r"config.warmstart.batch_size must be > 0"),
+    ("warmstart.micro_batch_size", -1, r"config.warmstart.micro_batch_size must be >= 0 \(0 = the batch size\)"),
+    ("warmstart.num_demos", 0, r"config.warmstart.num_demos must be > 0"),
+    ("diagnostics.every", -1, r"config.diagnostics.every must be >= 0"),
+    ("diagnostics.max_pairs", 0, r"config.diagnostics.max_pairs must be > 0"),
+    ("diagnostics.ema_decay", 1.5, r"config.diagnostics.ema_decay must be in \[0, 1\]"),
+    ("filter.value", -0.5, r"config.filter: filter value must be >= 0 \(got -0.5\)"),
+])
+def test_warm_start_diagnostics_and_filter_values_outside_their_range_fail_early(key, value, message):
+    cfg = _config("SimpleSokoban", warmstart=True)
+    section, name = key.split(".")
+    cfg[section][name] = value
+    with pytest.raises(ValueError, match=message):
+        validate_config(cfg)

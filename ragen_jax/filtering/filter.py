@@ -39,6 +39,9 @@ class FilterConfig:
         if self.loss_scaling not in LOSS_SCALINGS:
             raise ValueError(f"filter loss_scaling {self.loss_scaling!r} not in {LOSS_SCALINGS}.")
         metric_quantity(self.metric)
+        for name in ("value", "selection_eps", "empty_stop_steps"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"filter {name} must be >= 0 (got {getattr(self, name)}).")
 
     @classmethod
     def from_mapping(cls, cfg: Mapping[str, Any]) -> "FilterConfig":
