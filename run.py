@@ -28,6 +28,10 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "--mode=eval: what to eval
                                   "workdir's latest checkpoint.")
 _PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved config, the custom functions it "
                                   "names and the per-device memory plan, then exit.")
+_COMPILE_CACHE = flags.DEFINE_string(
+    "compile_cache", None, "Folder of the persistent XLA compilation cache: a later run with the same model and "
+    "shapes (a rerun, a sweep's next point, --mode=eval) loads its compiled programs instead of compiling them. "
+    "Default: $RAGEN_JAX_COMPILE_CACHE, else ~/.cache/ragen_jax/xla; --compile_cache='' turns it off.")
 flags.mark_flag_as_required("config")
 
 
@@ -62,6 +66,10 @@ def main(argv):
     if _PRINT_CONFIG.value:
         print(report.config_report(cfg))
         return
+    from ragen_jax import compile_cache
+
+    cache = compile_cache.enable(compile_cache.default_dir() if _COMPILE_CACHE.value is None else _COMPILE_CACHE.value)
+    logging.info("XLA compilation cache: %s", f"{cache} (--compile_cache='' turns it off)" if cache else "off")
     target, log_dir = None, None
     if _MODE.value == "eval":
         from ragen_jax.trainer.evaluate import eval_target, prepare_config

@@ -130,6 +130,7 @@ def profile_generate(case: str, runs: int, top: int) -> None:
 def _sampler_hlo(graphdef, params, prompts, new) -> str:
     from ragen_jax.sampling import Sampler, SamplingConfig
     from ragen_jax.sampling.lanes import split_rows
+    from ragen_jax.sampling.sampler import temperature_arg
 
     batch, prompt_len = prompts.shape
     sampler = Sampler(graphdef, cache_size=prompt_len + new, pad_id=0, batch_size=batch)
@@ -139,7 +140,8 @@ def _sampler_hlo(graphdef, params, prompts, new) -> str:
     if sampler.lanes > 1:  # every lane runs the same program over its rows
         cache, state = cache.lanes[0], split_rows(state, sampler.lanes)[0]
     decode = sampler._decode_fn(config, sampler.decode_window(prompt_len + new), new)
-    return decode.lower(params, sampler.decode_weights(params), cache, state).compile().as_text()
+    return decode.lower(params, sampler.decode_weights(params), cache, state,
+                        temperature_arg(config)).compile().as_text()
 
 
 def profile_update(size: str, runs: int, top: int) -> None:

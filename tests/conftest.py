@@ -6,6 +6,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("RAGEN_JAX_COMPILE_CACHE", "")  # run.py in a test subprocess writes no cache into ~/.cache
 
 import pytest  # noqa: E402
 

@@ -113,12 +113,14 @@ def test_unknown_variant_lists_the_known_ones(tmp_path):
 
 @pytest.mark.slow
 def test_eval_prints_metrics_and_writes_jsonl(tmp_path):
-    """The documented command on a tiny Countdown run: metrics as JSON on stdout, one JSONL line per episode."""
-    wd = tmp_path / "run"
+    """The documented command on a tiny Countdown run: metrics as JSON on stdout, one JSONL line per episode; its
+    compiled programs land in the compilation cache it is given."""
+    wd, cache = tmp_path / "run", tmp_path / "xla"
     proc = run_cli("--config=configs/countdown.py:tiny", "--config.val.groups=3", "--config.val.batch_size=3",
                    "--config.env.groups=1", "--config.env.group_size=2", "--config.rollout.response_length=16",
-                   "--config.rollout.max_model_len=512", workdir=wd)
+                   "--config.rollout.max_model_len=512", f"--compile_cache={cache}", workdir=wd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"XLA compilation cache: {cache}" in proc.stderr and os.listdir(cache)
     metrics = json.loads(proc.stdout[proc.stdout.index("{"):])
     for name in ("success", "num_actions", "pass_at_1", "action_is_valid", "action_is_effective"):
         assert f"val/Countdown/{name}" in metrics

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragen_jax.models import CausalLM, ModelConfig
-from ragen_jax.sampling import Sampler, SamplingConfig, process_logits, sample_step
+from ragen_jax.sampling import Sampler, SamplingConfig, process_logits, sample_step, score_tokens
 
 
 def reference_probs(logits: np.ndarray, temperature=1.0, top_k=0, top_p=1.0) -> np.ndarray:
@@ -117,6 +117,36 @@ def test_generate_samples_the_configured_distribution(tiny, temperature, top_k, 
         allowed = reference_probs(np.asarray(step_logits[b, -1]), temperature, top_k, top_p) > 0
         assert allowed[int(out.tokens[b, 1])]
     assert len(np.unique(first)) > 1
+
+
+@pytest.mark.parametrize("top_k", [0, 3])
+def test_temperatures_share_the_compiled_programs(tiny, top_k):
+    """Training and validation sample at different temperatures through one sampler: the programs take the
+    temperature as an argument, so each temperature reuses them and still draws from its own distribution (the
+    same tokens and log-probs as a sampler that only ever saw that temperature)."""
+    graphdef, params = tiny
+    batch, new = 8, 6
+    prompt = np.tile(np.array([[3, 7, 1, 4]], np.int32), (batch, 1))
+    lens = np.full(batch, 4)
+    key = jax.random.key(11)
+    config = lambda t: SamplingConfig(max_new_tokens=new, temperature=t, top_k=top_k)  # noqa: E731
+    shared = Sampler(graphdef, cache_size=4 + new, pad_id=0, batch_size=batch, lanes=1)
+    outs = {t: shared.generate(params, prompt, lens, key, config(t)) for t in (1.0, 0.5, 2.0)}
+    assert shared.num_programs == 2  # one begin and one decode program for the three temperatures
+    for t in (0.5, 2.0):
+        alone = Sampler(graphdef, cache_size=4 + new, pad_id=0, batch_size=batch, lanes=1).generate(
+            params, prompt, lens, key, config(t))
+        for field in ("tokens", "lengths", "logprobs", "raw_logprobs"):
+            np.testing.assert_array_equal(getattr(outs[t], field), getattr(alone, field), err_msg=f"T={t} {field}")
+    for t, out in outs.items():
+        seqs = np.concatenate([prompt, np.asarray(out.tokens)], axis=1)
+        mask = np.ones_like(seqs)
+        raw = np.asarray(score_tokens(graphdef, params, seqs, mask))[:, 4:]
+        np.testing.assert_allclose(out.raw_logprobs, raw, atol=1e-5)
+        if top_k == 0:  # the sampling distribution is the tempered model's
+            tempered = np.asarray(score_tokens(graphdef, params, seqs, mask, temperature=t))[:, 4:]
+            np.testing.assert_allclose(out.logprobs, tempered, atol=1e-5)
+    assert not np.array_equal(outs[0.5].tokens, outs[2.0].tokens)
 
 
 def test_first_argmax_is_jnp_argmax_with_ties():

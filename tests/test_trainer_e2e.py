@@ -10,6 +10,7 @@ import numpy as np
 from configs.base import apply_tiny, get_base_config
 from ragen_jax.algos import ppo_clip_loss
 from ragen_jax.config_check import validate_config
+from ragen_jax.rollout import group_seeds
 from ragen_jax.trainer.loop import Trainer
 
 
@@ -61,6 +62,20 @@ def test_train_writes_events_checkpoints_and_resumes_exactly(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     for a, b in zip(_leaves(full.critic.trainable), _leaves(resumed.critic.trainable)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_validation_and_training_share_their_sampling_programs(tmp_path):
+    """Validation (temperature 0.5) and training (temperature 1) with equal batches use one engine, whose
+    programs take the temperature as an argument: the training rollout compiles no decode program of its own."""
+    trainer = Trainer(bandit_config(tmp_path))
+    assert trainer.val_engine is trainer.engine
+    assert trainer.cfg.val.temperature != trainer.cfg.rollout.temperature
+    trainer.run_validation(0)
+    decode_programs = lambda: {k for k in trainer.engine.sampler._programs if k[0] == "decode"}  # noqa: E731
+    after_validation = decode_programs()
+    seeds, gids = group_seeds(1, trainer.cfg.env.groups, trainer.cfg.env.group_size)
+    res = trainer.engine.run(trainer.sampling_params(), trainer.train_env, seeds, gids, jax.random.key(0), tag="t")
+    assert len(res.episodes) == trainer.batch_size and after_validation and decode_programs() == after_validation
 
 
 CALLS = []

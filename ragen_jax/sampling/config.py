@@ -1,4 +1,6 @@
-"""Sampling configuration: a hashable dataclass, so each distinct config compiles its own decode loop."""
+"""Sampling configuration: a hashable dataclass. The compiled sampling programs are keyed by `program_key`, which
+leaves the temperature out (the programs take it as an argument), so configs that differ only in temperature, such
+as training's and validation's, share their programs."""
 
 from __future__ import annotations
 
@@ -32,6 +34,11 @@ class SamplingConfig:
             raise ValueError("stop_sequences must not contain an empty sequence.")
 
     @property
-    def filters_logits(self) -> bool:
-        """Whether the sampling distribution differs from the raw model's (temperature, top-k or top-p)."""
-        return self.temperature != 1.0 or self.top_k > 0 or self.top_p < 1.0
+    def truncates(self) -> bool:
+        """Whether top-k or top-p cut the vocabulary (part of the compiled program, unlike the temperature)."""
+        return self.top_k > 0 or self.top_p < 1.0
+
+    def program_key(self) -> SamplingConfig:
+        """What a compiled sampling program depends on: this config at temperature 1 (the temperature is the
+        programs' argument)."""
+        return dataclasses.replace(self, temperature=1.0)

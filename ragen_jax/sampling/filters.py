@@ -5,6 +5,7 @@ from __future__ import annotations
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ragen_jax.sampling.config import SamplingConfig
 
@@ -20,12 +21,20 @@ def _nucleus_threshold(sorted_desc: jax.Array, top_p: float) -> jax.Array:
     return jnp.take_along_axis(sorted_desc, jnp.maximum(n_keep, 1) - 1, axis=-1)
 
 
-def process_logits(logits: jax.Array, config: SamplingConfig) -> jax.Array:
-    """Sampling-distribution logits [B, V]: logits / temperature, -inf outside top-k, then outside the nucleus."""
+def _is_static(temperature) -> bool:
+    """Whether a temperature is a plain number (known while tracing) rather than an array argument."""
+    return isinstance(temperature, (int, float, np.number))
+
+
+def process_logits(logits: jax.Array, config: SamplingConfig, temperature=None) -> jax.Array:
+    """Sampling-distribution logits [B, V]: logits / temperature, -inf outside top-k, then outside the nucleus.
+
+    temperature: a scalar (a traced one in the compiled programs) in place of config.temperature."""
     chex.assert_rank(logits, 2)
     x = logits.astype(jnp.float32)
-    if config.temperature != 1.0:
-        x = x / config.temperature
+    t = config.temperature if temperature is None else temperature
+    if not (_is_static(t) and t == 1.0):
+        x = x / t
     vocab = x.shape[-1]
     if 0 < config.top_k < vocab:
         top_vals, _ = jax.lax.top_k(x, config.top_k)
@@ -70,28 +79,41 @@ def inverse_cdf_categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
     return jnp.minimum(jnp.sum(cdf <= u * cdf[:, -1:], axis=-1), v - 1).astype(jnp.int32)
 
 
-def sample_step(key: jax.Array, logits: jax.Array, config: SamplingConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
+def sample_step(key: jax.Array, logits: jax.Array, config: SamplingConfig,
+                temperature=None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Picks one token per row from raw logits [B, V] -> (tokens [B] int32, logprobs [B], raw_logprobs [B]).
 
     logprobs are under the sampling distribution (also for greedy), raw_logprobs under the raw model.
+    temperature: a scalar, possibly traced, in place of config.temperature (one compiled program then serves every
+    temperature); at temperature 1 without top-k/top-p the sampling distribution is the raw one and its log-probs
+    are not computed twice.
     """
     chex.assert_rank(logits, 2)
     logits = logits.astype(jnp.float32)
-    processed = process_logits(logits, config) if config.filters_logits else logits
+    t = config.temperature if temperature is None else temperature
     if config.greedy:
-        tokens = first_argmax(logits)
+        tokens, processed = first_argmax(logits), None
     else:
+        processed = process_logits(logits, config, t)  # logits / 1.0 is logits, bit for bit
         tokens = inverse_cdf_categorical(key, processed)
     raw = token_logprobs(logits, tokens)
-    sampled = token_logprobs(processed, tokens) if config.filters_logits else raw
+    sampling_logprobs = lambda: token_logprobs(  # noqa: E731
+        process_logits(logits, config, t) if processed is None else processed, tokens)
+    if config.truncates:
+        sampled = sampling_logprobs()
+    elif _is_static(t):
+        sampled = raw if t == 1.0 else sampling_logprobs()
+    else:  # a traced temperature: the program decides at run time
+        sampled = jax.lax.cond(t == 1.0, lambda: raw, sampling_logprobs)
     return tokens, sampled, raw
 
 
-def sample_rows(keys: jax.Array, logits: jax.Array, config: SamplingConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
+def sample_rows(keys: jax.Array, logits: jax.Array, config: SamplingConfig,
+                temperature=None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`sample_step` with one key per row: keys [B] (typed), logits [B, V] -> (tokens [B], logprobs [B], raw [B]).
 
     Row b's token depends only on keys[b] and its own logits, so it does not depend on the batch it is in."""
     chex.assert_rank(logits, 2)
-    one = lambda key, row: sample_step(key, row[None], config)  # noqa: E731
+    one = lambda key, row: sample_step(key, row[None], config, temperature)  # noqa: E731
     tokens, sampled, raw = jax.vmap(one)(keys, logits)
     return tokens[:, 0], sampled[:, 0], raw[:, 0]

@@ -150,14 +150,14 @@ def _token_keys(keys: jax.Array, step: jax.Array) -> jax.Array:
 
 
 def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place: bool, params, cache,
-           state: TurnState, rows, source, prefill_rows, tokens, cache_index, new_lens, keys):
+           state: TurnState, rows, source, prefill_rows, tokens, cache_index, new_lens, keys, temperature):
     """Starts a turn for rows [R] (an entry B is padding, ignored).
 
     Prefills U sequences: new tokens [U, Tb] from cache_index [U] into the cache rows prefill_rows [U] (a copy of
     their first kv_len slots); row r then takes prefill source[r]'s cache slots and last hidden state (rows that
     start from the same prompt share one prefill) and samples token 0 with fold_in(keys[r], 0) (keys [R, k] raw).
     `in_place` (static): rows and prefills are every row in order (the lockstep case), so the cache is written
-    in place. -> (cache, state)."""
+    in place. temperature: f32 scalar (config's own temperature is not read). -> (cache, state)."""
     model = nnx.merge(graphdef, params)
     batch = state.lengths.shape[0]
     if in_place:
@@ -174,7 +174,7 @@ def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place:
     else:
         cache = cache.put_rows(rows, sub.take_rows(source))
     logits = model.logits(hidden.astype(model.config.jnp_dtype))[:, 0]
-    tok, lp, raw = sample_rows(_token_keys(keys, jnp.int32(0)), logits[source], config)
+    tok, lp, raw = sample_rows(_token_keys(keys, jnp.int32(0)), logits[source], config, temperature)
     state = state.replace(
         tokens=state.tokens.at[rows].set(pad_id, mode="drop"),
         logprobs=state.logprobs.at[rows].set(0.0, mode="drop"),
@@ -184,12 +184,14 @@ def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place:
     return cache, _record(state, rows, jnp.int32(0), tok, lp, raw, config)
 
 
-def _decode(graphdef, config: SamplingConfig, kv_len: int, steps: int, params, weights, cache, state: TurnState):
+def _decode(graphdef, config: SamplingConfig, kv_len: int, steps: int, params, weights, cache, state: TurnState,
+            temperature):
     """Advances every unfinished row by up to `steps` tokens (stops early once all rows are done).
 
     Row b feeds its last token into slot base + length - 1 and samples token `length` with fold_in(key, length);
     finished rows rewrite a slot past their end. Attention reads the first kv_len cache slots. weights: the
-    model's `decode_weights` (projections laid out [out, in]), or None to use params' own layout."""
+    model's `decode_weights` (projections laid out [out, in]), or None to use params' own layout. temperature: f32
+    scalar (config's own temperature is not read)."""
     model = nnx.merge(graphdef, params)
     if weights is not None:
         model = with_decode_weights(model, weights)
@@ -205,11 +207,17 @@ def _decode(graphdef, config: SamplingConfig, kv_len: int, steps: int, params, w
         index = s.cache_lens
         logits, cache = model(s.last[:, None], index[:, None], cache=cache, cache_index=index, kv_len=kv_len)
         step = jnp.minimum(s.lengths, n - 1)
-        tok, lp, raw = sample_rows(_token_keys(s.keys, step), logits[:, 0], config)
+        tok, lp, raw = sample_rows(_token_keys(s.keys, step), logits[:, 0], config, temperature)
         return i + 1, cache, _record(s, jnp.where(s.done, batch, all_rows), step, tok, lp, raw, config)
 
     _, cache, state = jax.lax.while_loop(cond, body, (jnp.int32(0), cache, state))
     return cache, state
+
+
+def temperature_arg(config: SamplingConfig) -> np.ndarray:
+    """The temperature argument of the begin and decode programs (a float32 scalar: one program per config apart
+    from its temperature, `SamplingConfig.program_key`)."""
+    return np.float32(config.temperature)
 
 
 def _forget_weights(sampler_ref, weights_id: int) -> None:
@@ -345,11 +353,15 @@ class Sampler:
 
     def _begin_fn(self, config: SamplingConfig, rows: int, prefills: int, bucket: int, kv_len: int,
                   in_place: bool = False):
+        """The begin program; its last argument is the temperature (`temperature_arg`)."""
+        config = config.program_key()  # every temperature shares the program
         build = lambda: jax.jit(functools.partial(_begin, self.graphdef, config, self.pad_id, kv_len,  # noqa: E731
                                                   in_place), donate_argnums=(1, 2))
         return self._program(("begin", config, rows, prefills, bucket, in_place, kv_len), build)
 
     def _decode_fn(self, config: SamplingConfig, kv_len: int, steps: int):
+        """The decode program: (params, weights, cache, state, `temperature_arg(config)`) -> (cache, state)."""
+        config = config.program_key()
         build = lambda: jax.jit(functools.partial(_decode, self.graphdef, config, kv_len, steps),  # noqa: E731
                                 donate_argnums=(2, 3))
         return self._program(("decode", config, steps, kv_len), build)  # the window last, as for begin
@@ -438,7 +450,7 @@ class Sampler:
                 np.concatenate([rows[sources], np.full(pad_u, batch, np.int32)]), padded,
                 np.concatenate([index[sources], np.zeros(pad_u, np.int32)]),
                 np.concatenate([lens[sources], np.ones(pad_u, np.int32)]),
-                np.concatenate([keys, np.zeros((pad, keys.shape[1]), np.uint32)]))
+                np.concatenate([keys, np.zeros((pad, keys.shape[1]), np.uint32)]), temperature_arg(config))
         in_place = r == u == batch and np.array_equal(rows, np.arange(r)) and np.array_equal(sources, np.arange(r))
         return self._begin_fn(config, size, prefills, bucket, kv_len, in_place), tuple(map(jnp.asarray, args))
 
@@ -461,10 +473,10 @@ class Sampler:
         """Advances unfinished rows by up to `steps` tokens; `end` bounds the slot any row reaches (its window)."""
         self._check_cache(cache)
         fn = self._decode_fn(config, self.decode_window(end), steps)
-        weights = self.decode_weights(params)
+        weights, temperature = self.decode_weights(params), temperature_arg(config)
         if self.lanes == 1:
-            return fn(params, weights, cache, state)
-        outs = self._run_lanes([(fn, (params, weights, lane_cache, lane_state))
+            return fn(params, weights, cache, state, temperature)
+        outs = self._run_lanes([(fn, (params, weights, lane_cache, lane_state, temperature))
                                 for lane_cache, lane_state in zip(cache.lanes, split_rows(state, self.lanes))])
         caches, states = zip(*outs)
         return LaneCaches(tuple(caches)), merge_rows(states)
@@ -545,7 +557,7 @@ class Sampler:
             fn = self._begin_fn(config, self.batch_size, self.batch_size, bucket, self.window_length(end), True)
             rows = put(np.arange(self.rows.start, self.rows.stop, dtype=np.int32))
             cache, state = fn(params, cache, state, rows, rows, rows, put(padded), put(cache_lens_np),
-                              put(np.maximum(lens_np, 1)), put(keys))
+                              put(np.maximum(lens_np, 1)), put(keys), temperature_arg(config))
             state = _settle_idle(state, put(active_np), put(cache_lens_np), jnp.int32(self.pad_id))
         cache, state = self.decode(params, cache, state, config, config.max_new_tokens, end=end)
         return state_output(state, cache)

@@ -165,8 +165,10 @@ class Trainer:
         r = cfg.rollout
         self.engine = make_engine(r.engine, self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.batch_size,
                                   slots=r.slots, chunk=r.chunk, lanes=r.lanes, mesh=self.mesh)
-        self.val_engine = make_engine(r.engine, self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.val_batch,
-                                      slots=r.slots, chunk=r.chunk, lanes=r.lanes, mesh=self.mesh)
+        # one engine when the batches agree: its compiled programs serve both (the temperature is their argument)
+        self.val_engine = self.engine if self.val_batch == self.batch_size else make_engine(
+            r.engine, self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.val_batch, slots=r.slots,
+            chunk=r.chunk, lanes=r.lanes, mesh=self.mesh)
 
         updates = t.total_steps * t.epochs * max(self.batch_size // t.mini_batch_size, 1)
         self.actor_tx, self.actor_lr = make_optimizer(cfg.optim.actor, updates)
