@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 
 import jax
 
@@ -32,14 +33,18 @@ def default_dir() -> str:
 def enable(directory: str | None, *, min_compile_seconds: float = MIN_COMPILE_SECONDS) -> str | None:
     """Points JAX's persistent compilation cache at `directory` (created if missing) and returns it; None or ""
     leaves the cache as it is (off unless JAX_COMPILATION_CACHE_DIR set it) and returns that folder or None. A folder
-    that cannot be created turns the cache off with a warning: a run never fails for want of a cache."""
+    that cannot be created or written turns the cache off with one warning (JAX would warn on every program it
+    failed to store): a run never fails for want of a cache."""
     if not directory:
         return jax.config.jax_compilation_cache_dir or None
     path = os.path.abspath(os.path.expanduser(directory))
     try:
         os.makedirs(path, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=path, prefix=".write_probe_")
+        os.close(handle)
+        os.remove(probe)
     except OSError as e:
-        log.warning("XLA compilation cache off: cannot create %s (%s); pass --compile_cache=<a writable folder> or "
+        log.warning("XLA compilation cache off: cannot write to %s (%s); pass --compile_cache=<a writable folder> or "
                     "--compile_cache='' to silence this.", path, e)
         return None
     jax.config.update("jax_compilation_cache_dir", path)

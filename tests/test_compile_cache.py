@@ -61,4 +61,25 @@ def test_an_unwritable_folder_turns_the_cache_off_with_a_warning(tmp_path, caplo
     before = jax.config.jax_compilation_cache_dir
     assert compile_cache.enable(str(blocker / "xla")) is None
     assert jax.config.jax_compilation_cache_dir == before
-    assert "cannot create" in caplog.text and "--compile_cache" in caplog.text
+    assert "cannot write to" in caplog.text and "--compile_cache" in caplog.text
+
+
+def test_a_folder_that_exists_but_cannot_be_written_turns_the_cache_off(tmp_path, caplog, monkeypatch):
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    import jax
+
+    before = jax.config.jax_compilation_cache_dir
+    if os.geteuid() == 0:  # root writes through any mode bits: a read-only mount behaves as this refusal does
+        def refuse(*args, **kwargs):
+            raise PermissionError(13, "Read-only file system")
+        monkeypatch.setattr(compile_cache.tempfile, "mkstemp", refuse)
+    else:
+        folder.chmod(0o500)
+    try:
+        assert compile_cache.enable(str(folder)) is None
+    finally:
+        folder.chmod(0o700)
+    assert jax.config.jax_compilation_cache_dir == before
+    assert "cannot write to" in caplog.text and str(folder) in caplog.text
+    assert os.listdir(folder) == []
