@@ -31,7 +31,8 @@ _PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved con
 _COMPILE_CACHE = flags.DEFINE_string(
     "compile_cache", None, "Folder of the persistent XLA compilation cache: a later run with the same model and "
     "shapes (a rerun, a sweep's next point, --mode=eval) loads its compiled programs instead of compiling them. "
-    "Default: $RAGEN_JAX_COMPILE_CACHE, else ~/.cache/ragen_jax/xla; --compile_cache='' turns it off.")
+    "Default: $RAGEN_JAX_COMPILE_CACHE, else JAX's $JAX_COMPILATION_CACHE_DIR, else ~/.cache/ragen_jax/xla; "
+    "--compile_cache='' turns it off.")
 flags.mark_flag_as_required("config")
 
 
