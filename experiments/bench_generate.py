@@ -10,10 +10,11 @@ calls and medians are reported, with the 1-minute load average at the start and 
 during the timed calls (`experiments/quiet.py`; a warning when the machine was not quiet), and peak memory:
 ours is XLA's compiled bytes of the prefill forward into the KV cache (`memory_analysis`), transformers' the
 growth of the peak resident set over one generate call in a fresh subprocess (`experiments/peak_memory.py`: the
-peak reset first). Prints per-case figures and,
-on the last line, the ratios ours/theirs.
+peak reset first). `--top-p P` samples instead (temperature 1, nucleus P, no top-k, on both sides: ours a
+bisection over the float order, transformers a sort of the vocabulary); the tokens then differ by construction
+and are not compared. Prints per-case figures and, on the last line, the ratios ours/theirs.
 
-    python experiments/bench_generate.py [--cases tiny,qwen2.5-0.5b,prefill-long] [--repeats 3]
+    python experiments/bench_generate.py [--cases tiny,qwen2.5-0.5b,prefill-long] [--repeats 3] [--top-p 0.9]
 """
 
 from __future__ import annotations
@@ -74,10 +75,12 @@ def hf_config(case: str) -> tuple[transformers.Qwen2Config, int]:
     raise ValueError(f"unknown case {case!r}; use tiny, qwen2.5-0.5b or prefill-long")
 
 
-def theirs_runner(model, prompts: np.ndarray, new_tokens: int):
-    """() -> (seconds, new tokens [B, N]) of one transformers greedy generate call, after a short warm-up."""
+def theirs_runner(model, prompts: np.ndarray, new_tokens: int, top_p: float = 1.0):
+    """() -> (seconds, new tokens [B, N]) of one transformers generate call (greedy, or nucleus sampling at
+    top_p < 1), after a short warm-up."""
     ids = torch.from_numpy(prompts.astype(np.int64))
-    kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=PAD, eos_token_id=None)
+    decoding = dict(do_sample=False) if top_p >= 1.0 else dict(do_sample=True, temperature=1.0, top_p=top_p, top_k=0)
+    kwargs = dict(attention_mask=torch.ones_like(ids), pad_token_id=PAD, eos_token_id=None, **decoding)
     with torch.inference_mode():
         warm = ids[:, :8]  # a short warm-up: PyTorch compiles nothing, this only starts its thread pools
         model.generate(warm, attention_mask=torch.ones_like(warm), max_new_tokens=2, do_sample=False, pad_token_id=PAD)
@@ -105,12 +108,13 @@ def prefill_bytes(graphdef, params, batch: int, bucket: int, cache_size: int, wi
     return measured_bytes(jax.jit(prefill, donate_argnums=(1,)).lower(params, cache, tokens).compile())
 
 
-def ours_runner(graphdef, params, prompts: np.ndarray, new_tokens: int):
+def ours_runner(graphdef, params, prompts: np.ndarray, new_tokens: int, top_p: float = 1.0):
     """(() -> (seconds, new tokens [B, N]) of one Sampler.generate call, compiled bytes of its prefill, the
     sampler's decode lanes (its default)). The warm-up call compiles."""
     batch, prompt_len = prompts.shape
     sampler = Sampler(graphdef, cache_size=prompt_len + new_tokens, pad_id=PAD, batch_size=batch)
-    config = SamplingConfig(max_new_tokens=new_tokens, greedy=True)
+    config = (SamplingConfig(max_new_tokens=new_tokens, greedy=True) if top_p >= 1.0
+              else SamplingConfig(max_new_tokens=new_tokens, temperature=1.0, top_p=top_p))
     lens = np.full((batch,), prompt_len, np.int32)
     sampler.generate(params, prompts, lens, jax.random.key(0), config).tokens.block_until_ready()  # compile
     peak = prefill_bytes(graphdef, params, batch, bucket_length(prompt_len), sampler.cache_size,
@@ -144,7 +148,7 @@ def case_prompts(cfg, batch: int, prompt_len: int) -> np.ndarray:
     return np.random.RandomState(0).randint(1, cfg.vocab_size, (batch, prompt_len)).astype(np.int32)
 
 
-def run_case(case: str, repeats: int) -> float:
+def run_case(case: str, repeats: int, top_p: float = 1.0) -> float:
     cfg, batch = hf_config(case)
     prompt_len, new_tokens = case_lengths(case)
     torch.manual_seed(0)
@@ -156,8 +160,8 @@ def run_case(case: str, repeats: int) -> float:
         ours = load_model(folder)
         graphdef, params = nnx.split(ours)
         del ours
-        ours_call, ours_peak, lanes = ours_runner(graphdef, params, prompts, new_tokens)
-    theirs_call = theirs_runner(hf_model, prompts, new_tokens)
+        ours_call, ours_peak, lanes = ours_runner(graphdef, params, prompts, new_tokens, top_p)
+    theirs_call = theirs_runner(hf_model, prompts, new_tokens, top_p)
     theirs_call()  # one untimed call at full size, as ours' compiling call: PyTorch's first allocations and page faults
     t_ours, t_theirs = [], []
     with OtherCpu() as other:
@@ -168,16 +172,18 @@ def run_case(case: str, repeats: int) -> float:
             t_theirs.append(elapsed)
     counted = batch * (prompt_len if case in LENGTHS else new_tokens)  # prefill cases count prompt tokens
     ours_tps, theirs_tps = counted / float(np.median(t_ours)), counted / float(np.median(t_theirs))
-    agree = float(np.mean(ours_tokens[:, :new_tokens] == theirs_tokens))
+    agree = (f"greedy tokens identical: {np.mean(ours_tokens[:, :new_tokens] == theirs_tokens):.1%}" if top_p >= 1.0
+             else "sampled tokens not compared")
+    decoding = "greedy" if top_p >= 1.0 else f"sampled, top-p {top_p}"
     what = "prompt tokens/s (prefill)" if case in LENGTHS else "generated tok/s"
     config = model_config_of(graphdef)
     decode = forward_flops(config, batch * (new_tokens - 1), prompt_len + new_tokens / 2)
     ours_flops = prefill_flops(config, batch, prompt_len, last_layer_all=False) + decode
     theirs_flops = prefill_flops(config, batch, prompt_len) + decode
-    print(f"[{case}] batch {batch}, prompt {prompt_len}, {new_tokens} new tokens (greedy), medians of {repeats}: "
+    print(f"[{case}] batch {batch}, prompt {prompt_len}, {new_tokens} new tokens ({decoding}), medians of {repeats}: "
           f"ours {ours_tps:.1f} ({lanes} decode lane{'s' if lanes > 1 else ''}), transformers {theirs_tps:.1f} "
           f"{what}, ratio {ours_tps / theirs_tps:.2f}x; "
-          f"greedy tokens identical: {agree:.1%}\n"
+          f"{agree}\n"
           f"[{case}] peak memory: ours {ours_peak / 2**20:.1f} MiB (compiled prefill), transformers "
           f"{theirs_peak / 2**20:.1f} MiB (peak RSS growth over one generate); {other.line()}\n"
           f"[{case}] matmul FLOPs each side performs (prefill + decode; ours skips the last layer's attention and "
@@ -197,6 +203,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="tiny,qwen2.5-0.5b,prefill-long")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per side (interleaved; medians)")
+    parser.add_argument("--top-p", type=float, default=1.0,
+                        help="< 1: both sides sample with this nucleus (temperature 1) instead of greedy decoding")
     parser.add_argument("--torch-peak", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.torch_peak:
@@ -204,7 +212,7 @@ def main() -> None:
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, {os.cpu_count()} CPUs; "
           f"at the start: {load_line()}", flush=True)
-    ratios = {case: run_case(case, args.repeats) for case in args.cases.split(",")}
+    ratios = {case: run_case(case, args.repeats, args.top_p) for case in args.cases.split(",")}
     print("ratios ours/transformers: " + ", ".join(f"{c}={r:.2f}x" for c, r in ratios.items()))
 
 

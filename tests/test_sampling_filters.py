@@ -58,6 +58,48 @@ def test_process_logits_matches_reference(seed, temperature, top_k, top_p):
         np.testing.assert_allclose(got[row], ref, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["normal", "ties", "peaked", "flat", "negative"])
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.99])
+def test_nucleus_without_sorting_keeps_what_sorting_keeps(kind, top_p):
+    """The top-p cut found by bisection over the float order keeps exactly the reference's tokens, at a real
+    vocabulary size, with runs of tied logits (the whole run of the threshold's ties stays), a peaked and a
+    flat distribution, and logits all below zero. Tokens whose preceding mass lies within 1e-5 of top_p are
+    ambiguous in float32 and not compared."""
+    rng = np.random.RandomState(int(top_p * 100) + 1000 * ["normal", "ties", "peaked", "flat", "negative"].index(kind))
+    vocab = 5000
+    logits = {
+        "normal": lambda: rng.randn(4, vocab) * 3,
+        "ties": lambda: rng.randint(-4, 4, size=(4, vocab)).astype(np.float64),
+        "peaked": lambda: rng.randn(4, vocab) + 12.0 * (np.arange(vocab) < 5),
+        "flat": lambda: rng.randn(4, vocab) * 0.01,
+        "negative": lambda: -np.abs(rng.randn(4, vocab)) * 2 - 30.0,
+    }[kind]().astype(np.float32)
+    config = SamplingConfig(max_new_tokens=1, top_p=top_p)
+    kept = np.isfinite(np.asarray(jax.jit(process_logits, static_argnums=1)(jnp.asarray(logits), config)))
+    for row in range(4):
+        x = logits[row].astype(np.float64)
+        order = np.argsort(-x, kind="stable")
+        p = np.exp(x[order] - x[order[0]])
+        p /= p.sum()
+        before = np.cumsum(p) - p
+        first_of_run = np.searchsorted(-x[order], -x[order], side="left")  # ties take their run's first mass
+        before = before[first_of_run]
+        clear = np.abs(before - top_p) > 1e-5
+        want = np.zeros(vocab, bool)
+        want[order] = before < top_p
+        assert clear.mean() > 0.99
+        np.testing.assert_array_equal(kept[row][order[clear]], want[order[clear]], err_msg=f"{kind} row {row}")
+        assert kept[row].any()
+
+
+def test_top_p_sampling_compiles_without_a_sort():
+    """XLA:CPU's sort of the vocabulary cost more than a whole tiny decode step; the nucleus needs no sort."""
+    config = SamplingConfig(max_new_tokens=1, temperature=0.7, top_p=0.9)
+    logits = jnp.zeros((8, 1119), jnp.float32)
+    hlo = jax.jit(sample_step, static_argnums=2).lower(jax.random.key(0), logits, config).as_text()
+    assert "stablehlo.sort" not in hlo and "stablehlo.gather" in hlo  # the gather: the sampled token's logit
+
+
 @pytest.mark.parametrize(
     "temperature,top_k,top_p",
     [(1.0, 0, 1.0), (0.5, 0, 1.0), (2.0, 0, 1.0), (1.0, 2, 1.0), (1.0, 0, 0.7), (0.8, 4, 0.6)],
