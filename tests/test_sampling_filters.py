@@ -191,6 +191,25 @@ def test_temperatures_share_the_compiled_programs(tiny, top_k):
     assert not np.array_equal(outs[0.5].tokens, outs[2.0].tokens)
 
 
+@pytest.mark.parametrize("greedy", [True, False])
+@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (3, 1.0), (0, 0.7), (4, 0.6)])
+def test_a_traced_temperature_samples_and_scores_the_tempered_truncated_distribution(greedy, top_k, top_p):
+    """The compiled programs take the temperature as an argument: with it traced, greedy picks the raw argmax and
+    both greedy and sampled tokens carry log-probs of the tempered, truncated distribution (the reference's)."""
+    logits = np.random.RandomState(5).randn(16, 12).astype(np.float32) * 2
+    config = SamplingConfig(max_new_tokens=1, greedy=greedy, top_k=top_k, top_p=top_p)
+    step = jax.jit(lambda key, x, t: sample_step(key, x, config, t))
+    for t in (0.5, 1.0, 1.7):
+        tokens, logprobs, raw = map(np.asarray, step(jax.random.key(3), jnp.asarray(logits), np.float32(t)))
+        for row in range(16):
+            probs = reference_probs(logits[row], t, top_k, top_p)
+            assert probs[tokens[row]] > 0
+            if greedy:
+                assert tokens[row] == np.argmax(logits[row])
+            np.testing.assert_allclose(logprobs[row], np.log(probs[tokens[row]]), atol=1e-5, err_msg=f"T={t}")
+            np.testing.assert_allclose(raw[row], np.log(reference_probs(logits[row])[tokens[row]]), atol=1e-5)
+
+
 def test_first_argmax_is_jnp_argmax_with_ties():
     from ragen_jax.sampling.filters import first_argmax
 
