@@ -13,6 +13,15 @@ from ragen_jax.models import CausalLM, ModelConfig
 from ragen_jax.sampling import Sampler, SamplingConfig, process_logits, sample_step, score_tokens
 
 
+def mass_before(sorted_desc: np.ndarray) -> np.ndarray:
+    """Probability mass strictly before each entry of descending logits [K] (float64); every member of a run of
+    tied logits takes its run's first mass, so a cut keeps or drops the whole run."""
+    p = np.exp(sorted_desc - sorted_desc[0])
+    p /= p.sum()
+    before = np.cumsum(p) - p
+    return before[np.searchsorted(-sorted_desc, -sorted_desc, side="left")]
+
+
 def reference_probs(logits: np.ndarray, temperature=1.0, top_k=0, top_p=1.0) -> np.ndarray:
     """The sampling distribution [V] written independently of the library: sort, cut, renormalise."""
     x = logits.astype(np.float64) / temperature
@@ -21,10 +30,7 @@ def reference_probs(logits: np.ndarray, temperature=1.0, top_k=0, top_p=1.0) -> 
     n = len(x) if top_k == 0 else min(top_k, len(x))
     keep[order[:n]] = True
     if top_p < 1.0:
-        p = np.exp(x[order[:n]] - x[order[0]])
-        p /= p.sum()
-        before = np.cumsum(p) - p
-        keep[order[:n][before >= top_p]] = False
+        keep[order[:n][mass_before(x[order[:n]]) >= top_p]] = False
     probs = np.where(keep, np.exp(x - x.max()), 0.0)
     return probs / probs.sum()
 
@@ -79,11 +85,7 @@ def test_nucleus_without_sorting_keeps_what_sorting_keeps(kind, top_p):
     for row in range(4):
         x = logits[row].astype(np.float64)
         order = np.argsort(-x, kind="stable")
-        p = np.exp(x[order] - x[order[0]])
-        p /= p.sum()
-        before = np.cumsum(p) - p
-        first_of_run = np.searchsorted(-x[order], -x[order], side="left")  # ties take their run's first mass
-        before = before[first_of_run]
+        before = mass_before(x[order])
         clear = np.abs(before - top_p) > 1e-5
         want = np.zeros(vocab, bool)
         want[order] = before < top_p
