@@ -183,6 +183,61 @@ def test_rloo_hand_computed(run):
     np.testing.assert_allclose(adv, expected, rtol=1e-5)
 
 
+def _ragen_grpo_reference(scores, index, episode_ids, norm, eps=1e-6):
+    """RAGEN's `compute_grpo_outcome_advantage` loop with episode ids: one score per (group, episode), the
+    first row seen; torch.std is unbiased; a group of one has mean 0 and std 1."""
+    seen, by_group = set(), {}
+    for i, score in enumerate(scores):
+        if (index[i], episode_ids[i]) not in seen:
+            seen.add((index[i], episode_ids[i]))
+            by_group.setdefault(index[i], []).append(score)
+    out = []
+    for i, score in enumerate(scores):
+        group = np.asarray(by_group[index[i]], np.float64)
+        mean, std = (0.0, 1.0) if len(group) == 1 else (group.mean(), group.std(ddof=1))
+        out.append((score - mean) / (std + eps) if norm else score - mean)
+    return np.asarray(out)
+
+
+def test_grpo_counts_an_episode_once_whatever_its_turn_rows(run):
+    # single_turn rows: a 3-turn success (reward 1 on each of its rows) and a 1-turn failure of one group
+    rewards = np.zeros((4, 3), np.float32)
+    rewards[:3, 2] = 1.0
+    inputs = AdvantageInputs(jnp.asarray(rewards), jnp.ones((4, 3)), group_ids=jnp.array([0, 0, 0, 0]),
+                             episode_ids=jnp.array([5, 5, 5, 6]))
+    adv, _ = run(algos.grpo, inputs)
+    np.testing.assert_allclose(adv[:, 0], [1 / np.sqrt(2)] * 3 + [-1 / np.sqrt(2)], rtol=1e-5)
+    per_row, _ = run(algos.grpo, inputs.replace(episode_ids=None))  # the rows counted as 4 episodes
+    np.testing.assert_allclose(per_row[:, 0], [0.5, 0.5, 0.5, -1.5], rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("seed", range(4))
+def test_grpo_with_episode_ids_matches_ragen(run, norm, seed):
+    rng = np.random.default_rng(seed)
+    n = 23
+    episode_ids = np.sort(rng.integers(0, 9, n))  # rows of an episode are adjacent, as the batch builds them
+    group_of_episode = rng.integers(0, 3, 9)
+    group_ids = group_of_episode[episode_ids]
+    rewards = np.zeros((n, 4), np.float32)
+    rewards[:, -1] = rng.integers(0, 3, n)  # per-turn rows of one episode may score differently (turn scores)
+    inputs = AdvantageInputs(jnp.asarray(rewards), jnp.ones((n, 4)), group_ids=jnp.asarray(group_ids),
+                             episode_ids=jnp.asarray(episode_ids))
+    adv, _ = run(algos.grpo, inputs, norm_adv_by_std_in_grpo=norm)
+    expected = _ragen_grpo_reference(rewards.sum(-1), group_ids, episode_ids, norm)
+    np.testing.assert_allclose(adv[:, 0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_rloo_leaves_out_the_rows_whole_episode(run):
+    rewards = np.zeros((5, 2), np.float32)
+    rewards[:, 1] = [2.0, 2.0, 0.0, 1.0, 4.0]  # episode 1 has two turn rows; episodes 1, 2, 3 form a group
+    inputs = AdvantageInputs(jnp.asarray(rewards), jnp.ones((5, 2)), group_ids=jnp.array([0, 0, 0, 0, 1]),
+                             episode_ids=jnp.array([1, 1, 2, 3, 4]))
+    adv, _ = run(algos.rloo, inputs)
+    # episode 1: 2 - mean(0, 1); episode 2: 0 - mean(2, 1); episode 3: 1 - mean(2, 0); a lone episode keeps 4
+    np.testing.assert_allclose(adv[:, 0], [1.5, 1.5, -1.5, 0.0, 4.0], rtol=1e-5)
+
+
 def test_reinforce_plus_plus_hand_computed(run):
     rewards = np.array([[0.0, 0.5, 0.0, 0.0, 1.0], [0.0, 0.0, 2.0, 0.0, 0.0]])
     mask = np.array([[1, 1, 0, 1, 1], [1, 1, 1, 0, 0]])

@@ -28,6 +28,9 @@ class AdvantageInputs:
     values: critic values per token (GAE family). group_ids: equal for episodes of one group.
     turn_end_mask: 1 on the last token of each assistant turn (bi-level GAE); when None the
     turn ends are the tokens with a non-zero reward, as in RAGEN.
+    episode_ids: [B] int, equal for rows of one episode (a `single_turn` or `limited_multi_turn`
+    context makes a row per turn); group statistics then count each episode once, by its first
+    row, as RAGEN does. None: every row is its own episode.
     """
 
     token_level_rewards: jax.Array
@@ -35,6 +38,7 @@ class AdvantageInputs:
     values: jax.Array | None = None
     group_ids: jax.Array | None = None
     turn_end_mask: jax.Array | None = None
+    episode_ids: jax.Array | None = None
 
 
 def _check(inputs: AdvantageInputs, *, need_values: bool = False, need_groups: bool = False) -> None:
@@ -50,6 +54,9 @@ def _check(inputs: AdvantageInputs, *, need_values: bool = False, need_groups: b
         chex.assert_rank(inputs.group_ids, 1)
         chex.assert_axis_dimension(inputs.group_ids, 0, inputs.token_level_rewards.shape[0])
         chex.assert_type(inputs.group_ids, int)
+        if inputs.episode_ids is not None:
+            chex.assert_equal_shape([inputs.episode_ids, inputs.group_ids])
+            chex.assert_type(inputs.episode_ids, int)
 
 
 def _time_major(*xs: jax.Array) -> tuple[jax.Array, ...]:
@@ -157,13 +164,28 @@ def bilevel_gae(inputs: AdvantageInputs, *, gamma: float = 1.0, lam: float = 1.0
     return _finish(adv, returns, inputs.response_mask)
 
 
-def group_mean_std(scores: jax.Array, group_ids: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Per-row mean, unbiased std and size of the row's group. scores/group_ids [B] -> 3 x [B]."""
+def _first_rows(episode_ids: jax.Array | None, n: int) -> jax.Array:
+    """[n] bool: whether each row is its episode's first (every row is, without episode ids)."""
+    if episode_ids is None:
+        return jnp.ones((n,), bool)
+    chex.assert_shape(episode_ids, (n,))
+    earlier = jnp.tril(jnp.ones((n, n), bool), k=-1)  # [i, j]: j < i
+    return ~((episode_ids[:, None] == episode_ids[None, :]) & earlier).any(axis=1)
+
+
+def group_mean_std(scores: jax.Array, group_ids: jax.Array,
+                   episode_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Per-row mean, unbiased std and size of the row's group. scores/group_ids [B] -> 3 x [B].
+
+    With episode_ids [B], only the first row of each episode joins its group's statistics (its score
+    stands for the episode; RAGEN's `compute_grpo_outcome_advantage` with episode ids), so an episode
+    trained as several turn rows counts once, not once per turn."""
     chex.assert_rank([scores, group_ids], 1)
     chex.assert_equal_shape([scores, group_ids])
-    same = (group_ids[:, None] == group_ids[None, :]).astype(scores.dtype)
+    counted = _first_rows(episode_ids, scores.shape[0]).astype(scores.dtype)
+    same = (group_ids[:, None] == group_ids[None, :]).astype(scores.dtype) * counted[None, :]
     count = same.sum(axis=1)
-    mean = same @ scores / count
+    mean = same @ scores / jnp.maximum(count, 1.0)
     sq = same * jnp.square(scores[None, :] - mean[:, None])
     std = jnp.sqrt(sq.sum(axis=1) / jnp.maximum(count - 1.0, 1.0))
     return mean, std, count
@@ -178,12 +200,13 @@ def grpo(inputs: AdvantageInputs, *, norm_adv_by_std_in_grpo: bool = True,
          epsilon: float = 1e-6) -> tuple[jax.Array, jax.Array]:
     """GRPO outcome advantage: (score - group mean) [/ (group std + eps)] on every sampled token.
 
-    score = sum of the row's token rewards; std is unbiased; a group of one has mean 0, std 1.
+    score = sum of the row's token rewards; std is unbiased; a group of one has mean 0, std 1; with
+    ``episode_ids`` each episode counts once in its group (`group_mean_std`).
     ``norm_adv_by_std_in_grpo=False`` is Dr.GRPO. returns = advantages (as in veRL).
     """
     _check(inputs, need_groups=True)
     scores = _episode_scores(inputs)
-    mean, std, count = group_mean_std(scores, inputs.group_ids)
+    mean, std, count = group_mean_std(scores, inputs.group_ids, inputs.episode_ids)
     single = count <= 1
     mean = jnp.where(single, 0.0, mean)
     std = jnp.where(single, 1.0, std)
@@ -198,12 +221,19 @@ def grpo(inputs: AdvantageInputs, *, norm_adv_by_std_in_grpo: bool = True,
 def rloo(inputs: AdvantageInputs) -> tuple[jax.Array, jax.Array]:
     """RLOO: score minus the mean of the other group members, = (score - mean) * n / (n - 1).
 
-    A group of one keeps its raw score (veRL). returns = advantages.
+    A group of one keeps its raw score (veRL). With ``episode_ids`` the members are episodes (each by its
+    first row) and "the others" leave out the row's whole episode. returns = advantages.
     """
     _check(inputs, need_groups=True)
     scores = _episode_scores(inputs)
-    mean, _, count = group_mean_std(scores, inputs.group_ids)
-    adv = jnp.where(count > 1, (scores - mean) * count / jnp.maximum(count - 1.0, 1.0), scores)
+    mean, _, count = group_mean_std(scores, inputs.group_ids, inputs.episode_ids)
+    own = scores
+    if inputs.episode_ids is not None:  # the score the row's episode entered its group's mean with
+        first = _first_rows(inputs.episode_ids, scores.shape[0])
+        own = ((inputs.episode_ids[:, None] == inputs.episode_ids[None, :]) & first[None, :]).astype(
+            scores.dtype) @ scores
+    others = (mean * count - own) / jnp.maximum(count - 1.0, 1.0)
+    adv = jnp.where(count > 1, scores - others, scores)
     adv = jnp.broadcast_to(adv[:, None], inputs.response_mask.shape)
     return _finish(adv, adv, inputs.response_mask)
 

@@ -36,7 +36,8 @@ from ragen_jax.trainer.steps import AlgoSettings, make_step_fns, scored_position
 
 logger = logging.getLogger(__name__)
 
-BATCH_KEYS = ("tokens", "attention_mask", "loss_mask", "sample_logprobs", "token_rewards", "group_ids")
+BATCH_KEYS = ("tokens", "attention_mask", "loss_mask", "sample_logprobs", "token_rewards", "group_ids",
+              "episode_ids")
 
 
 def rollout_config(cfg) -> RolloutConfig:
@@ -347,8 +348,9 @@ class Trainer:
         all_arrays = batch.arrays()
         arrays = {k: all_arrays[k] for k in BATCH_KEYS}
         arrays, row_valid = compact(arrays, rows, multiple=t.mini_batch_size)
-        # padding rows must not join a real group's statistics (GRPO/RLOO group means)
-        arrays["group_ids"] = np.where(row_valid, arrays["group_ids"], -1 - np.arange(len(row_valid)))
+        # padding rows must not join a real group's statistics (GRPO/RLOO group means) nor a real episode
+        for key in ("group_ids", "episode_ids"):
+            arrays[key] = np.where(row_valid, arrays[key], -1 - np.arange(len(row_valid))).astype(np.int32)
         arrays["positions"] = scored_positions(arrays["loss_mask"])  # log-probs are needed only where trained
         dev = sharding.shard_batch(arrays, self.mesh)
         dev["old_logprobs"] = self._score_rows(self.fns["score_policy"], self.actor.trainable, self.actor.frozen, dev)
@@ -363,7 +365,8 @@ class Trainer:
             token_rewards, current_kl = apply_kl_penalty(token_rewards, dev["old_logprobs"], dev["ref_logprobs"],
                                                          dev["loss_mask"], cfg.algo.kl_ctrl_coef, cfg.algo.kl_penalty)
             metrics["actor/reward_kl_penalty"] = float(current_kl)
-        adv, returns = self.fns["advantages"](token_rewards, dev["loss_mask"], values, dev["group_ids"])
+        adv, returns = self.fns["advantages"](token_rewards, dev["loss_mask"], values, dev["group_ids"],
+                                              dev["episode_ids"])
         adv = adv * advantage_scale(fres.kept_ratio, self.filter_cfg.loss_scaling)
         dev.update(advantages=adv, returns=returns, values=values)
         timing["timing_s/score_and_adv"] = time.perf_counter() - t0

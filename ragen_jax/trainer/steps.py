@@ -152,9 +152,9 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         return critic_values(nnx.merge(critic_graphdef, critic_params, critic_frozen), tokens, attention_mask)
 
     @jax.jit
-    def advantages(token_rewards, loss_mask, values, group_ids):
+    def advantages(token_rewards, loss_mask, values, group_ids, episode_ids=None):
         inputs = AdvantageInputs(token_level_rewards=token_rewards, response_mask=loss_mask,
-                                 values=values, group_ids=group_ids,
+                                 values=values, group_ids=group_ids, episode_ids=episode_ids,
                                  turn_end_mask=turn_ends_from_mask(loss_mask))
         return compute_advantages(algo.adv_estimator, inputs, gamma=algo.gamma, lam=algo.lam,
                                   high_level_gamma=algo.high_level_gamma,
