@@ -14,6 +14,11 @@ CHOICES = {
     ("model", "preset"): ("", "tiny"),
     ("warmstart", "reasoning"): ("fixed", "state", "filler", "state_filler"),
     ("algo", "loss_agg_mode"): ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+    ("algo", "critic_loss_agg_mode"): ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                       "seq-mean-token-sum-norm"),
+    ("algo", "loss_scope"): ("mini_batch", "micro_batch"),
+    ("algo", "bi_level_turn_ends"): ("reward", "turn"),
+    ("algo", "kl_ctrl_type"): ("fixed", "adaptive"),
     ("algo", "rollout_correction"): ("none", "tis", "icepop", "seq_geo_mask"),
 }
 
@@ -118,6 +123,7 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     "algo.gamma": _UNIT, "algo.lam": _UNIT, "algo.high_level_gamma": _UNIT,
     "algo.kl_loss_coef": _AT_LEAST_0, "algo.clip_ratio_low": _AT_LEAST_0, "algo.clip_ratio_high": _AT_LEAST_0,
     "algo.clip_ratio_c": (lambda v: v == 0 or v > 1, "must be 0 (off) or > 1"),  # dual-clip's lower bound, as veRL
+    "algo.kl_ctrl_coef": _AT_LEAST_0, "algo.kl_ctrl_target": _POSITIVE, "algo.kl_ctrl_horizon": _POSITIVE,
     "trainer.logprob_chunk": _AT_LEAST_1, "rollout.context_window": _AT_LEAST_1, "rollout.chunk": _AT_LEAST_1,
     "rollout.slots": (lambda v: v >= 0, "must be >= 0 (0 = one per episode)"),
     "rollout.lanes": (lambda v: v >= 0, "must be >= 0 (0 = the sampler's default)"),

@@ -199,3 +199,79 @@ def test_scoring_only_the_trained_positions_changes_nothing(mode):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
     for key in ("loss", "pg_loss", "kl_loss", "entropy", "grad_norm"):
         np.testing.assert_allclose(part_metrics[key], full_metrics[key], rtol=1e-5, atol=1e-7)
+
+
+def test_micro_batch_scope_averages_each_micro_batchs_own_loss():
+    """loss_scope="micro_batch" (veRL 0.4, RAGEN): every micro-batch aggregated over its own rows, the mean over
+    micro-batches; with one row per micro-batch token-mean is then seq-mean-token-mean."""
+    batch = make_batch()
+    batch["ref_logprobs"] = batch["old_logprobs"] - 0.05 * batch["loss_mask"]
+    algo = dataclasses.replace(BASE, policy_loss="vanilla", loss_agg_mode="token-mean", use_kl_loss=True,
+                               kl_loss_coef=0.3, kl_loss_type="low_var_kl", entropy_coeff=0.02)
+    micro_scope = dataclasses.replace(algo, loss_scope="micro_batch")
+    before, _, per_row, _, per_row_metrics = actor_update(micro_scope, batch, micro=1)
+    *_, seq_mean, _, seq_mean_metrics = actor_update(
+        dataclasses.replace(algo, loss_agg_mode="seq-mean-token-mean"), batch)
+    for a, b in zip(per_row, seq_mean):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+    for key in ("loss", "pg_loss", "kl_loss", "entropy"):
+        np.testing.assert_allclose(per_row_metrics[key], seq_mean_metrics[key], rtol=1e-5, atol=1e-7)
+    # micro-batches of 2 rows: the mean of the 4 updates each 2-row slice would make alone (SGD is linear)
+    *_, pairs, _, pairs_metrics = actor_update(micro_scope, batch, micro=2)
+    alone = [actor_update(algo, {k: v[i:i + 2] for k, v in batch.items()}, micro=2) for i in range(0, ROWS, 2)]
+    for j, (a, b) in enumerate(zip(pairs, before)):
+        expected = np.mean([run[2][j] - b for run in alone], axis=0)
+        np.testing.assert_allclose(a - b, expected, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(pairs_metrics["loss"], np.mean([run[-1]["loss"] for run in alone]), rtol=1e-5)
+    *_, exact, _, _ = actor_update(algo, batch, micro=2)  # the default scope differs: it weighs every token alike
+    assert max(np.abs(a - b).max() for a, b in zip(pairs, exact)) > 1e-4
+
+
+def test_the_critic_aggregates_by_its_own_mode():
+    """RAGEN's critic is token-mean whatever the actor's loss_agg_mode (`algo.critic_loss_agg_mode`)."""
+    from ragen_jax.models import ValueModel
+    from ragen_jax.models.tiny import make_tiny_model
+
+    policy, _ = make_tiny_model(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                intermediate_size=64)
+    graphdef, params, frozen = nnx.split(ValueModel.from_causal_lm(policy, rngs=nnx.Rngs(1)), nnx.Param, ...)
+    raw = make_batch()
+    rng = np.random.default_rng(0)
+    batch = {"tokens": raw["tokens"], "attention_mask": raw["attention_mask"], "loss_mask": raw["loss_mask"],
+             "values": np.zeros_like(raw["loss_mask"]),
+             "returns": (rng.normal(size=raw["loss_mask"].shape) * raw["loss_mask"]).astype(np.float32)}
+
+    def vf_loss(**modes):
+        algo = dataclasses.replace(BASE, **modes)
+        fns = make_step_fns(graphdef, graphdef, algo, TX, TX, ROWS)
+        args = jax.tree.map(jnp.copy, (params, TX.init(params)))
+        return float(fns["critic_update"](*args, frozen, {k: jnp.asarray(v) for k, v in batch.items()})[2]["vf_loss"])
+
+    token_mean = vf_loss(loss_agg_mode="token-mean", critic_loss_agg_mode="token-mean")
+    assert vf_loss(loss_agg_mode="seq-mean-token-sum", critic_loss_agg_mode="token-mean") == token_mean
+    assert abs(vf_loss(loss_agg_mode="token-mean", critic_loss_agg_mode="seq-mean-token-sum") - token_mean) > 1e-3
+
+
+@pytest.mark.parametrize("rule", ["reward", "turn"])
+def test_bi_level_turn_ends_follow_the_configured_rule(rule):
+    """Bi-level GAE's turns end at non-zero rewards (RAGEN) or at every assistant span's end."""
+    from ragen_jax.algos import AdvantageInputs, bilevel_gae, turn_ends_from_mask
+
+    mask = np.array([[0, 1, 1, 0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 0, 1, 1, 0, 0]], np.float32)
+    rewards = np.zeros_like(mask)
+    rewards[0, 7] = 1.0  # the episode's score on its last token only (no turn scores)
+    rewards[1, 3], rewards[1, 6] = 0.5, -0.2
+    values = np.random.default_rng(0).normal(size=mask.shape).astype(np.float32) * mask
+    algo = dataclasses.replace(BASE, adv_estimator="bilevel_gae", bi_level_turn_ends=rule, high_level_gamma=0.9,
+                               gamma=0.95, lam=0.9)
+    fns = make_step_fns(*split_actor()[:1], None, algo, TX, None, ROWS)
+    adv, ret = fns["advantages"](jnp.asarray(rewards), jnp.asarray(mask), jnp.asarray(values), jnp.array([0, 1]))
+    ends = None if rule == "reward" else turn_ends_from_mask(jnp.asarray(mask))
+    want_adv, want_ret = bilevel_gae(AdvantageInputs(jnp.asarray(rewards), jnp.asarray(mask), values=jnp.asarray(
+        values), turn_end_mask=ends), gamma=0.95, lam=0.9, high_level_gamma=0.9)
+    np.testing.assert_allclose(adv, want_adv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ret, want_ret, rtol=1e-5, atol=1e-6)
+    other = bilevel_gae(AdvantageInputs(jnp.asarray(rewards), jnp.asarray(mask), values=jnp.asarray(values),
+                                        turn_end_mask=turn_ends_from_mask(jnp.asarray(mask)) if rule == "reward"
+                                        else None), gamma=0.95, lam=0.9, high_level_gamma=0.9)[1]
+    assert np.abs(np.asarray(other) - np.asarray(ret)).max() > 1e-3  # the two rules give other returns here

@@ -20,6 +20,7 @@ from ragen_jax.algos.policy_loss import CISPO_CLIP_HIGH, CISPO_CLIP_LOW, GSPO_CL
 _BASE: dict[str, Any] = {
     "adv_estimator": "gae",
     "bi_level_gae": False,
+    "bi_level_turn_ends": "reward",  # RAGEN: turns end at non-zero rewards; "turn": at every assistant turn's end
     "high_level_gamma": 0.95,
     "gamma": 1.0,
     "lam": 1.0,
@@ -27,6 +28,8 @@ _BASE: dict[str, Any] = {
     "policy_loss": "vanilla",
     "value_loss": "clipped",
     "loss_agg_mode": "token-mean",
+    "critic_loss_agg_mode": "token-mean",  # RAGEN's critic calls veRL's value loss without a mode: token-mean
+    "loss_scope": "mini_batch",  # "micro_batch": each micro-batch aggregated alone (veRL 0.4 / RAGEN)
     "clip_ratio_low": 0.2,
     "clip_ratio_high": 0.28,
     "clip_ratio_c": 3.0,

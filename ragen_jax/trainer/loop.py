@@ -19,7 +19,7 @@ from flax import nnx
 from tqdm import tqdm
 
 from ragen_jax.algos.presets import resolve_adv_estimator
-from ragen_jax.algos.kl import apply_kl_penalty
+from ragen_jax.algos.kl import apply_kl_penalty, init_kl_controller, update_kl_controller
 from ragen_jax.algos.masked import masked_mean
 from ragen_jax import sharding
 from ragen_jax.checkpoint import Checkpointer
@@ -64,7 +64,8 @@ def algo_settings(cfg) -> AlgoSettings:
         kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type, tis_cap=a.tis_cap or None,
         temperature=cfg.rollout.temperature if a.temperature_in_logprobs else 1.0,
         logprob_chunk=cfg.trainer.logprob_chunk, rollout_correction=a.rollout_correction,
-        rollout_correction_bound=a.rollout_correction_bound or None)
+        rollout_correction_bound=a.rollout_correction_bound or None, critic_loss_agg_mode=a.critic_loss_agg_mode,
+        loss_scope=a.loss_scope, bi_level_turn_ends=a.bi_level_turn_ends)
 
 
 def _join_processes(cfg) -> None:
@@ -188,7 +189,8 @@ class Trainer:
         self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), max_to_keep=t.keep_checkpoints)
         self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
         self.counters = {"empty_streak": 0, "val_low_streak": 0, "std_zero_streak": 0, "skipped_in_a_row": 0,
-                         "updates_applied": 0, "updates_skipped": 0, "steps_run": 0, "kept_ratio_sum": 0.0}
+                         "updates_applied": 0, "updates_skipped": 0, "steps_run": 0, "kept_ratio_sum": 0.0,
+                         "kl_in_reward_coef": float(cfg.algo.kl_ctrl_coef)}
         self.history: list[dict] = []
         self.warmstart_metrics: dict[str, float] = {}
         self.start_step = 0
@@ -362,9 +364,11 @@ class Trainer:
                   if self.critic is not None else jnp.zeros_like(dev["loss_mask"]))
         token_rewards = dev["token_rewards"]
         if cfg.algo.use_kl_in_reward:
+            coef = self.counters["kl_in_reward_coef"]
             token_rewards, current_kl = apply_kl_penalty(token_rewards, dev["old_logprobs"], dev["ref_logprobs"],
-                                                         dev["loss_mask"], cfg.algo.kl_ctrl_coef, cfg.algo.kl_penalty)
-            metrics["actor/reward_kl_penalty"] = float(current_kl)
+                                                         dev["loss_mask"], coef, cfg.algo.kl_penalty)
+            metrics.update({"actor/reward_kl_penalty": float(current_kl), "actor/reward_kl_penalty_coeff": coef})
+            self.counters["kl_in_reward_coef"] = self._next_kl_coef(coef, float(current_kl), int(row_valid.sum()))
         adv, returns = self.fns["advantages"](token_rewards, dev["loss_mask"], values, dev["group_ids"],
                                               dev["episode_ids"])
         adv = adv * advantage_scale(fres.kept_ratio, self.filter_cfg.loss_scaling)
@@ -380,6 +384,13 @@ class Trainer:
         timing["timing_s/update"] = time.perf_counter() - t0
         timing["perf/trained_tokens"] = trained_tokens
         return {**metrics, **timing}
+
+    def _next_kl_coef(self, coef: float, current_kl: float, rows: int) -> float:
+        """The KL-in-reward coefficient for the next step: fixed, or veRL's adaptive controller (Ziegler et al.
+        2019) moving it towards `algo.kl_ctrl_target` by the step's rows over `algo.kl_ctrl_horizon`."""
+        a = self.cfg.algo
+        ctrl = init_kl_controller(a.kl_ctrl_type, coef, a.kl_ctrl_target, a.kl_ctrl_horizon)
+        return float(update_kl_controller(ctrl, current_kl, rows).value)
 
     def _report_env_errors(self, step: int, episodes) -> None:
         failed = [ep for ep in episodes if ep.error]

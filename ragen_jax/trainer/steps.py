@@ -20,7 +20,7 @@ from flax import nnx
 
 from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_numerator, call_with_supported,
                              compute_advantages, kl_penalty, token_logprobs_and_entropy,
-                             turn_ends_from_mask)
+                             turn_ends_from_mask, turn_ends_from_rewards)
 from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 from ragen_jax.algos.rollout_correction import resolve_rollout_correction
 from ragen_jax.trainer.optim import guarded_apply
@@ -111,6 +111,9 @@ class AlgoSettings:
     logprob_chunk: int
     rollout_correction: str | Callable = "none"
     rollout_correction_bound: float | None = None
+    critic_loss_agg_mode: str = "token-mean"
+    loss_scope: str = "mini_batch"
+    bi_level_turn_ends: str = "reward"
 
 
 def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Array]:
@@ -122,16 +125,34 @@ def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Arr
     return jax.tree.map(split, batch)
 
 
-def _accumulate(loss_fn, params, micro_batches, *args):
-    """Sum of value_and_grad over micro-batches (scan). -> (loss sum, grads sum, metrics mean).
+def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int) -> jax.Array:
+    """What each micro-batch's aggregated numerator is divided by. mask [M, T] -> [M // micro].
+
+    scope "mini_batch": the mini-batch's own denominator for every micro-batch, so the summed losses are the
+    mini-batch's loss whatever the split (exact accumulation). "micro_batch": each micro-batch aggregated over its
+    own rows, then averaged over micro-batches (veRL 0.4, which RAGEN runs: with one row per micro-batch its
+    token-mean weighs every sequence alike); a micro-batch with nothing to train adds nothing."""
+    n_micro = mask.shape[0] // micro
+    if scope == "mini_batch":
+        return jnp.full((n_micro,), jnp.maximum(agg_denominator(mask, mode), 1e-8))
+    if scope != "micro_batch":
+        raise ValueError(f"loss_scope must be 'mini_batch' or 'micro_batch', got {scope!r}.")
+    parts = mask.reshape(n_micro, micro, *mask.shape[1:])
+    return jnp.maximum(jax.vmap(lambda m: agg_denominator(m, mode))(parts), 1e-8) * n_micro
+
+
+def _accumulate(loss_fn, params, micro_batches, denominators, *args):
+    """Sum of value_and_grad over micro-batches (scan), micro-batch i's loss divided by denominators[i].
+    -> (loss sum, grads sum, metrics mean).
 
     Gradients accumulate in float32 whatever the parameters' dtype (bfloat16 sums drift)."""
-    def body(carry, mb):
+    def body(carry, xs):
+        mb, denom = xs
         loss_sum, grads_sum = carry
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb, *args)
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb, *args, denom)
         return (loss_sum + loss, jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_sum, grads)), metrics
     zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-    (loss, grads), metrics = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), micro_batches)
+    (loss, grads), metrics = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), (micro_batches, denominators))
     return loss, grads, jax.tree.map(jnp.mean, metrics)
 
 
@@ -153,9 +174,11 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
 
     @jax.jit
     def advantages(token_rewards, loss_mask, values, group_ids, episode_ids=None):
+        turn_ends = (turn_ends_from_mask(loss_mask) if algo.bi_level_turn_ends == "turn"
+                     else turn_ends_from_rewards(token_rewards) & (loss_mask > 0))
         inputs = AdvantageInputs(token_level_rewards=token_rewards, response_mask=loss_mask,
                                  values=values, group_ids=group_ids, episode_ids=episode_ids,
-                                 turn_end_mask=turn_ends_from_mask(loss_mask))
+                                 turn_end_mask=turn_ends)
         return compute_advantages(algo.adv_estimator, inputs, gamma=algo.gamma, lam=algo.lam,
                                   high_level_gamma=algo.high_level_gamma,
                                   norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
@@ -193,9 +216,9 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
 
     def _actor_update(trainable, opt_state, frozen, minibatch):
         minibatch, correction_metrics = _corrected(minibatch)
-        denom = jnp.maximum(agg_denominator(minibatch["loss_mask"], algo.loss_agg_mode), 1e-8)
+        denoms = loss_denominators(minibatch["loss_mask"], algo.loss_agg_mode, algo.loss_scope, micro_batch_size)
         loss, grads, metrics = _accumulate(actor_loss, trainable, _micro_batches(minibatch, micro_batch_size),
-                                           frozen, denom)
+                                           denoms, frozen)
         trainable, opt_state, grad_norm, finite = guarded_apply(actor_tx, trainable, opt_state, grads, loss)
         n_micro = minibatch["loss_mask"].shape[0] // micro_batch_size  # per-micro parts of one loss
         metrics = {k: v * n_micro if k in ("pg_loss", "entropy", "kl_loss") else v for k, v in metrics.items()}
@@ -207,13 +230,14 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         values = critic_values(nnx.merge(critic_graphdef, params, frozen), mb["tokens"], mb["attention_mask"])
         vf, metrics = call_with_supported(VALUE_LOSSES.get(algo.value_loss), values, mb["values"], mb["returns"],
                                           mb["loss_mask"], cliprange_value=algo.cliprange_value)
-        num = agg_numerator(vf, mb["loss_mask"], algo.loss_agg_mode)
+        num = agg_numerator(vf, mb["loss_mask"], algo.critic_loss_agg_mode)
         return num / denom, metrics
 
     def _critic_update(params, opt_state, frozen, minibatch):
-        denom = jnp.maximum(agg_denominator(minibatch["loss_mask"], algo.loss_agg_mode), 1e-8)
+        denoms = loss_denominators(minibatch["loss_mask"], algo.critic_loss_agg_mode, algo.loss_scope,
+                                   micro_batch_size)
         loss, grads, metrics = _accumulate(critic_loss, params, _micro_batches(minibatch, micro_batch_size),
-                                           frozen, denom)
+                                           denoms, frozen)
         params, opt_state, grad_norm, finite = guarded_apply(critic_tx, params, opt_state, grads, loss)
         return params, opt_state, dict(metrics, vf_loss=loss, grad_norm=grad_norm,
                                        update_skipped=1.0 - finite.astype(jnp.float32))

@@ -1,0 +1,37 @@
+"""The KL-in-reward coefficient: fixed, or veRL's adaptive controller moving it towards a target KL."""
+
+import pytest
+
+from ragen_jax.config_check import validate_config
+from ragen_jax.trainer.loop import Trainer
+from test_trainer_e2e import bandit_config
+
+
+def test_the_adaptive_controller_moves_the_coefficient_and_a_fixed_one_keeps_it(tmp_path):
+    cfg = bandit_config(tmp_path, use_kl_in_reward=True, kl_penalty="low_var_kl", kl_ctrl_type="adaptive",
+                        kl_ctrl_coef=0.1, kl_ctrl_target=0.01, kl_ctrl_horizon=100.0)
+    cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 0, 0, 0
+    trainer = Trainer(cfg)
+    first = trainer.train_step(0)
+    second = trainer.train_step(1)
+    rows = first["train/num_samples"]
+    assert first["actor/reward_kl_penalty_coeff"] == pytest.approx(0.1)
+    error = min(max(first["actor/reward_kl_penalty"] / 0.01 - 1.0, -0.2), 0.2)
+    assert second["actor/reward_kl_penalty_coeff"] == pytest.approx(0.1 * (1 + error * rows / 100.0), rel=1e-5)
+    assert second["actor/reward_kl_penalty_coeff"] != pytest.approx(0.1)
+    assert "kl_in_reward_coef" in trainer.counters  # checkpointed with the other counters
+    trainer.cfg.unlock()
+    trainer.cfg.algo.kl_ctrl_type = "fixed"
+    coef = trainer.counters["kl_in_reward_coef"]
+    trainer.train_step(2)
+    assert trainer.train_step(3)["actor/reward_kl_penalty_coeff"] == pytest.approx(coef)
+
+
+def test_controller_settings_are_checked(tmp_path):
+    cfg = bandit_config(tmp_path)
+    cfg.algo.kl_ctrl_type = "adaptiv"
+    with pytest.raises(ValueError, match="kl_ctrl_type"):
+        validate_config(cfg)
+    cfg.algo.kl_ctrl_type, cfg.algo.kl_ctrl_horizon = "adaptive", 0.0
+    with pytest.raises(ValueError, match="kl_ctrl_horizon"):
+        validate_config(cfg)
