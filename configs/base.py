@@ -64,6 +64,7 @@ def get_base_config() -> ml_collections.ConfigDict:
         context_mode="full",  # full | limited_multi_turn | single_turn
         context_window=1,
         prompt_style="ragen",  # ragen (the original's prompts) | compact (actions + state only; small models)
+        prompt_max_tokens=0,  # the prompts' "Max response length: N": 0 = the env's (RAGEN's envs.yaml max_tokens)
         use_turn_scores=False,
         format_penalty=-0.1,
         reward_norm_method="identity",  # identity | mean_std | mean | asym_clip

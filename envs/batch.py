@@ -69,6 +69,7 @@ def make_turn_fn(env: JaxEnv) -> Callable:
             truncated = env.is_truncated(st2, params) & ~terminated
             st = jax.tree.map(lambda new, old: jnp.where(run, new, old), st2, st)
             valid = info.get("action_is_valid", jnp.bool_(True))
+            in_lookup = info.get("action_in_lookup", jnp.bool_(True))
             out = {
                 "rewards": out["rewards"] + jnp.where(run, reward, 0.0),
                 "terminated": out["terminated"] | (run & terminated),
@@ -77,12 +78,14 @@ def make_turn_fn(env: JaxEnv) -> Callable:
                 "actions_executed": out["actions_executed"] + run.astype(jnp.int32),
                 "action_is_effective": out["action_is_effective"] | (run & info["action_is_effective"]),
                 "action_is_valid": out["action_is_valid"] & (~run | valid),
+                "action_in_lookup": out["action_in_lookup"] & (~run | in_lookup),
             }
             return (st, stop | (run & (terminated | truncated)), n + run.astype(jnp.int32), out), None
 
         zeros = {"rewards": jnp.float32(0), "terminated": jnp.bool_(False), "truncated": jnp.bool_(False),
                  "success": jnp.bool_(False), "actions_executed": jnp.int32(0),
-                 "action_is_effective": jnp.bool_(False), "action_is_valid": jnp.bool_(True)}
+                 "action_is_effective": jnp.bool_(False), "action_is_valid": jnp.bool_(True),
+                 "action_in_lookup": jnp.bool_(True)}
         (state, _, steps, out), _ = jax.lax.scan(body, (state, done, steps, zeros), actions)
         return state, out, steps
 
@@ -170,7 +173,8 @@ class JaxEnvBatch(EnvBatch):
         self._done |= out["terminated"] | out["truncated"]
         self._success |= out["success"]
         infos = [{"action_is_effective": bool(out["action_is_effective"][i]), "success": bool(self._success[i]),
-                  "action_is_valid": bool(out["action_is_valid"][i])} for i in range(self._batch_size)]
+                  "action_is_valid": bool(out["action_is_valid"][i]),
+                  "action_in_lookup": bool(out["action_in_lookup"][i])} for i in range(self._batch_size)]
         return TurnResult(
             observations=self._render_rows(active), rewards=out["rewards"].astype(np.float32),
             terminated=out["terminated"], truncated=out["truncated"], success=self._success.copy(),
@@ -357,5 +361,8 @@ def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, **over
     factory = spec.resolve_factory()
     kwargs = {**spec.kwargs, **overrides}
     if spec.kind == "jax":
-        return JaxEnvBatch(factory(**kwargs), batch_size)
-    return HostEnvBatch([factory(**kwargs) for _ in range(batch_size)], factory=lambda: factory(**kwargs))
+        batch = JaxEnvBatch(factory(**kwargs), batch_size)
+    else:
+        batch = HostEnvBatch([factory(**kwargs) for _ in range(batch_size)], factory=lambda: factory(**kwargs))
+    batch.prompt_max_tokens = spec.prompt_max_tokens  # what the prompts state as the "Max response length"
+    return batch

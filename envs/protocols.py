@@ -77,7 +77,8 @@ class HostEnv(abc.ABC):
 
     `reset(seed) -> (observation_text, info)`;
     `step(action_text) -> (observation_text, reward, terminated, truncated, info)`.
-    `info` may carry `success` (bool) and `action_is_valid` / `action_is_effective` (bool).
+    `info` may carry `success` (bool) and `action_is_valid` / `action_is_effective` (bool), and
+    `action_in_lookup` False when the action names none of this episode's (a format-penalised miss).
     Set `action_lookup` to a {lower-case name: id} dict if the env takes named actions that the
     rollout should parse and validate (then `step` receives the canonical action *name*).
     """

@@ -23,6 +23,7 @@ class EnvSpec:
     factory: str | Callable[..., Any]  # "package.module:ClassName" or a callable
     kind: EnvKind
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    prompt_max_tokens: int | None = None  # RAGEN's envs.yaml `max_tokens`: the prompts' "Max response length"
 
     def resolve_factory(self) -> Callable[..., Any]:
         if callable(self.factory):
@@ -47,14 +48,16 @@ def register(
     *,
     kind: EnvKind,
     overwrite: bool = False,
+    prompt_max_tokens: int | None = None,
     **kwargs: Any,
 ) -> EnvSpec:
-    """Register an environment variant under `name` (kind "jax" for JaxEnv, "host" for HostEnv)."""
+    """Register an environment variant under `name` (kind "jax" for JaxEnv, "host" for HostEnv); its prompts state
+    "Max response length: {prompt_max_tokens}" (None: rollout.response_length)."""
     if kind not in ("jax", "host"):
         raise ValueError(f"kind must be 'jax' or 'host', got {kind!r}")
     if name in _REGISTRY and not overwrite:
         raise ValueError(f"Environment {name!r} is already registered; pass overwrite=True to replace it.")
-    spec = EnvSpec(name=name, factory=factory, kind=kind, kwargs=dict(kwargs))
+    spec = EnvSpec(name=name, factory=factory, kind=kind, kwargs=dict(kwargs), prompt_max_tokens=prompt_max_tokens)
     _REGISTRY[name] = spec
     return spec
 
@@ -103,32 +106,32 @@ def make(name: str, **overrides: Any) -> Any:
     return spec.resolve_factory()(**kwargs)
 
 
-# RAGEN's built-in variants (config/envs.yaml in the original).
-register("SimpleSokoban", "envs.sokoban.env:Sokoban", kind="jax",
+# RAGEN's built-in variants (config/envs.yaml in the original, with its max_tokens for the prompts).
+register("SimpleSokoban", "envs.sokoban.env:Sokoban", kind="jax", prompt_max_tokens=100,
          dim_room=(6, 6), num_boxes=1, max_steps=100, search_depth=300, render_mode="text")
-register("CoordSokoban", "envs.sokoban.env:Sokoban", kind="jax",
+register("CoordSokoban", "envs.sokoban.env:Sokoban", kind="jax", prompt_max_tokens=120,
          dim_room=(6, 6), num_boxes=1, max_steps=100, search_depth=300, render_mode="grid_coord")
-register("LargerSokoban", "envs.sokoban.env:Sokoban", kind="jax",
+register("LargerSokoban", "envs.sokoban.env:Sokoban", kind="jax", prompt_max_tokens=100,
          dim_room=(8, 8), num_boxes=2, max_steps=100, search_depth=10, render_mode="text")
-register("SokobanDifferentGridVocab", "envs.sokoban.env:Sokoban", kind="jax",
+register("SokobanDifferentGridVocab", "envs.sokoban.env:Sokoban", kind="jax", prompt_max_tokens=100,
          dim_room=(6, 6), num_boxes=1, max_steps=100, search_depth=30, render_mode="text",
          grid_vocab="different")
-register("FrozenLake", "envs.frozenlake.env:FrozenLake", kind="jax",
-         size=4, p=0.9, success_rate=1.0, render_mode="text")
-register("CoordFrozenLake", "envs.frozenlake.env:FrozenLake", kind="jax",
-         size=4, p=0.9, success_rate=1.0, render_mode="grid_coord")
-register("Bandit", "envs.bandit.env:Bandit", kind="jax", arm_names="train")
-register("BanditTest", "envs.bandit.env:Bandit", kind="jax", arm_names="test")
+register("FrozenLake", "envs.frozenlake.env:FrozenLake", kind="jax", prompt_max_tokens=100,
+         size=4, p=0.9, success_rate=0.8, render_mode="text")
+register("CoordFrozenLake", "envs.frozenlake.env:FrozenLake", kind="jax", prompt_max_tokens=120,
+         size=4, p=0.9, success_rate=0.8, render_mode="grid_coord")
+register("Bandit", "envs.bandit.env:Bandit", kind="jax", prompt_max_tokens=100, arm_names="train")
+register("BanditTest", "envs.bandit.env:Bandit", kind="jax", prompt_max_tokens=100, arm_names="test")
 # data_path=None: seeded offline tasks; point it at a local copy of the original data to use that.
-register("Countdown", "envs.countdown.env:CountdownEnv", kind="host",
+register("Countdown", "envs.countdown.env:CountdownEnv", kind="host", prompt_max_tokens=100,
          data_path=None, solvable_ops="+-")
-register("MetamathQA", "envs.metamathqa.env:MetaMathQAEnv", kind="host",
+register("MetamathQA", "envs.metamathqa.env:MetaMathQAEnv", kind="host", prompt_max_tokens=100,
          data_path=None, max_attempts=1)
-register("SimpleSudoku", "envs.sudoku.env:SudokuEnv", kind="host", difficulty="easy",
+register("SimpleSudoku", "envs.sudoku.env:SudokuEnv", kind="host", prompt_max_tokens=150, difficulty="easy",
          max_steps=81, render_format="with_feedback")
-register("MediumSudoku", "envs.sudoku.env:SudokuEnv", kind="host", difficulty="medium",
+register("MediumSudoku", "envs.sudoku.env:SudokuEnv", kind="host", prompt_max_tokens=150, difficulty="medium",
          max_steps=81, render_format="with_feedback")
-register("WebShop", "envs.webshop.env:WebShopEnv", kind="host")
-register("SearchQA", "envs.searchqa.env:SearchQAEnv", kind="host")
-register("DeepCoder", "envs.deepcoder.env:DeepCoderEnv", kind="host")
-register("Lean", "envs.lean.env:LeanEnv", kind="host")
+register("WebShop", "envs.webshop.env:WebShopEnv", kind="host", prompt_max_tokens=200)
+register("SearchQA", "envs.searchqa.env:SearchQAEnv", kind="host", prompt_max_tokens=300)
+register("DeepCoder", "envs.deepcoder.env:DeepCoderEnv", kind="host", prompt_max_tokens=8000)
+register("Lean", "envs.lean.env:LeanEnv", kind="host", prompt_max_tokens=512)

@@ -129,3 +129,15 @@ def test_gymnax_api():
     assert bool(terminated) and "final_observation" in info
     assert int(info["final_observation"][2]) == int(obs0[0])  # the pulled arm, before the auto-reset
     assert int(state2.pulled) == -1
+
+
+def test_another_pairs_arm_is_a_lookup_miss_through_the_batch():
+    """RAGEN's per-episode lookup holds the episode's two names only: another pair's arm is a lookup miss
+    (`action_in_lookup` False, which the rollout penalises), the episode's own arms are not."""
+    env = Bandit()
+    batch = JaxEnvBatch(env, 2)
+    batch.reset([0, 0], instances=[0, 0])  # seed 0: Technician / Youtuber
+    own, other = env.action_lookup["technician"], env.action_lookup["teacher"]
+    result = batch.step([[own], [other]], np.ones(2, bool))
+    assert [info["action_in_lookup"] for info in result.infos] == [True, False]
+    assert [info["action_is_valid"] for info in result.infos] == [True, False]

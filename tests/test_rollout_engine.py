@@ -320,3 +320,55 @@ def test_compact_prompt_with_unchanged_state_replays_last_token(tiny):
     row = res.batch.tokens[2][res.batch.attention_mask[2] > 0]
     text = tok.decode(row.tolist())
     assert "Actions: Left, Right" in text and "P_____" in text and "Turn" not in text and "State" not in text
+
+
+def _one_row_result(reward, *, executed=1, done=False, **info):
+    return TurnResult(observations=["next"], rewards=np.array([reward], np.float32), terminated=np.array([done]),
+                      truncated=np.array([False]), success=np.array([False]),
+                      actions_executed=np.array([executed], np.int32), action_is_effective=np.array([executed > 0]),
+                      errors=[""], infos=[dict(info)])
+
+
+@pytest.mark.parametrize("info,parsed_valid,penalised,warned", [
+    ({}, True, False, False),
+    ({"action_is_valid": False}, True, False, False),  # the env rejected it: its reward is the cost (RAGEN)
+    ({"action_is_valid": False, "action_in_lookup": False}, True, True, True),  # a name not of this episode
+    ({}, False, True, False),  # penalised when parsed: never twice
+    ({"action_in_lookup": False}, False, True, True),
+])
+def test_a_turn_is_penalised_once_for_a_format_or_lookup_miss_only(info, parsed_valid, penalised, warned):
+    from ragen_jax.rollout.engine import book_turn
+    from ragen_jax.rollout.prompts import TurnRecord
+    from ragen_jax.rollout.types import Episode
+
+    cfg = RolloutConfig(max_turn=3, max_actions_per_traj=5, format_penalty=-0.1)
+    record = TurnRecord("S1", 5, invalid=not parsed_valid)
+    ep = Episode("Sudoku", 0, 0, [record], "sys", penalty=0.0 if parsed_valid else -0.1,
+                 valid_turns=int(parsed_valid))
+    assert not book_turn(ep, _one_row_result(-0.1, **info), 0, [3], cfg)
+    assert ep.penalty == pytest.approx(-0.1 if penalised else 0.0)
+    assert record.invalid == penalised and record.reward == pytest.approx(-0.1) and record.actions_executed == 1
+    assert ep.valid_turns == int(parsed_valid and info.get("action_is_valid", True))
+    assert ep.history[-1].warn_invalid == warned and ep.num_actions == 1
+
+
+
+def test_prompts_state_the_env_variants_max_tokens():
+    """RAGEN's prompts say "Max response length: N" with N the env's envs.yaml max_tokens (100 for Bandit), not
+    the rollout's response_length; rollout.prompt_max_tokens overrides it; an env without one falls back."""
+    from envs.batch import make_env_batch
+    from ragen_jax.rollout.dump import episode_messages
+    from ragen_jax.rollout.engine import open_episodes
+
+    env = make_env_batch("Bandit", 2)
+    observations = env.reset([0, 1])
+
+    def stated(cfg, batch=env):
+        ep = open_episodes(batch, cfg, "t", [0, 1], [0, 0], observations)[0]
+        text = episode_messages(ep, max_tokens=cfg.response_length, enable_think=True, format_penalty=-0.1)[1]
+        return int(text["content"].split("Max response length: ")[1].split(" ")[0])
+
+    assert stated(RolloutConfig(response_length=400)) == 100
+    assert stated(RolloutConfig(response_length=400, prompt_max_tokens=77)) == 77
+    env.prompt_max_tokens = None  # an env batch built without a registered variant
+    assert stated(RolloutConfig(response_length=400)) == 400

@@ -110,7 +110,8 @@ def test_system_prompt_matches_ragen_shape():
 
 
 def test_full_mode_messages_turns_rewards_and_warning():
-    h = [TurnRecord("S1", 10, response_text="<think>a</think><answer>Up</answer>", reward=-0.1),
+    h = [TurnRecord("S1", 10, response_text="<think>a</think><answer>Up || Dance</answer>", reward=-0.1,
+                    actions_executed=1, invalid=True),  # one action ran, one missed the lookup: penalised
          TurnRecord("S2", 9, warn_invalid=True, response_text="bad", invalid=True),
          TurnRecord("S3", 9)]
     msgs = build_messages("SYS", h, 0, mode="full", max_tokens=100, enable_think=True, format_penalty=-0.1)
@@ -119,8 +120,10 @@ def test_full_mode_messages_turns_rewards_and_warning():
            "</answer> with no "
            "extra text. Strictly follow this format. Max response length: 100 words (tokens).\n")
     assert msgs[1]["content"] == "\nTurn 1:\nState:\nS1\n" + fmt
+    # RAGEN shows the env's reward alone (the format penalty is the trainer's), and its untouched 0 when no
+    # action ran
     assert msgs[3]["content"].startswith("Reward:\n-0.1\n\nTurn 2:\nState:\nS2\nNo valid action provided")
-    assert msgs[5]["content"].startswith("Reward:\n-0.1\n\nTurn 3:")  # 0 reward + -0.1 penalty
+    assert msgs[5]["content"].startswith("Reward:\n0\n\nTurn 3:")
     limited = build_messages("SYS", h, 2, mode="limited_multi_turn", max_tokens=100, enable_think=True,
                              format_penalty=-0.1)
     assert [m["role"] for m in limited] == ["system", "user"] and "Turn 3:" in limited[1]["content"]

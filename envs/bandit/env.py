@@ -12,7 +12,8 @@ episodes of a group pay independently, `episode_seed(seed, instance)` is seed + 
 Actions are *name ids*: index of the arm name in `arm_names` (the split's names), so one static
 `action_lookup` maps any answer ("Teacher", "trader") to an id, and the env checks that the name
 is one of this episode's two arms. Naming an arm that is not in the episode is an invalid pull:
-reward 0, the episode continues, `action_is_valid` False in info.
+reward 0, the episode continues, `action_is_valid` and `action_in_lookup` False in info (RAGEN's lookup
+miss: the rollout gives the turn its format penalty).
 """
 
 from __future__ import annotations
@@ -125,13 +126,15 @@ class Bandit(JaxEnv[BanditState, BanditParams]):
     def step_env(self, key: chex.PRNGKey, state: BanditState, action: jax.Array,
                  params: BanditParams) -> tuple[jax.Array, BanditState, jax.Array, jax.Array, dict[str, Any]]:
         action = jnp.asarray(action, jnp.int32)
-        valid = (action // 2 == state.pair) & (state.pulled < 0)
+        in_lookup = action // 2 == state.pair  # RAGEN's per-episode lookup holds this episode's two names only
+        valid = in_lookup & (state.pulled < 0)
         is_hi = action % 2 == 1
         hi_pay = jnp.where(state.hi_pays, params.hi_reward, params.hi_loss_reward)
         reward = jnp.where(valid, jnp.where(is_hi, hi_pay, params.lo_reward), 0.0).astype(jnp.float32)
         new_state = state.replace(pulled=jnp.where(valid, action, state.pulled),
                                   reward=jnp.where(valid, reward, state.reward), time=state.time + 1)
-        info = {"action_is_effective": valid, "action_is_valid": valid, "success": valid & is_hi}
+        info = {"action_is_effective": valid, "action_is_valid": valid, "action_in_lookup": in_lookup,
+                "success": valid & is_hi}
         return self.get_obs(new_state), new_state, reward, new_state.pulled >= 0, info
 
     def get_obs(self, state: BanditState, params: BanditParams | None = None, key: Any = None) -> jax.Array:

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from ragen_jax.rollout.context import ContextBuilder
-from ragen_jax.rollout.prompts import build_messages, displayed_reward
+from ragen_jax.rollout.prompts import build_messages, turn_score
 from ragen_jax.rollout.rewards import normalize_scores
 from ragen_jax.rollout.types import Episode, TrajectoryBatch
 
@@ -42,7 +42,7 @@ def _episode_samples(builder: ContextBuilder, ep: Episode, ep_idx: int, *, mode:
     for t in turns_to_sample:
         start = ep.history_start if mode == "full" else history_starts[t]
         messages = build_messages(ep.system, ep.history[: t + 1], start, mode=mode,
-                                  max_tokens=max_tokens, enable_think=enable_think,
+                                  max_tokens=ep.prompt_max_tokens or max_tokens, enable_think=enable_think,
                                   format_penalty=format_penalty, style=ep.prompt_style)
         for m in messages:
             if m["role"] == "assistant":
@@ -112,7 +112,7 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
                 out["loss_mask"][row, pos] = 1.0
                 if s.reward_turn is None:
                     record = ep.history[turn]
-                    out["token_rewards"][row, pos[-1]] += displayed_reward(record, format_penalty)
+                    out["token_rewards"][row, pos[-1]] += turn_score(record, format_penalty)
         if s.reward_turn is not None:
             trained_pos = np.nonzero(out["loss_mask"][row] > 0)[0]
             if len(trained_pos):

@@ -23,9 +23,9 @@ from tqdm import tqdm
 from envs.protocols import EnvBatch
 from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.context import ContextBuilder
-from ragen_jax.rollout.engine import RolloutConfig, fit_context, strip_end_of_turn
+from ragen_jax.rollout.engine import RolloutConfig, book_turn, fit_context, open_episodes, strip_end_of_turn
 from ragen_jax.rollout.parsing import parse_response
-from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
+from ragen_jax.rollout.prompts import build_messages
 from ragen_jax.rollout.types import Episode
 
 # (unbatched env state as numpy) -> planned action ids from here (None: no solution).
@@ -142,12 +142,7 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
     names = _action_names(env_batch)
     lookup = env_batch.action_lookup
     observations = env_batch.reset([int(s) for s in seeds])
-    shown = getattr(env_batch, "prompt_action_names", env_batch.action_names)  # as the engine shows them
-    system = system_prompt(env_batch.instruction(), env_batch.legend(), shown, cfg.max_actions_per_traj,
-                           style=cfg.prompt_style)
-    episodes = [Episode(env_tag=tag, seed=int(s), group_id=i, system=system, prompt_style=cfg.prompt_style,
-                        history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
-                for i, (s, o) in enumerate(zip(seeds, observations))]
+    episodes = open_episodes(env_batch, cfg, tag, seeds, range(B), observations)  # as the engine opens them
     active = np.ones(B, bool)
     for turn in range(cfg.max_turn):
         if not active.any():
@@ -181,33 +176,9 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
             actions[b] = chosen
         result = env_batch.step(actions, active)
         for b in np.nonzero(active)[0]:
-            _record_turn(episodes[b], result, b, actions[b], cfg, last_turn=turn == cfg.max_turn - 1, active=active)
+            if book_turn(episodes[b], result, b, actions[b], cfg):
+                active[b] = False
     return episodes
-
-
-def _record_turn(ep: Episode, result, b: int, chosen: list[int], cfg: RolloutConfig, *, last_turn: bool,
-                 active: np.ndarray) -> None:
-    """Rewards, counters and end-of-episode flags of one played turn (as the engine books them)."""
-    record = ep.history[-1]
-    record.reward = float(result.rewards[b])
-    if not bool(result.infos[b].get("action_is_valid", True)):
-        record.invalid = True
-        ep.penalty += cfg.format_penalty
-        ep.valid_turns -= 1
-    ep.num_actions += int(result.actions_executed[b])
-    ep.effective_turns += int(result.action_is_effective[b])
-    env_done = bool(result.terminated[b] or result.truncated[b])
-    if result.errors[b]:
-        ep.error = result.errors[b]
-    if env_done or ep.num_actions >= cfg.max_actions_per_traj or result.errors[b] or last_turn:
-        ep.terminated = bool(result.terminated[b]) and not result.errors[b]
-        ep.truncated = not ep.terminated
-        ep.success = bool(result.success[b]) and ep.terminated
-        active[b] = False
-    else:
-        ep.history.append(TurnRecord(state=result.observations[b],
-                                     actions_left=cfg.max_actions_per_traj - ep.num_actions,
-                                     warn_invalid=not chosen))
 
 
 # Single-token words of the tiny tokenizer that name no action: filler thoughts carry about log(16) nats a word.
@@ -315,7 +286,7 @@ def row_conversations(ep: Episode, cfg: RolloutConfig) -> list[dict]:
     for t in turns:
         start = ep.history_start if cfg.context_mode == "full" else ep.history[t].history_start
         messages = build_messages(ep.system, ep.history[: t + 1], start, mode=cfg.context_mode,
-                                  max_tokens=cfg.response_length, enable_think=cfg.enable_think,
+                                  max_tokens=ep.prompt_max_tokens or cfg.response_length, enable_think=cfg.enable_think,
                                   format_penalty=cfg.format_penalty, style=ep.prompt_style)
         out, tokens = [], []
         for m in messages:

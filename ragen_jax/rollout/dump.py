@@ -13,7 +13,7 @@ from ragen_jax.rollout.types import Episode, RolloutResult
 
 def episode_messages(ep: Episode, *, max_tokens: int, enable_think: bool, format_penalty: float) -> list[dict]:
     """The whole conversation (all turns, no truncation) as plain chat messages."""
-    messages = build_messages(ep.system, ep.history, 0, mode="full", max_tokens=max_tokens,
+    messages = build_messages(ep.system, ep.history, 0, mode="full", max_tokens=ep.prompt_max_tokens or max_tokens,
                               enable_think=enable_think, format_penalty=format_penalty, style=ep.prompt_style)
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 

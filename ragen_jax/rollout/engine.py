@@ -50,6 +50,7 @@ class RolloutConfig:
     context_mode: str = "full"  # full | limited_multi_turn | single_turn
     context_window: int = 1  # turns kept by limited_multi_turn / single_turn [max_context_window]
     prompt_style: str = "ragen"  # ragen | compact (state only; a departure for small models)
+    prompt_max_tokens: int = 0  # "Max response length" in prompts; 0: the env's (RAGEN's max_tokens), else response_length
     use_turn_scores: bool = False
     format_penalty: float = -0.1
     reward_norm_method: str = "identity"  # identity | mean_std | mean | asym_clip
@@ -164,6 +165,17 @@ class RolloutEngine:
         return all_episodes, all_logprobs
 
 
+def open_episodes(env: EnvBatch, cfg: RolloutConfig, tag: str, seeds, group_ids, observations) -> list[Episode]:
+    """Episodes at their first turn: RAGEN's system prompt of `env`, and the "Max response length" the prompts
+    state: `cfg.prompt_max_tokens`, else the env variant's (RAGEN's envs.yaml `max_tokens`), else response_length."""
+    names = getattr(env, "prompt_action_names", env.action_names)
+    system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj, style=cfg.prompt_style)
+    shown = cfg.prompt_max_tokens or getattr(env, "prompt_max_tokens", None) or cfg.response_length
+    return [Episode(env_tag=tag, seed=int(s), group_id=int(g), system=system, prompt_style=cfg.prompt_style,
+                    prompt_max_tokens=int(shown), history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
+            for s, g, o in zip(seeds, group_ids, observations)]
+
+
 def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.ndarray:
     """The current turn's context tokens; oldest turns dropped until response_length fits.
 
@@ -174,7 +186,7 @@ def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.
     start = ep.history_start if cfg.context_mode == "full" else max(0, turn - cfg.context_window + 1)
     while True:
         messages = build_messages(ep.system, ep.history, start, mode=cfg.context_mode,
-                                  max_tokens=cfg.response_length, enable_think=cfg.enable_think,
+                                  max_tokens=ep.prompt_max_tokens or cfg.response_length, enable_think=cfg.enable_think,
                                   format_penalty=cfg.format_penalty, style=ep.prompt_style)
         for m in messages:
             if m["role"] == "assistant":
@@ -223,12 +235,7 @@ class EpisodeBook:
         # an episode's position in the whole batch; an env may fold it into its randomness (RAGEN's Bandit)
         observations = env.reset(list(map(int, seeds)), instances=list(range(first_episode, first_episode + B)))
         spent = time.perf_counter() - t0
-        names = getattr(env, "prompt_action_names", env.action_names)
-        system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj,
-                               style=cfg.prompt_style)
-        episodes = [Episode(env_tag=tag, seed=int(s), group_id=int(g), system=system, prompt_style=cfg.prompt_style,
-                            history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
-                    for s, g, o in zip(seeds, group_ids, observations)]
+        episodes = open_episodes(env, cfg, tag, seeds, group_ids, observations)
         book = cls(engine, env, episodes, first_episode)
         book.timing["env"] += spent
         return book
@@ -278,35 +285,48 @@ class EpisodeBook:
         result = self.env.step(actions, stepping)
         self.timing["env"] += time.perf_counter() - t0
         t0 = time.perf_counter()
-        ended = []
-        for b in rows:
-            ep, record = self.episodes[b], self.episodes[b].history[-1]
-            record.reward = float(result.rewards[b])
-            env_valid = result.infos[b].get("action_is_valid", True)
-            if not bool(env_valid) and not record.invalid:
-                record.invalid = True  # the env rejected a parsed action (e.g. another episode's arm)
-                ep.penalty += cfg.format_penalty
-                ep.valid_turns -= 1
-            ep.num_actions += int(result.actions_executed[b])
-            ep.effective_turns += int(result.action_is_effective[b])
-            metrics_lib.accumulate_info(ep.info_sums, result.infos[b])
-            env_done = bool(result.terminated[b] or result.truncated[b])
-            budget_done = ep.num_actions >= cfg.max_actions_per_traj
-            if result.errors[b]:
-                ep.error = result.errors[b]
-            if env_done or budget_done or result.errors[b] or len(ep.history) >= cfg.max_turn:
-                ep.terminated = bool(result.terminated[b]) and not result.errors[b]
-                ep.truncated = not ep.terminated
-                ep.success = bool(result.success[b]) and ep.terminated
-                active[b] = False
-                ended.append(int(b))
-            else:
-                ep.history.append(TurnRecord(
-                    state=result.observations[b],
-                    actions_left=cfg.max_actions_per_traj - ep.num_actions,
-                    warn_invalid=not actions[b]))
+        ended = [int(b) for b in rows if book_turn(self.episodes[b], result, b, actions[b], cfg)]
+        for b in ended:
+            active[b] = False
         self.timing["glue"] += time.perf_counter() - t0
         return ended
+
+
+def book_turn(ep: Episode, result, b: int, actions: Sequence, cfg: RolloutConfig) -> bool:
+    """Book row b of a played turn `result` (envs.protocols.TurnResult) into episode `ep`, whose last record holds
+    the response that chose `actions`: reward, counters, end flags, and the next turn's record unless the episode
+    ended. -> whether it ended (the env's end, its action budget, its turn cap or an env error).
+
+    Format penalty (RAGEN): a turn with no valid action or an action outside the lookup is penalised once, when
+    parsed (`record_response`), or here when the env reports `action_in_lookup` False (a name that is not one of
+    this episode's actions, e.g. Bandit's arms of another pair). An action the env rejects (`action_is_valid`
+    False: an illegal Sudoku placement, a failed tactic) already costs what the env's reward says: it counts
+    against the `action_is_valid` metric only."""
+    record = ep.history[-1]
+    info = result.infos[b]
+    record.reward = float(result.rewards[b])
+    record.actions_executed = int(result.actions_executed[b])
+    counted_valid = not record.invalid
+    missed_lookup = not bool(info.get("action_in_lookup", True))
+    if missed_lookup and not record.invalid:
+        record.invalid = True
+        ep.penalty += cfg.format_penalty
+    if counted_valid and (missed_lookup or not bool(info.get("action_is_valid", True))):
+        ep.valid_turns -= 1
+    ep.num_actions += int(result.actions_executed[b])
+    ep.effective_turns += int(result.action_is_effective[b])
+    metrics_lib.accumulate_info(ep.info_sums, info)
+    env_done = bool(result.terminated[b] or result.truncated[b])
+    if result.errors[b]:
+        ep.error = result.errors[b]
+    if env_done or ep.num_actions >= cfg.max_actions_per_traj or result.errors[b] or len(ep.history) >= cfg.max_turn:
+        ep.terminated = bool(result.terminated[b]) and not result.errors[b]
+        ep.truncated = not ep.terminated
+        ep.success = bool(result.success[b]) and ep.terminated
+        return True
+    ep.history.append(TurnRecord(state=result.observations[b], actions_left=cfg.max_actions_per_traj - ep.num_actions,
+                                 warn_invalid=not actions or missed_lookup))
+    return False
 
 
 def finish_rollout(builder: ContextBuilder, cfg: RolloutConfig, tokenizer, episodes: list[Episode], logprobs: dict,

@@ -40,6 +40,7 @@ class TurnRecord:
     response_text: str | None = None
     response_tokens: list[int] | None = None
     reward: float = 0.0  # env reward of the turn (sum over executed actions)
+    actions_executed: int = 0  # how many of its actions the env ran
     invalid: bool = False  # this turn was penalised (no valid action or an invalid one)
     history_start: int = 0  # oldest turn shown in this turn's context
     context_tokens: Any = None  # the exact tokens the response was sampled after (np.int32 [L])
@@ -98,8 +99,15 @@ def turn_content(record: TurnRecord, turn_number: int, max_tokens: int, enable_t
     )
 
 
-def displayed_reward(record: TurnRecord, format_penalty: float) -> float:
+def turn_score(record: TurnRecord, format_penalty: float) -> float:
+    """The turn's env reward plus its format penalty: what `use_turn_scores` trains on that turn."""
     return record.reward + (format_penalty if record.invalid else 0.0)
+
+
+def shown_reward(record: TurnRecord) -> str:
+    """The reward the next prompt shows (RAGEN): the env's reward alone, the penalty being the trainer's; "0" after
+    a turn in which no action ran (RAGEN prints its untouched integer 0)."""
+    return format_reward(record.reward) if record.actions_executed or record.reward else "0"
 
 
 def build_messages(
@@ -131,8 +139,7 @@ def build_messages(
             break
         messages.append({"role": "assistant", "content": record.response_text, "record": record})
         if idx < len(history) - 1:
-            reward = format_reward(displayed_reward(record, format_penalty))
-            messages.append({"role": "user", "content": f"Reward:\n{reward}\n"})
+            messages.append({"role": "user", "content": f"Reward:\n{shown_reward(record)}\n"})
     return messages
 
 
@@ -151,7 +158,7 @@ def _single_turn_messages(system, history, history_start, max_tokens, enable_thi
             record = history[idx]
             content += f"Turn {idx + 1} State:\n{record.state}\n"
             content += f"Turn {idx + 1} Action: {record.response_text}\n"
-            content += f"Turn {idx + 1} Reward: {format_reward(displayed_reward(record, format_penalty))}\n---\n"
+            content += f"Turn {idx + 1} Reward: {shown_reward(record)}\n---\n"
     prefix = "Current Turn " if history_start < current else ""
     block = turn_content(history[current], current + 1, max_tokens, enable_think,
                          label=f"{prefix}(Turn {current + 1})", style=style)

@@ -20,6 +20,7 @@ class Episode:
     history: list[TurnRecord]
     system: str
     prompt_style: str = "ragen"  # how turns are rendered (rollout.prompts.PROMPT_STYLES)
+    prompt_max_tokens: int = 0  # the "Max response length" its prompts state (0: rollout.response_length)
     history_start: int = 0  # oldest turn kept in the final context (truncation)
     num_actions: int = 0
     penalty: float = 0.0

@@ -47,7 +47,8 @@ def rollout_config(cfg) -> RolloutConfig:
         max_actions_per_traj=cfg.env.max_actions_per_traj, response_length=r.response_length,
         max_model_len=r.max_model_len, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
         enable_think=r.enable_think, stop_at_answer=r.stop_at_answer, context_mode=r.context_mode,
-        context_window=r.context_window, prompt_style=r.prompt_style, use_turn_scores=r.use_turn_scores,
+        context_window=r.context_window, prompt_style=r.prompt_style, prompt_max_tokens=r.prompt_max_tokens,
+        use_turn_scores=r.use_turn_scores,
         format_penalty=r.format_penalty,
         reward_norm_method=r.reward_norm_method, reward_norm_grouping=r.reward_norm_grouping)
 
