@@ -19,6 +19,7 @@ class FlakyPick(HostEnv):
     action_lookup = {"a": 0, "b": 1}
     action_names = ["A", "B"]
     FAILING: set[int] = set()
+    NAN: set[int] = set()  # instances that return a NaN reward
     built = 0
 
     def __init__(self):
@@ -35,15 +36,17 @@ class FlakyPick(HostEnv):
         if self.instance in FlakyPick.FAILING:
             raise RuntimeError(f"flaky env {self.instance}")
         reward = 1.0 if action == "A" else 0.0
+        if self.instance in FlakyPick.NAN:
+            reward = float("nan")
         return "picked", reward, True, False, {"success": action == "A"}
 
 
 ANSWERS = ["A", "B", "B", "A", "A", "B", "A", "B"]  # what the "model says" in each row, so groups carry signal
 
 
-def _flaky_trainer(tmp_path, failing, monkeypatch):
+def _flaky_trainer(tmp_path, failing, monkeypatch, nan=()):
     """A GRPO trainer on FlakyPick whose untrained model's responses read as the picks in ANSWERS."""
-    FlakyPick.FAILING, FlakyPick.built = set(failing), 0
+    FlakyPick.FAILING, FlakyPick.NAN, FlakyPick.built = set(failing), set(nan), 0
     cfg = bandit_config(tmp_path, preset="grpo", adv_estimator="grpo", use_critic=False,
                         loss_agg_mode="seq-mean-token-mean", norm_adv_by_std_in_grpo=False)
     cfg.env.name = "test_trainer_faults:FlakyPick"
@@ -83,6 +86,23 @@ def test_failed_episodes_leave_the_update_and_are_reported(tmp_path, caplog, mon
     assert len(set(rewards[groups == 0])) > 1 and len(set(rewards[groups == 1])) > 1  # groups with signal
     for r in range(6):
         np.testing.assert_allclose(adv[r][mask[r]], expected[r], atol=1e-5)
+
+
+def test_a_non_finite_reward_fails_only_its_episode(tmp_path, caplog, monkeypatch):
+    """A NaN reward from one env is an env error: its episode leaves the update, the others still train."""
+    trainer = _flaky_trainer(tmp_path, failing=(), monkeypatch=monkeypatch, nan={1})
+    seen = {}
+    run = trainer.engine.run
+    monkeypatch.setattr(trainer.engine, "run", lambda *a, **k: seen.setdefault("res", run(*a, **k)))
+    with caplog.at_level(logging.WARNING):
+        metrics = trainer.train_step(0)
+    res = seen["res"]
+    assert [i for i, ep in enumerate(res.episodes) if ep.error] == [1]
+    assert "non-finite reward" in res.episodes[1].error
+    assert metrics["rollout/env_error_ratio"] == pytest.approx(1 / 8) and metrics["train/num_samples"] == 7
+    assert all(np.isfinite(v) for k, v in metrics.items() if k.startswith(("train/", "rollout/", "critic/")))
+    assert metrics["actor/updates_skipped"] == 0 and np.isfinite(metrics["actor/loss"])
+    assert not any("update skipped" in r.getMessage() for r in caplog.records)
 
 
 def test_a_batch_where_every_episode_failed_skips_the_update(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from typing import Any, Sequence
 
@@ -304,7 +305,12 @@ def book_turn(ep: Episode, result, b: int, actions: Sequence, cfg: RolloutConfig
     against the `action_is_valid` metric only."""
     record = ep.history[-1]
     info = result.infos[b]
-    record.reward = float(result.rewards[b])
+    reward, error = float(result.rewards[b]), result.errors[b]
+    if not math.isfinite(reward):  # one NaN would poison its group's advantages and the whole update
+        error = error or (f"ValueError: the env returned a non-finite reward ({reward}); the episode is "
+                          "left out of training. Make the env's step() return finite rewards.")
+        reward = 0.0
+    record.reward = reward
     record.actions_executed = int(result.actions_executed[b])
     counted_valid = not record.invalid
     missed_lookup = not bool(info.get("action_in_lookup", True))
@@ -317,10 +323,10 @@ def book_turn(ep: Episode, result, b: int, actions: Sequence, cfg: RolloutConfig
     ep.effective_turns += int(result.action_is_effective[b])
     metrics_lib.accumulate_info(ep.info_sums, info)
     env_done = bool(result.terminated[b] or result.truncated[b])
-    if result.errors[b]:
-        ep.error = result.errors[b]
-    if env_done or ep.num_actions >= cfg.max_actions_per_traj or result.errors[b] or len(ep.history) >= cfg.max_turn:
-        ep.terminated = bool(result.terminated[b]) and not result.errors[b]
+    if error:
+        ep.error = error
+    if env_done or ep.num_actions >= cfg.max_actions_per_traj or error or len(ep.history) >= cfg.max_turn:
+        ep.terminated = bool(result.terminated[b]) and not error
         ep.truncated = not ep.terminated
         ep.success = bool(result.success[b]) and ep.terminated
         return True
