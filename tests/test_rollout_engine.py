@@ -352,7 +352,6 @@ def test_a_turn_is_penalised_once_for_a_format_or_lookup_miss_only(info, parsed_
     assert ep.history[-1].warn_invalid == warned and ep.num_actions == 1
 
 
-
 def test_prompts_state_the_env_variants_max_tokens():
     """RAGEN's prompts say "Max response length: N" with N the env's envs.yaml max_tokens (100 for Bandit), not
     the rollout's response_length; rollout.prompt_max_tokens overrides it; an env without one falls back."""
@@ -372,3 +371,45 @@ def test_prompts_state_the_env_variants_max_tokens():
     assert stated(RolloutConfig(response_length=400, prompt_max_tokens=77)) == 77
     env.prompt_max_tokens = None  # an env batch built without a registered variant
     assert stated(RolloutConfig(response_length=400)) == 400
+
+
+class FloodEnv(LineEnv):
+    """LineEnv whose episode 2 starts with, and episode 1 answers its first turn with, an observation far longer
+    than max_model_len; `flood_all` floods every reset."""
+
+    FLOOD = "x " * 3000
+
+    def __init__(self, n, flood_all=False):
+        super().__init__(n)
+        self.flood_all = flood_all
+
+    def reset(self, seeds, instances=None):
+        obs = super().reset(seeds, instances)
+        return [self.FLOOD if self.flood_all or i == 2 else o for i, o in enumerate(obs)]
+
+    def step(self, actions, active):
+        result = super().step(actions, active)
+        result.observations[1] = self.FLOOD
+        return result
+
+
+@pytest.mark.parametrize("kind", ["lockstep", "continuous"])
+def test_an_observation_too_long_for_the_context_fails_only_its_episode(tiny, kind):
+    from ragen_jax.rollout.continuous import make_engine
+
+    graphdef, params, tok = tiny
+    cfg = _cfg(max_turn=2)
+    engine = make_engine(kind, graphdef, tok, cfg, 3)
+    res = engine.run(params, FloodEnv(3), [1, 1, 2], [0, 0, 1], jax.random.PRNGKey(0), tag="Line")
+    e0, e1, e2 = res.episodes
+    assert e0.error == "" and e0.num_turns == 2
+    assert e1.error.startswith("ContextOverflowError") and e1.num_turns == 1  # its second turn never began
+    assert e2.error.startswith("ContextOverflowError") and e2.num_turns == 0  # its reset's text did not fit
+    assert "max_model_len" in e1.error and not (e1.success or e2.success)
+    rows = res.batch.episode_ids
+    assert (res.batch.loss_mask[rows == 0] > 0).any()
+    assert (res.batch.loss_mask[np.isin(rows, [1, 2])] == 0).all()  # never trained
+    assert res.metrics["Line/env_error"] == pytest.approx(2 / 3)
+    # every episode overflowing at its first turn is the config's lengths, not an env: a clear error
+    with pytest.raises(ValueError, match="Raise rollout.max_model_len"):
+        engine.run(params, FloodEnv(3, flood_all=True), [1, 1, 2], [0, 0, 1], jax.random.PRNGKey(0), tag="Line")

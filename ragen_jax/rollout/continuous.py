@@ -88,9 +88,9 @@ class ContinuousEngine:
         cache_len = np.zeros(self.slots, np.int32)  # that episode's tokens in the slot's cache
         end = np.zeros(self.slots, np.int64)  # the last cache slot its current turn can reach
         decoding = np.zeros(self.slots, bool)
-        waiting = collections.deque(range(self.batch_size))
+        waiting = collections.deque(np.flatnonzero(play.opened).tolist())  # (an episode may end at its reset)
         starting = list(range(self.slots))  # slots whose episode's next turn begins before the next chunk
-        active = np.ones(self.batch_size, bool)
+        active = play.opened.copy()
         stats = collections.Counter()
 
         while True:

@@ -97,7 +97,7 @@ class RolloutEngine:
         sampling = cfg.sampling(self.tokenizer, temperature=temperature, greedy=greedy)
         cache, cache_lens = self.sampler.init_cache()
         cache_lens = np.array(cache_lens, np.int32)
-        active = np.ones(B, bool)
+        active = play.opened.copy()
         turn_times = []
         slot_steps = generated = 0
 
@@ -177,10 +177,15 @@ def open_episodes(env: EnvBatch, cfg: RolloutConfig, tag: str, seeds, group_ids,
             for s, g, o in zip(seeds, group_ids, observations)]
 
 
+class ContextOverflowError(ValueError):
+    """A turn's context cannot fit max_model_len even with every earlier turn dropped."""
+
+
 def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.ndarray:
     """The current turn's context tokens; oldest turns dropped until response_length fits.
 
     Records the first turn shown on the turn's record (and on the episode in "full" mode).
+    Raises ContextOverflowError when the current turn alone does not fit.
     """
     record = ep.history[-1]
     turn = len(ep.history) - 1
@@ -196,7 +201,7 @@ def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.
         if len(tokens) + cfg.response_length <= cfg.max_model_len:
             break
         if start >= turn:
-            raise ValueError(
+            raise ContextOverflowError(
                 f"A single turn needs {len(tokens)} context tokens + response_length "
                 f"{cfg.response_length} > max_model_len {cfg.max_model_len}. Raise "
                 f"rollout.max_model_len or lower rollout.response_length.")
@@ -219,6 +224,8 @@ class EpisodeBook:
         self.lookups = _row_lookups(env, len(episodes))
         self.fed = [np.zeros(0, np.int32) for _ in episodes]  # each episode's tokens as last fed + sampled
         self.contexts: list[np.ndarray | None] = [None] * len(episodes)
+        self.ready: list[np.ndarray | None] = [None] * len(episodes)  # each open turn's fitted context
+        self.opened = np.ones(len(episodes), bool)  # episodes whose first turn fits (the others ended at start)
         self.logprobs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
 
@@ -239,7 +246,22 @@ class EpisodeBook:
         episodes = open_episodes(env, cfg, tag, seeds, group_ids, observations)
         book = cls(engine, env, episodes, first_episode)
         book.timing["env"] += spent
+        book.opened = np.array([book._open_turn(b) for b in range(B)], bool)
+        if B and not book.opened.any():  # every episode, so no one env's fault: the config's lengths are too small
+            raise ContextOverflowError(episodes[0].error.split(": ", 1)[1])
         return book
+
+    def _open_turn(self, b: int) -> bool:
+        """Fit episode b's current turn into max_model_len. An observation too long for it (an env's fault) ends
+        only that episode, with the error recorded, so it is never trained on. -> whether the turn is open."""
+        ep = self.episodes[b]
+        try:
+            self.ready[b] = fit_context(self.builder, self.cfg, ep)
+            return True
+        except ContextOverflowError as e:
+            ep.error = f"ContextOverflowError: the env's observation is too long: {e}"
+            ep.terminated, ep.truncated, ep.success = False, True, False
+            return False
 
     def episode_ids(self, rows=None) -> np.ndarray:
         rows = np.arange(len(self.episodes)) if rows is None else np.asarray(rows)
@@ -251,7 +273,8 @@ class EpisodeBook:
 
     def next_context(self, b: int, cache_len: int) -> tuple[int, np.ndarray]:
         """Episode b's context for its current turn -> (tokens the cache keeps, the new tokens to feed)."""
-        ctx = fit_context(self.builder, self.cfg, self.episodes[b])
+        ctx = self.ready[b] if self.ready[b] is not None else fit_context(self.builder, self.cfg, self.episodes[b])
+        self.ready[b] = None
         # re-feed at least the last token: a context may equal the previous one (unchanged state)
         start = min(cache_len, common_prefix_length(self.fed[b], ctx), len(ctx) - 1)
         self.contexts[b] = ctx
@@ -286,9 +309,11 @@ class EpisodeBook:
         result = self.env.step(actions, stepping)
         self.timing["env"] += time.perf_counter() - t0
         t0 = time.perf_counter()
-        ended = [int(b) for b in rows if book_turn(self.episodes[b], result, b, actions[b], cfg)]
-        for b in ended:
-            active[b] = False
+        ended = []
+        for b in rows:
+            if book_turn(self.episodes[b], result, b, actions[b], cfg) or not self._open_turn(b):
+                active[b] = False
+                ended.append(int(b))
         self.timing["glue"] += time.perf_counter() - t0
         return ended
 
