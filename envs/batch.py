@@ -233,7 +233,8 @@ class HostEnvBatch(EnvBatch):
 
     An env that timed out may still be running in its thread, so it is never called again: given a
     `factory` (a no-argument callable building one env), the next reset puts a fresh instance in its slot
-    (the stuck one is closed in the background); without one, the slot's later episodes fail.
+    (the stuck one is closed in the background); without one, or while the factory raises (e.g. a remote env's
+    server is down), the slot's later episodes fail with the reason recorded, and the next reset tries again.
     """
 
     def __init__(self, envs: Sequence[HostEnv], factory: Callable[[], HostEnv] | None = None):
@@ -251,6 +252,7 @@ class HostEnvBatch(EnvBatch):
         self._done = np.zeros(len(self.envs), bool)
         self._observations = [""] * len(self.envs)  # current text, kept through turns without actions
         self._broken = np.zeros(len(self.envs), bool)  # a timed-out env may still be running: never reuse
+        self._broken_reason = [""] * len(self.envs)  # why a broken slot has no fresh env
         self.reset_errors = [""] * len(self.envs)
 
     @property
@@ -268,10 +270,17 @@ class HostEnvBatch(EnvBatch):
         if self.factory is None:
             return
         for i in np.nonzero(self._broken)[0]:
+            try:
+                fresh = self.factory()
+            except Exception as e:  # noqa: BLE001 - a failed rebuild fails the slot's episodes, not the run
+                self._broken_reason[i] = (f"replacing the env that timed out failed: {type(e).__name__}: {e} "
+                                          "(retried at the next reset)")
+                continue
             stuck = self.envs[i]
             threading.Thread(target=_close_quietly, args=(stuck,), daemon=True).start()
-            self.envs[i] = self.factory()
+            self.envs[i] = fresh
             self._broken[i] = False
+            self._broken_reason[i] = ""
             self.replaced += 1
 
     def reset(self, seeds: Sequence[int], instances: Sequence[int] | None = None) -> list[str]:
@@ -284,8 +293,8 @@ class HostEnvBatch(EnvBatch):
         observations = []
         for i, (result, error) in enumerate(results):
             if self._broken[i]:
-                error = ("env was abandoned after an earlier timeout (give HostEnvBatch a factory to replace "
-                         "timed-out envs)")
+                error = self._broken_reason[i] or ("env was abandoned after an earlier timeout (give HostEnvBatch a "
+                                                   "factory to replace timed-out envs)")
             self.reset_errors[i] = error
             self._done[i] = bool(error)
             if error and "Timeout" in error:

@@ -232,6 +232,27 @@ def test_a_timed_out_env_is_replaced_at_the_next_reset():
     assert result.errors == ["", ""] and result.rewards.tolist() == [0.5, 0.5]
 
 
+def test_a_failing_replacement_fails_the_slots_episodes_and_is_retried():
+    """The env server stalls, then is down: rebuilding the timed-out env raises. That fails only the slot's
+    episodes (the reason recorded), never the reset of the others; the next reset tries the factory again."""
+    server_up = [False]
+
+    def factory():
+        if not server_up[0]:
+            raise ConnectionError("env server unreachable")
+        return CounterEnv()
+
+    batch = HostEnvBatch([CounterEnv(hang_at=0, timeout=0.3), CounterEnv()], factory=factory)
+    batch.reset([0, 1])
+    assert batch.step([[0], [0]], np.ones(2, bool)).errors[0].startswith("TimeoutError")
+    assert batch.reset([2, 3]) == ["", "count=3"]  # no exception out of reset
+    assert "ConnectionError: env server unreachable" in batch.reset_errors[0] and batch.reset_errors[1] == ""
+    result = batch.step([[0], [0]], np.ones(2, bool))
+    assert "env server unreachable" in result.errors[0] and result.terminated[0] and result.errors[1] == ""
+    server_up[0] = True
+    assert batch.reset([4, 5]) == ["count=4", "count=5"] and batch.reset_errors == ["", ""] and batch.replaced == 1
+
+
 def test_make_env_batch_gives_host_batches_a_factory():
     batch = make_env_batch("Countdown", 2)
     assert batch.factory is not None and type(batch.factory()) is type(batch.envs[0])
