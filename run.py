@@ -55,6 +55,12 @@ def main(argv):
         sys.exit(f"FATAL {e}")
     workdir = _WORKDIR.value or cfg.workdir
     cfg.workdir = workdir  # config.json, the hparams and --print_config record where this run writes
+    if _MODE.value == "sft" or (_MODE.value == "train" and not cfg.trainer.resume):
+        from ragen_jax.checkpoint import earlier_run_error
+
+        error = earlier_run_error(os.path.join(os.path.abspath(workdir), "checkpoints"))
+        if error and not _PRINT_CONFIG.value:
+            sys.exit(f"FATAL {error}")
     from ragen_jax.sharding import maybe_initialize_distributed
 
     maybe_initialize_distributed(cfg)  # multi-host: join the other processes before any device is touched

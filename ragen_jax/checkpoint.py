@@ -19,6 +19,24 @@ from ragen_jax.trainer.optim import all_finite
 _all_finite = jax.jit(all_finite)  # one replicated bool, computed where the shards live (any number of hosts)
 
 
+def finished_steps(directory: str) -> list[int]:
+    """The finished checkpoint steps in a checkpoints folder, oldest first (no Orbax call: cheap, before any setup)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(n) for n in os.listdir(directory) if n.isdigit() and os.path.isdir(os.path.join(directory, n)))
+
+
+def earlier_run_error(directory: str) -> str | None:
+    """The error of a fresh run (or warm start) that would write into `directory` holding an earlier run's
+    checkpoints (Orbax skips a step it already holds, so the two runs' checkpoints would mix), else None."""
+    steps = finished_steps(directory)
+    if not steps:
+        return None
+    return (f"{directory} already holds checkpoints {steps} of an earlier run, which this run would overwrite or "
+            "mix with its own. Continue that run with --config.trainer.resume=True, evaluate it with --mode=eval, "
+            "or give this run another --workdir.")
+
+
 class Checkpointer:
     """Save/restore numbered checkpoints under `directory` (only process 0 writes metadata)."""
 
@@ -44,9 +62,12 @@ class Checkpointer:
         """state: a pytree of arrays; meta: JSON-serialisable dict. Refuses non-finite params."""
         if not bool(_all_finite(state)):
             raise FloatingPointError(f"Refusing to write checkpoint {step}: state holds NaN/inf.")
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                        meta=ocp.args.JsonSave(meta)))
+        saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                                meta=ocp.args.JsonSave(meta)))
         self.manager.wait_until_finished()
+        if not saved:  # Orbax declines a step at or below its latest one without a word
+            raise FileExistsError(f"Checkpoint {step} was not written: "
+                                  f"{earlier_run_error(self.directory) or self.directory + ' holds a later step.'}")
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
         """Restore `step` into the structure (and shardings) of `abstract_state`."""

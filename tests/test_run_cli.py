@@ -105,6 +105,18 @@ def test_an_oracle_warm_start_on_a_host_env_is_one_fatal_line(tmp_path):
                           "config.warmstart.enabled=False")
 
 
+def test_a_fresh_run_into_an_earlier_runs_checkpoints_is_one_fatal_line(tmp_path):
+    """Without resume, a run (or a warm start) in a workdir holding checkpoints would overwrite or mix with them."""
+    wd = tmp_path / "run"
+    os.makedirs(wd / "checkpoints" / "3")
+    for mode in ("train", "sft"):
+        proc = run_cli("--config=configs/bandit.py:tiny", workdir=wd, mode=mode)
+        fatal = [line for line in proc.stderr.splitlines() if line.startswith("FATAL")]
+        assert proc.returncode != 0 and len(fatal) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "checkpoints [3]" in fatal[0] and "--config.trainer.resume=True" in fatal[0], fatal[0]
+        assert sorted(os.listdir(wd)) == ["checkpoints"]  # nothing built or written
+
+
 def test_unknown_variant_lists_the_known_ones(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/sudoku.py:tiny,nosuch", workdir=wd)

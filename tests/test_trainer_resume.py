@@ -48,6 +48,23 @@ def assert_bitwise(a, b, what):
         assert x.dtype == y.dtype and np.array_equal(x, y), what
 
 
+def test_a_checkpoint_step_already_on_disk_is_never_skipped_silently(tmp_path):
+    """Orbax declines to save a step at or below its latest one; a fresh run into an earlier run's folder must
+    say so instead of leaving the earlier run's checkpoints under its own step numbers."""
+    import jax.numpy as jnp
+    import pytest
+
+    from ragen_jax.checkpoint import Checkpointer
+
+    folder = str(tmp_path / "checkpoints")
+    earlier = Checkpointer(folder)
+    for step in (0, 1):
+        earlier.save(step, {"w": jnp.ones(3)}, {"step": step, "run": "earlier"})
+    with pytest.raises(FileExistsError, match="trainer.resume=True"):
+        Checkpointer(folder).save(0, {"w": jnp.zeros(3)}, {"step": 0, "run": "fresh"})
+    assert Checkpointer(folder).restore_meta(1)["run"] == "earlier"
+
+
 def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
     straight, straight_log = run(recipe(tmp_path / "straight", 4))
     first, first_log = run(recipe(tmp_path / "resumed", 2))

@@ -22,7 +22,7 @@ from ragen_jax.algos.presets import resolve_adv_estimator
 from ragen_jax.algos.kl import apply_kl_penalty, init_kl_controller, update_kl_controller
 from ragen_jax.algos.masked import masked_mean
 from ragen_jax import sharding
-from ragen_jax.checkpoint import Checkpointer
+from ragen_jax.checkpoint import Checkpointer, earlier_run_error
 from ragen_jax.filtering import FilterConfig, advantage_scale, compact, filter_rollouts, update_empty_streak
 from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
 from ragen_jax.rollout import RolloutConfig, group_seeds
@@ -518,6 +518,8 @@ class Trainer:
 
     def _train(self) -> dict[str, Any]:
         cfg, t = self.cfg, self.cfg.trainer
+        if self.start_step == 0 and (error := earlier_run_error(self.checkpointer.directory)):
+            raise FileExistsError(error)  # before any work: a fresh run never mixes with an earlier one
         wall0 = time.perf_counter()
         trained_tokens = 0.0
         if self.is_main:
