@@ -27,11 +27,12 @@ def validate_config(cfg, mode: str = "train") -> None:
     """Raise ValueError naming the key, the bad value and the allowed ones.
 
     mode "eval" skips the checks that only training needs (mini-batches)."""
+    from configs.base import get_base_config
     from envs.registry import get_spec
     from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
     from ragen_jax.filtering import FilterConfig
 
-    errors = []
+    errors = _unknown_keys(cfg, get_base_config())
     for (section, key), allowed in CHOICES.items():
         value = cfg[section][key]
         if value not in allowed:
@@ -82,6 +83,29 @@ def validate_config(cfg, mode: str = "train") -> None:
         raise ValueError(f"Invalid config: {errors[0]}")
     if errors:
         raise ValueError("Invalid config:\n  - " + "\n  - ".join(errors))
+
+
+FREE_FORM = ("env.kwargs",)  # sections whose keys are the user's (an env's constructor arguments)
+
+
+def _unknown_keys(cfg, reference, prefix: str = "") -> list[str]:
+    """Keys a config file set that the base config does not have (a typo there would be ignored silently;
+    on the command line ml_collections already refuses them)."""
+    import difflib
+
+    errors = []
+    for key in cfg.keys():
+        path = f"{prefix}{key}"
+        if path in FREE_FORM:
+            continue
+        if key not in reference:
+            close = difflib.get_close_matches(key, list(reference.keys()), n=1)
+            hint = f" (did you mean config.{prefix}{close[0]}?)" if close else ""
+            errors.append(f"config.{path} is not a config key{hint}: a config file sets only the keys configs/base.py "
+                          f"defines ({', '.join(FREE_FORM)} takes any)")
+        elif hasattr(cfg[key], "keys") and hasattr(reference[key], "keys"):
+            errors += _unknown_keys(cfg[key], reference[key], f"{path}.")
+    return errors
 
 
 def _sampling_errors(rollout, val) -> list[str]:

@@ -131,3 +131,22 @@ def test_warm_start_diagnostics_and_filter_values_outside_their_range_fail_early
     cfg[section][name] = value
     with pytest.raises(ValueError, match=message):
         validate_config(cfg)
+
+
+def test_a_key_a_config_file_misspells_is_refused_with_the_right_one():
+    """Overrides on the command line are checked by ml_collections; keys a config file adds are not, so a typo there
+    (env.max_turns) would be ignored and the run would use the default."""
+    from configs.sokoban import get_config
+
+    cfg = get_config("tiny")
+    cfg.env.max_turns = 2
+    cfg.trainer.total_step = 1
+    cfg.env.kwargs.anything_goes = 3  # an env's constructor arguments are the user's
+    with pytest.raises(ValueError) as e:
+        validate_config(cfg)
+    message = str(e.value)
+    assert "config.env.max_turns is not a config key (did you mean config.env.max_turn?)" in message
+    assert "config.trainer.total_step is not a config key (did you mean config.trainer.total_steps?)" in message
+    assert "anything_goes" not in message
+    for name in ("bandit", "countdown", "frozenlake", "sokoban", "sudoku", "webshop"):  # shipped configs pass
+        validate_config(__import__(f"configs.{name}", fromlist=["get_config"]).get_config("tiny"))
