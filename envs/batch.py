@@ -221,6 +221,27 @@ def run_with_timeouts(calls: Sequence[Callable[[], Any] | None], timeouts: Seque
     return results
 
 
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
+
+
+def _checked_reset(result: Any) -> tuple[str, Any]:
+    """A host env's reset result, or TypeError naming what it returned (a bare string would otherwise be read as
+    a tuple: its first character the observation)."""
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], str)):
+        raise TypeError(f"reset(seed) must return (observation: str, info: dict), got {_describe(result)}")
+    return result
+
+
+def _checked_step(result: Any) -> tuple[str, Any, Any, Any, Any]:
+    """A host env's step result, or TypeError naming what it returned (the model must never read 'None')."""
+    if not (isinstance(result, tuple) and len(result) == 5 and isinstance(result[0], str)):
+        raise TypeError("step(action) must return (observation: str, reward: float, terminated: bool, "
+                        f"truncated: bool, info: dict), got {_describe(result)}")
+    return result
+
+
 def _close_quietly(env: HostEnv) -> None:
     try:
         env.close()
@@ -287,7 +308,7 @@ class HostEnvBatch(EnvBatch):
         if len(seeds) != self.batch_size:
             raise ValueError(f"Expected {self.batch_size} seeds, got {len(seeds)}.")
         self._replace_broken()
-        calls = [None if broken else (lambda e=env, s=int(seed): e.reset(s))
+        calls = [None if broken else (lambda e=env, s=int(seed): _checked_reset(e.reset(s)))
                  for env, seed, broken in zip(self.envs, seeds, self._broken)]
         results = run_with_timeouts(calls, [env.step_timeout_s for env in self.envs])
         observations = []
@@ -311,7 +332,7 @@ class HostEnvBatch(EnvBatch):
                 if not self.action_names:
                     raise TypeError(f"Action id {action} given to an env without an action lookup.")
                 action = self.action_names[int(action)]
-            text, reward, terminated, truncated, info = env.step(str(action))
+            text, reward, terminated, truncated, info = _checked_step(env.step(str(action)))
             info = dict(info or {})
             out.update(observation=text, terminated=bool(terminated), truncated=bool(truncated), info=info)
             out["reward"] += float(reward)

@@ -253,6 +253,32 @@ def test_a_failing_replacement_fails_the_slots_episodes_and_is_retried():
     assert batch.reset([4, 5]) == ["count=4", "count=5"] and batch.reset_errors == ["", ""] and batch.replaced == 1
 
 
+class MalformedEnv(CounterEnv):
+    """Returns what a careless env might: a bare string from reset, or a non-text observation from step."""
+
+    def __init__(self, bad_reset=False, bad_step=None):
+        super().__init__()
+        self.bad_reset, self.bad_step = bad_reset, bad_step
+
+    def reset(self, seed):
+        text, info = super().reset(seed)
+        return text if self.bad_reset else (text, info)
+
+    def step(self, action):
+        out = super().step(action)
+        return (self.bad_step, *out[1:]) if self.bad_step is not None else out
+
+
+def test_malformed_env_results_fail_their_episode_with_what_was_returned():
+    batch = HostEnvBatch([MalformedEnv(), MalformedEnv(bad_reset=True), MalformedEnv(bad_step={"grid": [1]})])
+    assert batch.reset([1, 2, 3]) == ["count=1", "", "count=3"]  # never "c", the bare string's first character
+    assert "must return (observation: str, info: dict), got str 'count=2'" in batch.reset_errors[1]
+    result = batch.step([[0], [0], [0]], np.ones(3, bool))
+    assert result.errors[0] == "" and result.observations[0] == "count=2"
+    assert "must return (observation: str" in result.errors[1] and result.terminated[1]
+    assert "got tuple ({'grid': [1]}" in result.errors[2] and result.terminated[2] and result.observations[2] == ""
+
+
 def test_make_env_batch_gives_host_batches_a_factory():
     batch = make_env_batch("Countdown", 2)
     assert batch.factory is not None and type(batch.factory()) is type(batch.envs[0])
