@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 CHOICES = {
     ("rollout", "context_mode"): ("full", "limited_multi_turn", "single_turn"),
     ("rollout", "prompt_style"): ("ragen", "compact"),
@@ -135,7 +137,13 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
         "env.groups", "env.group_size", "env.max_turn", "env.max_actions_per_turn", "env.max_actions_per_traj",
         "rollout.response_length", "trainer.mini_batch_size", "trainer.micro_batch_size", "trainer.epochs",
         "val.group_size", "val.batch_size")},
-    **{key: _AT_LEAST_0 for key in ("trainer.total_steps", "trainer.save_every", "val.groups", "val.every")},
+    **{key: _AT_LEAST_0 for key in ("trainer.total_steps", "trainer.save_every", "val.every")},
+    # the validation env batch is built whatever val.every says (0 rows failed later with a mesh error)
+    "val.groups": (lambda v: v >= 1, "must be >= 1 (to turn validation off set config.val.every=0)"),
+    # Orbax deletes every checkpoint past max_to_keep: 0 would delete each one as soon as it is written
+    "trainer.keep_checkpoints": (lambda v: v >= 1, "must be >= 1 (checkpoints kept on disk)"),
+    # added to the reward of every invalid turn: NaN or inf would turn the rewards and so every update non-finite
+    "rollout.format_penalty": (lambda v: math.isfinite(v), "must be a finite number"),
     **{f"optim.{m}.{k}": _AT_LEAST_0 for m in ("actor", "critic") for k in ("lr", "warmup_steps", "weight_decay")},
     **{f"optim.{m}.grad_clip": (lambda v: v >= 0, "must be >= 0 (0 = off)") for m in ("actor", "critic")},
     **{f"warmstart.{k}": _AT_LEAST_0 for k in ("lr", "warmup_steps", "weight_decay", "steps", "max_seconds",

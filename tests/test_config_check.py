@@ -93,6 +93,9 @@ def test_greedy_validation_at_a_positive_temperature_is_valid():
     ("rollout.chunk", 0, r"config.rollout.chunk must be >= 1"),
     ("rollout.slots", -1, r"config.rollout.slots must be >= 0 \(0 = one per episode\)"),
     ("rollout.lanes", -1, r"config.rollout.lanes must be >= 0 \(0 = the sampler's default\)"),
+    ("val.groups", 0, r"config.val.groups must be >= 1 \(to turn validation off set config.val.every=0\)"),
+    ("trainer.keep_checkpoints", 0, r"config.trainer.keep_checkpoints must be >= 1"),
+    ("rollout.format_penalty", float("nan"), r"config.rollout.format_penalty must be a finite number"),
 ])
 def test_values_outside_their_range_fail_before_anything_is_built(key, value, message):
     """A negative learning rate (gradient ascent), a discount above 1 or a negative KL coefficient used to train
