@@ -34,7 +34,7 @@ def earlier_run_error(directory: str) -> str | None:
         return None
     return (f"{directory} already holds checkpoints {steps} of an earlier run, which this run would overwrite or "
             "mix with its own. Continue that run with --config.trainer.resume=True, evaluate it with --mode=eval, "
-            "or give this run another --workdir.")
+            "give this run another --workdir, or delete that folder to start over.")
 
 
 class Checkpointer:
