@@ -24,8 +24,8 @@ _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "sft"], "train (Sta
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (TensorBoard, checkpoints, rollouts). "
                                "Default: config.workdir.")
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "--mode=eval: what to evaluate, an Orbax step folder "
-                                  "(RUN/checkpoints/N), a Hugging Face folder or a run folder. Default: the "
-                                  "workdir's latest checkpoint.")
+                                  "(RUN/checkpoints/N), a Hugging Face folder, a run folder, or `init` (the "
+                                  "untrained model). Default: the workdir's latest checkpoint.")
 _PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved config, the custom functions it "
                                   "names and the per-device memory plan, then exit.")
 _COMPILE_CACHE = flags.DEFINE_string(

@@ -112,6 +112,10 @@ def get_base_config() -> ml_collections.ConfigDict:
         seed=0,
         early_stop=dict(
             reward_std_patience=0,  # stop after N steps of zero in-group reward std (0 = off)
+            # RAGEN's reward-variance collapse: the mean in-group reward std of the first N trained steps is the
+            # baseline; stop when N steps in a row fall below reward_collapse_ratio x baseline (N = 0: off)
+            reward_collapse_window=10,
+            reward_collapse_ratio=0.1,
             val_success_below=0.01,
             val_patience=5,
             skipped_updates=5,  # stop after N updates in a row skipped for non-finite values (0 = off)

@@ -158,6 +158,7 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     "algo.kl_ctrl_coef": _AT_LEAST_0, "algo.kl_ctrl_target": _POSITIVE, "algo.kl_ctrl_horizon": _POSITIVE,
     "trainer.logprob_chunk": _AT_LEAST_1, "rollout.context_window": _AT_LEAST_1, "rollout.chunk": _AT_LEAST_1,
     "rollout.slots": (lambda v: v >= 0, "must be >= 0 (0 = one per episode)"),
+    "trainer.early_stop.reward_collapse_window": _AT_LEAST_0, "trainer.early_stop.reward_collapse_ratio": _AT_LEAST_0,
     "rollout.prompt_max_tokens": (lambda v: v >= 0, "must be >= 0 (0 = the env's, else rollout.response_length)"),
     "rollout.lanes": (lambda v: v >= 0, "must be >= 0 (0 = the sampler's default)"),
 }

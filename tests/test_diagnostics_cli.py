@@ -100,3 +100,10 @@ def test_bad_dump_is_named(tmp_path):
         load_rollouts(str(bad))
     with pytest.raises(FileNotFoundError):
         load_rollouts(str(tmp_path / "missing.jsonl"))
+
+
+def test_an_empty_report_says_why_even_with_timings():
+    from ragen_jax.diagnostics.__main__ import summary
+
+    text = summary({"timing_s/collapse_first_turn_step": 0.0, "timing_s/collapse_multi_turn_step": 0.01})
+    assert text.startswith("No sampling had two or more prompts with reasoning") and "tiny_reasoning" in text

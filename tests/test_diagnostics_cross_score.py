@@ -21,18 +21,18 @@ def tiny_model(seed: int = 0, vocab: int = 48) -> CausalLM:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _full_logp_jit(graphdef, params, seq):
+def _full_logp_jit(graphdef, params, seq, temperature=1.0):
     model = nnx.merge(graphdef, params)
     logits, _ = model(seq, jnp.arange(seq.shape[1], dtype=jnp.int32)[None])
-    return jax.nn.log_softmax(logits[0], axis=-1)
+    return jax.nn.log_softmax(logits[0] / temperature, axis=-1)
 
 
-def direct_logprob(model: CausalLM, prompt, reasoning, width: int = 24) -> float:
+def direct_logprob(model: CausalLM, prompt, reasoning, width: int = 24, temperature: float = 1.0) -> float:
     """Summed log p(reasoning | prompt) from one uncached forward pass (right padding is inert)."""
     seq = np.zeros((1, width), np.int32)
     seq[0, : len(prompt) + len(reasoning)] = list(prompt) + list(reasoning)
     graphdef, params = nnx.split(model)
-    logp = np.asarray(_full_logp_jit(graphdef, params, jnp.asarray(seq)))
+    logp = np.asarray(_full_logp_jit(graphdef, params, jnp.asarray(seq), temperature))
     p = len(prompt)
     return float(sum(logp[p - 1 + t, z] for t, z in enumerate(reasoning)))
 
@@ -83,3 +83,19 @@ def test_cross_score_rejects_empty_prompt():
     graphdef, params = nnx.split(tiny_model())
     with pytest.raises(ValueError, match="empty prompt"):
         cross_score(graphdef, params, [[1], []], [[2]], pad_id=0)
+
+
+
+def test_cross_score_divides_the_logits_by_the_temperature():
+    """Scored as the update scores (veRL's log-probs divide by the rollout temperature, and so do RAGEN's)."""
+    model = tiny_model(3)
+    graphdef, params = nnx.split(model)
+    prompts, reasonings = [[3, 7, 11], [5]], [[4, 9, 2], [8]]
+    _, cold = cross_score(graphdef, params, prompts, reasonings, pad_id=0, temperature=0.5)
+    _, plain = cross_score(graphdef, params, prompts, reasonings, pad_id=0)
+    for i, z in enumerate(reasonings):
+        for j, x in enumerate(prompts):
+            assert cold[i, j] == pytest.approx(direct_logprob(model, x, z, temperature=0.5), abs=2e-4), (i, j)
+    assert np.abs(cold - plain).max() > 1e-2
+    with pytest.raises(ValueError, match="temperature"):
+        cross_score(graphdef, params, prompts, reasonings, pad_id=0, temperature=0.0)

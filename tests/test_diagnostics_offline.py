@@ -34,6 +34,7 @@ def _tiny_bandit_config():
     c.warmstart.enabled = False
     c.diagnostics.update(every=1, max_pairs=6, batch_size=8)  # 6 of the 8 episodes: the step's draw matters
     c.rollout.engine = "lockstep"  # the scripted sampler stands in for Sampler.generate
+    c.rollout.temperature = 0.7  # the scripted replies ignore it; the trainer scores pairs under it
     return c
 
 
@@ -72,8 +73,13 @@ def test_trainer_metrics_equal_the_offline_report_on_the_pkl(played):
     kind, episodes = load_dump(played.pkl)
     assert kind == "episodes" and len(episodes) == 8
     offline = offline_report(played.pkl, played.export, step=STEP, num_samples=d.max_pairs, batch_size=d.batch_size,
-                             thresholds={"conditional_entropy": d.entropy_threshold, "mi": d.mi_threshold})
+                             thresholds={"conditional_entropy": d.entropy_threshold, "mi": d.mi_threshold},
+                             temperature=played.cfg.rollout.temperature)
     assert _comparable(offline) == pytest.approx(_comparable(played.metrics), abs=1e-6)
+    untempered = offline_report(played.pkl, played.export, step=STEP, num_samples=d.max_pairs,
+                                batch_size=d.batch_size)  # scored at temperature 1: other log-probs
+    assert untempered["collapse_first_turn_sample/conditional_entropy_est"] != pytest.approx(
+        offline["collapse_first_turn_sample/conditional_entropy_est"], abs=1e-4)
     other_step = offline_report(played.pkl, played.export, step=STEP + 1, num_samples=d.max_pairs,
                                 batch_size=d.batch_size, sampling="first_turn")
     assert other_step["collapse_first_turn_sample/mi_estimate"] != pytest.approx(

@@ -130,7 +130,7 @@ def test_eval_prints_metrics_and_writes_jsonl(tmp_path):
     wd, cache = tmp_path / "run", tmp_path / "xla"
     proc = run_cli("--config=configs/countdown.py:tiny", "--config.val.groups=3", "--config.val.batch_size=3",
                    "--config.env.groups=1", "--config.env.group_size=2", "--config.rollout.response_length=16",
-                   "--config.rollout.max_model_len=512", f"--compile_cache={cache}", workdir=wd)
+                   "--config.rollout.max_model_len=512", f"--compile_cache={cache}", "--checkpoint=init", workdir=wd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"XLA compilation cache: {cache}" in proc.stderr and os.listdir(cache)
     metrics = json.loads(proc.stdout[proc.stdout.index("{"):])
@@ -142,3 +142,12 @@ def test_eval_prints_metrics_and_writes_jsonl(tmp_path):
         records = [json.loads(line) for line in f]
     assert [r["custom_id"] for r in records] == ["traj_0", "traj_1", "traj_2"]
     assert [r["metadata"]["seed"] for r in records] == [123, 124, 125]
+
+
+@pytest.mark.parametrize("path", ["/nonexistent", "./models/qwen", "~/models/qwen", "a/b/c"])
+def test_a_missing_model_folder_is_named_as_a_folder_not_a_hub_id(path):
+    from ragen_jax.trainer.setup import resolve_model_path
+
+    with pytest.raises(FileNotFoundError, match="does not exist") as e:
+        resolve_model_path(path)
+    assert "hf download" not in str(e.value) and "--config.model.path" in str(e.value)

@@ -18,8 +18,10 @@ def _hf_folder(path):
 
 def test_eval_target_finds_the_latest_checkpoint_then_the_export(tmp_path):
     run = tmp_path / "run"
-    assert eval_target(str(run)).kind == "init"
-    assert eval_target(str(run)).out_dir == str(run / "eval" / "init")
+    with pytest.raises(FileNotFoundError, match="--checkpoint=init"):  # nothing trained: never a silent untrained score
+        eval_target(str(run))
+    assert eval_target(str(run), "init").kind == "init"
+    assert eval_target(str(run), "init").out_dir == str(run / "eval" / "init")
     _hf_folder(run / "hf_export")
     hf = eval_target(str(run))
     assert (hf.kind, hf.path, hf.out_dir) == ("hf", str(run / "hf_export"), str(run / "eval" / "hf_export"))
@@ -62,7 +64,7 @@ def test_train_then_eval_the_checkpoint_and_the_export(tmp_path):
     """A 1-step run saves its final state and HF export; eval scores each into its own folder."""
     wd = tmp_path / "run"
     tiny = ["--config=configs/bandit.py:tiny", "--config.trainer.total_steps=1", "--config.warmstart.enabled=False",
-            "--config.val.groups=8", "--config.val.batch_size=8", "--config.val.every=0",
+            "--config.val.groups=8", "--config.val.batch_size=8", "--config.val.every=1", "--config.val.at_start=False",
             "--config.env.groups=2", "--config.env.group_size=4", "--config.trainer.mini_batch_size=8",
             "--config.trainer.micro_batch_size=8"]
     proc = run_cli(*tiny, workdir=wd, mode="train")
@@ -77,6 +79,11 @@ def test_train_then_eval_the_checkpoint_and_the_export(tmp_path):
     acc = EventAccumulator(str(wd / "eval" / "step_0" / "tb"))
     acc.Reload()
     assert [e.step for e in acc.Scalars("val/Bandit/success")] == [1]  # the RL steps it ran, as training logs them
+    trained = EventAccumulator(str(wd / "tb"))
+    trained.Reload()
+    for name in ("success", "num_actions"):  # the same episodes and sampling keys as the run's last validation
+        logged = [e.value for e in trained.Scalars(f"val/Bandit/{name}") if e.step == 1]
+        assert logged == [acc.Scalars(f"val/Bandit/{name}")[0].value], name
     for name in ("config.json", "metrics.json", "rollouts.jsonl", "rollouts.pkl"):
         assert os.path.isfile(wd / "eval" / "step_0" / name)
     assert sorted(os.listdir(wd / "tb")) == events  # the training run's files are untouched
@@ -102,7 +109,7 @@ def test_eval_banner_says_what_is_evaluated_and_eval_leaves_no_checkpoints_folde
     training lines (steps, episodes per step); eval writes only under <workdir>/eval/ (no empty checkpoints/)."""
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/bandit.py:tiny", "--config.val.groups=4", "--config.val.batch_size=4",
-                   "--config.val.greedy=True", workdir=wd)
+                   "--config.val.greedy=True", "--checkpoint=init", workdir=wd)
     assert proc.returncode == 0, proc.stderr
     banner = proc.stderr
     assert "evaluate    the freshly initialised model" in banner, banner

@@ -35,3 +35,22 @@ def test_controller_settings_are_checked(tmp_path):
     cfg.algo.kl_ctrl_type, cfg.algo.kl_ctrl_horizon = "adaptive", 0.0
     with pytest.raises(ValueError, match="kl_ctrl_horizon"):
         validate_config(cfg)
+
+
+def test_ragens_reward_variance_collapse_rule():
+    """Baseline = mean std of the first `window` trained steps; stop after `window` steps in a row below
+    ratio x baseline (RAGEN's agent_trainer); window 0 is off."""
+    from ragen_jax.trainer.loop import reward_collapse
+
+    first, recent, stops = [], [], []
+    stds = [0.4, 0.6, 0.5] + [0.04, 0.03, 0.02, 0.01] + [0.06] + [0.01, 0.02, 0.03]  # baseline 0.5: threshold 0.05
+    for std in stds:
+        first, recent, collapsed = reward_collapse(first, recent, std, window=3, ratio=0.1)
+        stops.append(collapsed)
+    assert first == [0.4, 0.6, 0.5]
+    assert stops == [False] * 5 + [True, True, False, False, False, True]
+    assert reward_collapse([], [], 0.0, window=0, ratio=0.1) == ([], [], False)
+    zero_base = ([0.0] * 3, [], False)
+    for _ in range(5):  # a zero baseline never stops the run (nothing is below 0)
+        zero_base = reward_collapse(zero_base[0], zero_base[1], 0.0, window=3, ratio=0.1)
+    assert not zero_base[2]

@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16, help="(reasoning, prompt) pairs per call")
     p.add_argument("--sampling", choices=("both", "first_turn", "trajectory"), default=None,
                    help="default: the run's diagnostics.first_turn / trajectory, else both")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="divide the logits by this when scoring (default: the run folder's rollout temperature, else 1)")
     p.add_argument("--h-threshold", type=float, default=None, help="H(Z|X) regime threshold")
     p.add_argument("--mi-threshold", type=float, default=None, help="MI regime threshold")
     p.add_argument("--mi-relative", action=argparse.BooleanOptionalAction, default=None,
@@ -59,10 +61,14 @@ def summary(metrics: dict[str, float]) -> str:
             f"  MI z-score         {g('mi_zscore'):.3f}   seq MI {g('mi_seq_estimate'):.3f}",
             f"  regime             {REGIMES[int(g('regime'))]}",
         ]
+    if not lines:
+        return ("No sampling had two or more prompts with reasoning: the responses' <think> parts are empty or the "
+                "episodes share one prompt. A run that reasons (e.g. configs/sokoban.py:tiny_reasoning, see "
+                "docs/diagnostics.md) gives the diagnostics something to measure.")
     for key in ("timing_s/collapse_first_turn_step", "timing_s/collapse_multi_turn_step"):
         if key in metrics:
             lines.append(f"{key}: {metrics[key]:.2f} s")
-    return "\n".join(lines) if lines else "No sampling had two or more prompts with reasoning."
+    return "\n".join(lines)
 
 
 def settings_from(args: argparse.Namespace) -> dict:
@@ -77,8 +83,9 @@ def settings_from(args: argparse.Namespace) -> dict:
             thresholds[key] = value
     num_samples = args.num_samples if args.num_samples is not None else run.get("num_samples",
                                                                                  DEFAULTS["num_samples"])
+    temperature = args.temperature if args.temperature is not None else run.get("temperature", 1.0)
     return {"num_samples": num_samples or None, "sampling": args.sampling or run.get("sampling", DEFAULTS["sampling"]),
-            "thresholds": thresholds}
+            "thresholds": thresholds, "temperature": temperature}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

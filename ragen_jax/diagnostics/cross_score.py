@@ -50,8 +50,10 @@ def _score_pairs(
     start: jax.Array,
     mask: jax.Array,
     window: int,
+    temperature: jax.Array,
 ) -> tuple[jax.Array, jax.Array]:
-    """Summed and mean log-probs [B] of tokens[:, 1:] (mask [B, Z]) given column caches `cols` [B].
+    """Summed and mean log-probs [B] of tokens[:, 1:] (mask [B, Z]) given column caches `cols` [B], under the
+    logits divided by `temperature` (traced: every temperature shares the program).
 
     tokens [B, Z+1] = [last prompt token, z...]; `start` [B] is that token's cache slot; `window` (static)
     cache slots hold every pair's prompt and tokens, and only those are copied and attended to.
@@ -62,7 +64,8 @@ def _score_pairs(
     positions = start[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
     hidden, _ = model.hidden(tokens, positions, cache=pair_cache, cache_index=start)
     # chunked over Z: the [B, Z, vocab] logits never exist at once (2.5 GB per batch at Qwen's 152k vocabulary)
-    target, _ = token_logprobs_and_entropy(hidden[:, :-1], model.lm_head_matrix(), tokens[:, 1:], chunk_size=32)
+    target, _ = token_logprobs_and_entropy(hidden[:, :-1], model.lm_head_matrix(), tokens[:, 1:], chunk_size=32,
+                                           temperature=temperature)
     total = jnp.sum(jnp.where(mask, target, 0.0), axis=-1)
     count = jnp.maximum(jnp.sum(mask, axis=-1), 1)
     return total, total / count
@@ -82,12 +85,17 @@ def cross_score(
     reasonings: Sequence[Sequence[int]],
     pad_id: int,
     batch_size: int = 32,
+    temperature: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(L_mean [R, C], L_sum [R, C]): mean and summed log p(z_i | x_j) over z_i's tokens.
 
     prompts [C] are full contexts ending where reasoning starts (e.g. after "<think>");
     reasonings [R] are token ids. An empty reasoning scores 0. `batch_size` pairs run per call.
+    `temperature` divides the logits, as the trainer's log-probs (RAGEN scores with veRL's, which divide by the
+    rollout temperature).
     """
+    if not temperature > 0:
+        raise ValueError(f"cross_score needs temperature > 0, got {temperature}.")
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("cross_score needs at least one prompt column and no empty prompt.")
     if batch_size < 1:
@@ -126,7 +134,7 @@ def cross_score(
         window = min(cache_len, _bucket(int(prompt_len[cols].max()) + width))
         s, m = _score_pairs(
             graphdef, params, cache, jnp.asarray(cols.astype(np.int32)), jnp.asarray(tokens),
-            jnp.asarray(prompt_len[cols] - 1), jnp.asarray(mask), window,
+            jnp.asarray(prompt_len[cols] - 1), jnp.asarray(mask), window, jnp.float32(temperature),
         )
         s, m = gather_to_host((s, m))
         sums[pairs[real]], means[pairs[real]] = s[real], m[real]

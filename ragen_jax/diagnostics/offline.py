@@ -131,6 +131,7 @@ def offline_report(
     batch_size: int = 16,
     sampling: str = "both",
     thresholds: Mapping[str, Any] | None = None,
+    temperature: float = 1.0,
 ) -> dict[str, float]:
     """Collapse metrics of saved rollouts under the policy of `checkpoint` (a Hugging Face folder or a run
     folder). `step` draws the pairs as the trainer does at that step (else a generator seeded by `seed`)."""
@@ -147,7 +148,7 @@ def offline_report(
     graphdef, params = nnx.split(model)
     pairs = dump_pairs(kind, items, tokenizer)
     score_fn = functools.partial(
-        cross_score, graphdef, params, pad_id=tokenizer.pad_token_id, batch_size=batch_size
+        cross_score, graphdef, params, pad_id=tokenizer.pad_token_id, batch_size=batch_size, temperature=temperature
     )
     config = CollapseConfig(
         first_turn_enabled=sampling in ("both", "first_turn"),
@@ -163,15 +164,16 @@ def offline_report(
 
 def run_settings(checkpoint: str) -> dict[str, Any]:
     """The trainer's diagnostics settings from a run folder's config.json ({} for any other folder):
-    num_samples, sampling and thresholds, as `offline_report` takes them."""
+    num_samples, sampling, thresholds and the scoring temperature, as `offline_report` takes them."""
     from ragen_jax.diagnostics.policy import is_hf_folder
 
     path = os.path.join(checkpoint, "config.json")
     if is_hf_folder(checkpoint) or not os.path.isfile(path):
         return {}
     with open(path) as f:
-        d = json.load(f).get("diagnostics")
-    if not isinstance(d, Mapping):
+        run = json.load(f)
+    d, rollout, algo = (run.get(key) for key in ("diagnostics", "rollout", "algo"))
+    if not all(isinstance(x, Mapping) for x in (d, rollout, algo)):
         return {}
     first_turn, trajectory = d.get("first_turn", True), d.get("trajectory", True)
     settings: dict[str, Any] = {
@@ -180,5 +182,6 @@ def run_settings(checkpoint: str) -> dict[str, Any]:
         "thresholds": {k: v for k, v in (("conditional_entropy", d.get("entropy_threshold")),
                                          ("mi", d.get("mi_threshold")), ("mi_relative", d.get("mi_relative")))
                        if v is not None},
+        "temperature": (rollout.get("temperature") if algo.get("temperature_in_logprobs", True) else 1.0),
     }
     return {k: v for k, v in settings.items() if v is not None}

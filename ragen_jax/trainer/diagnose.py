@@ -32,6 +32,7 @@ class CollapseMonitor:
             thresholds={"conditional_entropy": d.entropy_threshold, "mi": d.mi_threshold,
                         "mi_relative": d.mi_relative})
         self.batch_size = d.batch_size
+        self.temperature = cfg.rollout.temperature if cfg.algo.temperature_in_logprobs else 1.0  # as the update's
         self.warnings_on = d.warnings
         self.tokenizer = tokenizer
         self.think_close = tokenizer.encode("</think>")
@@ -53,7 +54,7 @@ class CollapseMonitor:
         if not (self.enabled_mi and should_compute(step, self.config)):
             return {}
         score = functools.partial(cross_score, graphdef, params, pad_id=self.tokenizer.pad_token_id,
-                                  batch_size=self.batch_size)
+                                  batch_size=self.batch_size, temperature=self.temperature)
         rng = step_rng(step)
         metrics, self.ema = collapse_metrics(rollout_pairs(episodes, self.think_close), score, self.config,
                                              rng, self.ema)

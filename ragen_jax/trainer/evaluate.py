@@ -1,8 +1,9 @@
 """`run.py --mode=eval`: validation rollouts of a trained policy, metrics, JSONL/PKL dumps.
 
 What is evaluated: `--checkpoint=PATH` (an Orbax step folder `.../checkpoints/<N>`, a Hugging Face folder, or
-a run folder, whose latest checkpoint is taken), else the workdir's latest checkpoint, else its `hf_export/`,
-else the freshly initialised model (with a warning). Outputs go to `<workdir>/eval/<what>/`, never over a
+a run folder, whose latest checkpoint is taken; `init` for the freshly initialised model), else the workdir's
+latest checkpoint, else its `hf_export/`; a workdir with neither is an error (an untrained model scored by
+mistake reads as a result). Outputs go to `<workdir>/eval/<what>/`, never over a
 training run's files.
 """
 
@@ -35,7 +36,7 @@ class EvalTarget:
             return f"checkpoint step {self.step} ({self.path}/{self.step}{after})"
         if self.kind == "hf":
             return f"Hugging Face folder {self.path}"
-        return "the freshly initialised model (no checkpoint found)"
+        return "the freshly initialised model (--checkpoint=init)"
 
 
 def latest_step(checkpoints: str) -> int | None:
@@ -55,6 +56,8 @@ def is_hf_folder(path: str) -> bool:
 def eval_target(workdir: str, checkpoint: str | None = None) -> EvalTarget:
     """Which weights `--mode=eval` scores, and where its outputs go (see the module docstring)."""
     out = os.path.join(os.path.abspath(workdir), "eval")
+    if checkpoint == "init":
+        return EvalTarget("init", "", None, os.path.join(out, "init"))
     if checkpoint:
         path = os.path.abspath(checkpoint)
         if is_hf_folder(path):
@@ -76,7 +79,10 @@ def eval_target(workdir: str, checkpoint: str | None = None) -> EvalTarget:
         return EvalTarget("orbax", os.path.join(workdir, "checkpoints"), step, os.path.join(out, f"step_{step}"))
     if is_hf_folder(os.path.join(workdir, "hf_export")):
         return EvalTarget("hf", os.path.join(workdir, "hf_export"), None, os.path.join(out, "hf_export"))
-    return EvalTarget("init", "", None, os.path.join(out, "init"))
+    raise FileNotFoundError(
+        f"Nothing to evaluate in --workdir={workdir}: it has no checkpoints/ and no hf_export/. Point --workdir at a "
+        "training run, pass --checkpoint=PATH (a run, an Orbax step folder or a Hugging Face folder), or "
+        "--checkpoint=init to score the freshly initialised model.")
 
 
 def prepare_config(cfg, target: EvalTarget) -> None:
@@ -95,10 +101,8 @@ def run_eval(trainer, target: EvalTarget | None = None) -> dict[str, float]:
     if target.kind == "orbax":
         trainer.restore(target.path, target.step)
         rl_steps = int(trainer.counters["steps_run"])  # the step the training run's TensorBoard shows
-    elif target.kind == "init":
-        logger.warning("Evaluating the freshly initialised model: no checkpoint in %s (train first, or pass "
-                       "--checkpoint=PATH).", trainer.workdir)
-    metrics, episodes = trainer.run_validation(step=0)
+    # the sampling keys of the training's validation after the same number of RL steps: the same number it logged
+    metrics, episodes = trainer.run_validation(step=rl_steps or 0)
     metrics["eval/num_episodes"] = float(len(episodes))
     if trainer.is_main:
         os.makedirs(target.out_dir, exist_ok=True)

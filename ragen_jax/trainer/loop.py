@@ -69,6 +69,19 @@ def algo_settings(cfg) -> AlgoSettings:
         loss_scope=a.loss_scope, bi_level_turn_ends=a.bi_level_turn_ends)
 
 
+def reward_collapse(first: list[float], recent: list[float], std: float, window: int,
+                    ratio: float) -> tuple[list[float], list[float], bool]:
+    """RAGEN's reward-variance early stop, one trained step at a time: the in-group reward std of the first
+    `window` steps make the baseline (their mean); after it, collapse is `window` steps in a row below
+    ratio x baseline. -> (first, recent, collapsed); window 0 is off."""
+    if window <= 0:
+        return first, recent, False
+    if len(first) < window:
+        return first + [std], [], False
+    recent = (recent + [std])[-window:]
+    return first, recent, len(recent) == window and all(v < ratio * float(np.mean(first)) for v in recent)
+
+
 def _join_processes(cfg) -> None:
     """jax.distributed.initialize for a multi-host config, with the fix when JAX already started alone."""
     try:
@@ -191,7 +204,8 @@ class Trainer:
         self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
         self.counters = {"empty_streak": 0, "val_low_streak": 0, "std_zero_streak": 0, "skipped_in_a_row": 0,
                          "updates_applied": 0, "updates_skipped": 0, "steps_run": 0, "kept_ratio_sum": 0.0,
-                         "kl_in_reward_coef": float(cfg.algo.kl_ctrl_coef)}
+                         "kl_in_reward_coef": float(cfg.algo.kl_ctrl_coef),
+                         "reward_std_first": [], "reward_std_recent": []}
         self.history: list[dict] = []
         self.warmstart_metrics: dict[str, float] = {}
         self.start_step = 0
@@ -343,6 +357,13 @@ class Trainer:
         if fres.empty:
             metrics["train/update_skipped_empty"] = 1.0
             return {**metrics, **timing}
+        if in_group_std is not None:
+            es = t.early_stop
+            first, recent, collapsed = reward_collapse(self.counters["reward_std_first"],
+                                                       self.counters["reward_std_recent"], float(in_group_std),
+                                                       es.reward_collapse_window, es.reward_collapse_ratio)
+            self.counters.update(reward_std_first=first, reward_std_recent=recent)
+            metrics["early_stop/reward_collapse"] = float(collapsed)
 
         t0 = time.perf_counter()
         batch = res.batch
@@ -486,6 +507,10 @@ class Trainer:
         es = self.cfg.trainer.early_stop
         if metrics.get("early_stop/filter_empty"):
             return f"the filter kept nothing for {self.filter_cfg.empty_stop_steps} steps in a row"
+        if metrics.get("early_stop/reward_collapse"):
+            first = self.counters["reward_std_first"]
+            return (f"the in-group reward std collapsed: {es.reward_collapse_window} steps in a row below "
+                    f"{es.reward_collapse_ratio:g} x its mean over the first trained steps ({np.mean(first):.4g})")
         if es.reward_std_patience and self.counters["std_zero_streak"] >= es.reward_std_patience:
             return f"in-group reward std was zero for {es.reward_std_patience} steps in a row"
         if es.val_patience and self.counters["val_low_streak"] >= es.val_patience:

@@ -84,7 +84,8 @@ def _train_lines(trainer) -> list[str]:
     return [
         f"env         {cfg.env.name}: {cfg.env.groups} groups x {cfg.env.group_size} = {trainer.batch_size} "
         f"episodes per step, up to {cfg.env.max_turn} turn(s); {_validation_text(trainer)}",
-        f"algorithm   {cfg.algo.preset}: {cfg.algo.adv_estimator} advantages, {cfg.algo.policy_loss} loss, "
+        f"algorithm   {cfg.algo.preset}: {cfg.algo.custom_adv_estimator or cfg.algo.adv_estimator} advantages, "
+        f"{cfg.algo.custom_policy_loss or cfg.algo.policy_loss} loss, "
         f"{cfg.algo.loss_agg_mode}; filter {cfg.filter.strategy} {cfg.filter.value:g}; "
         f"{cfg.trainer.total_steps} steps",
     ]

@@ -36,10 +36,20 @@ def split_model(model: nnx.Module, lora: bool) -> SplitModel:
     return SplitModel(graphdef, trainable, frozen)
 
 
+def _looks_like_a_path(path: str) -> bool:
+    """A filesystem path rather than a hub id ("org/name"): absolute, relative (./, ../, ~), or deeper."""
+    return path.startswith(("/", ".", "~")) or path.count("/") > 1 or os.sep != "/" and os.sep in path
+
+
 def resolve_model_path(path: str) -> str:
     """A local folder, or a hub id already in the local Hugging Face cache."""
     if os.path.isdir(path):
         return path
+    if _looks_like_a_path(path):  # a hub id is "org/name"; this names a folder, which is missing
+        raise FileNotFoundError(
+            f"Model folder {path!r} does not exist. Point --config.model.path at a folder holding config.json and "
+            "the safetensors, give a Hugging Face id in the local cache (e.g. Qwen/Qwen2.5-3B-Instruct), or run "
+            "the `:tiny` variant, which needs no files.")
     try:
         from huggingface_hub import snapshot_download
 
