@@ -12,7 +12,6 @@ from ragen_jax.filtering import (
     filter_rollouts,
     group_scores,
     select_groups,
-    soft_reweight,
     update_empty_streak,
 )
 
@@ -159,16 +158,12 @@ def test_empty_filter_streak_and_metrics():
     assert update_empty_streak(9, empty, 0)[1] is False
 
 
-def test_advantage_scale_and_soft_reweight():
+def test_advantage_scale():
     assert advantage_scale(0.25, "none") == 1.0
     assert advantage_scale(0.25, "linear") == 0.25
     assert advantage_scale(0.25, "sqrt") == pytest.approx(0.5)
     with pytest.raises(ValueError):
         advantage_scale(0.5, "log")
-    weights, m = soft_reweight(np.array([0.0, 2.0, 1.0, 1.0, 0.0, 1.0]), 2)
-    np.testing.assert_allclose(weights, [1, 1, 0, 0, 0.5, 0.5], atol=1e-5)
-    assert m["train/soft_reweight_max"] == pytest.approx(1.0, abs=1e-5)
-    assert m["train/soft_reweight_mean"] == pytest.approx(0.5, abs=1e-5)
 
 
 def test_bucket_size():

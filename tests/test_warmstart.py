@@ -194,6 +194,7 @@ def test_demo_contexts_are_what_the_engine_would_prompt(tok, sokoban_eps, mode):
     for ep in sokoban_eps[mode]:
         for t in [0] if mode == "full" else range(len(ep.history)):  # full: one row, first response first
             partial = Episode(env_tag=ep.env_tag, seed=ep.seed, group_id=0, system=ep.system,
+                              prompt_style=ep.prompt_style, prompt_max_tokens=ep.prompt_max_tokens,
                               history=[dataclasses.replace(r) for r in ep.history[: t + 1]])
             partial.history[-1].response_text = partial.history[-1].response_tokens = None
             contexts.append(fit_context(engine.builder, engine.config, partial))

@@ -48,6 +48,9 @@ _BASE: dict[str, Any] = {
     "rollout_correction": "none",
     "rollout_correction_bound": None,  # None = the correction's default (DEFAULT_BOUNDS)
     "use_critic": True,
+    "soft_advantage_reweight": False,  # scale advantages by group reward std / the largest (RAGEN)
+    "grpo_advantage_length_weight": False,  # GRPO: divide advantages by row length / mean length (RAGEN)
+    "zero_task_advantage": False,  # zero the advantages: only entropy / KL terms train (RAGEN's ablation)
 }
 
 # GRPO's group-normalised outcome advantage (with std), no critic: GRPO, GSPO and CISPO share it.

@@ -173,8 +173,9 @@ def run_settings(checkpoint: str) -> dict[str, Any]:
     with open(path) as f:
         run = json.load(f)
     d, rollout, algo = (run.get(key) for key in ("diagnostics", "rollout", "algo"))
-    if not all(isinstance(x, Mapping) for x in (d, rollout, algo)):
+    if not isinstance(d, Mapping):
         return {}
+    rollout, algo = (x if isinstance(x, Mapping) else {} for x in (rollout, algo))
     first_turn, trajectory = d.get("first_turn", True), d.get("trajectory", True)
     settings: dict[str, Any] = {
         "num_samples": d.get("max_pairs"),

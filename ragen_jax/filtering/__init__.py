@@ -19,7 +19,6 @@ from ragen_jax.filtering.filter import (
     filter_metrics,
     filter_rollouts,
     groups_to_rows,
-    soft_reweight,
     update_empty_streak,
 )
 from ragen_jax.filtering.scores import METRICS, group_scores, group_stats
@@ -41,6 +40,5 @@ __all__ = [
     "group_stats",
     "groups_to_rows",
     "select_groups",
-    "soft_reweight",
     "update_empty_streak",
 ]

@@ -173,24 +173,6 @@ def advantage_scale(kept_ratio: float, mode: str = "none") -> float:
     return 1.0
 
 
-def soft_reweight(
-    rewards: np.ndarray, group_size: int, eps: float = 1e-6
-) -> tuple[np.ndarray, dict[str, float]]:
-    """Soft alternative to hard filtering for GRPO: per-trajectory weights [N] = std_g / max_g std.
-
-    Multiply each trajectory's advantages by its weight: groups with little reward signal are
-    down-weighted instead of dropped (RAGEN's `soft_advantage_reweight`, unbiased group std).
-    """
-    _, stats = group_scores(rewards, group_size, "reward_variance")
-    group_weight = stats["std"] / (stats["std"].max() + eps)
-    metrics = {
-        "train/soft_reweight_min": float(group_weight.min()),
-        "train/soft_reweight_max": float(group_weight.max()),
-        "train/soft_reweight_mean": float(group_weight.mean()),
-    }
-    return np.repeat(group_weight, group_size), metrics
-
-
 def update_empty_streak(
     streak: int, result: FilterResult, stop_steps: int
 ) -> tuple[int, bool, dict[str, float]]:

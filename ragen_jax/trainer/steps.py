@@ -23,6 +23,7 @@ from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_numerator, ca
                              turn_ends_from_mask, turn_ends_from_rewards)
 from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 from ragen_jax.algos.rollout_correction import resolve_rollout_correction
+from ragen_jax.algos.shaping import shape_advantages
 from ragen_jax.trainer.optim import guarded_apply
 
 
@@ -114,6 +115,9 @@ class AlgoSettings:
     critic_loss_agg_mode: str = "token-mean"
     loss_scope: str = "mini_batch"
     bi_level_turn_ends: str = "reward"
+    soft_advantage_reweight: bool = False
+    grpo_advantage_length_weight: bool = False
+    zero_task_advantage: bool = False
 
 
 def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Array]:
@@ -179,9 +183,14 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         inputs = AdvantageInputs(token_level_rewards=token_rewards, response_mask=loss_mask,
                                  values=values, group_ids=group_ids, episode_ids=episode_ids,
                                  turn_end_mask=turn_ends)
-        return compute_advantages(algo.adv_estimator, inputs, gamma=algo.gamma, lam=algo.lam,
-                                  high_level_gamma=algo.high_level_gamma,
-                                  norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+        adv, returns = compute_advantages(algo.adv_estimator, inputs, gamma=algo.gamma, lam=algo.lam,
+                                          high_level_gamma=algo.high_level_gamma,
+                                          norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+        adv = shape_advantages(adv, loss_mask, token_rewards.astype(jnp.float32).sum(axis=-1), group_ids, episode_ids,
+                               soft_reweight=algo.soft_advantage_reweight and algo.adv_estimator == "grpo",
+                               length_weight=algo.grpo_advantage_length_weight and algo.adv_estimator == "grpo",
+                               zero=algo.zero_task_advantage)
+        return adv, returns
 
     policy_fn = POLICY_LOSSES.get(algo.policy_loss)
     correct = resolve_rollout_correction(algo.rollout_correction, algo.rollout_correction_bound,
