@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sampling", choices=("both", "first_turn", "trajectory"), default=None,
                    help="default: the run's diagnostics.first_turn / trajectory, else both")
     p.add_argument("--temperature", type=float, default=None,
-                   help="divide the logits by this when scoring (default: the run folder's rollout temperature, else 1)")
+                   help="divide the logits by this when scoring (default: the run folder's rollout temperature, "
+                        "else 1)")
     p.add_argument("--h-threshold", type=float, default=None, help="H(Z|X) regime threshold")
     p.add_argument("--mi-threshold", type=float, default=None, help="MI regime threshold")
     p.add_argument("--mi-relative", action=argparse.BooleanOptionalAction, default=None,

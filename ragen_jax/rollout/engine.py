@@ -51,7 +51,7 @@ class RolloutConfig:
     context_mode: str = "full"  # full | limited_multi_turn | single_turn
     context_window: int = 1  # turns kept by limited_multi_turn / single_turn [max_context_window]
     prompt_style: str = "ragen"  # ragen | compact (state only; a departure for small models)
-    prompt_max_tokens: int = 0  # "Max response length" in prompts; 0: the env's (RAGEN's max_tokens), else response_length
+    prompt_max_tokens: int = 0  # prompts' "Max response length"; 0: the env's (RAGEN's max_tokens) or response_length
     use_turn_scores: bool = False
     format_penalty: float = -0.1
     reward_norm_method: str = "identity"  # identity | mean_std | mean | asym_clip
