@@ -15,8 +15,11 @@ import re
 import sys
 import textwrap
 
-from absl import app, flags
-from ml_collections import config_flags
+# transformers says "PyTorch was not found" on import; only its tokenizers are used here, so the advice is noise
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:variants].", lock_config=True)
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "sft"], "train (StarPO), eval (validation "
