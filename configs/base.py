@@ -6,6 +6,8 @@ Every env config starts from `get_base_config()`, then applies variants named af
 
 from __future__ import annotations
 
+import difflib
+
 import ml_collections
 
 from ragen_jax.algos.presets import get_preset, preset_names
@@ -198,7 +200,9 @@ def apply_variants(c: ml_collections.ConfigDict, arg: str | None, variants: dict
             variants[name](c)
         else:
             known = sorted(set(variants) | set(MODEL_PATHS) | set(preset_names()))
-            raise ValueError(f"Unknown config variant {name!r}. Known variants: {known}.")
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"Unknown config variant {name!r}.{hint} Known variants: {known}.")
     return c
 
 

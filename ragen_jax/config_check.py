@@ -64,7 +64,8 @@ def validate_config(cfg, mode: str = "train") -> None:
         errors.append(f"config.filter: {e}")
     errors += _range_errors(cfg)
     if cfg.trainer.micro_batch_size > 0 and cfg.trainer.mini_batch_size % cfg.trainer.micro_batch_size:
-        errors.append("config.trainer.mini_batch_size must be a multiple of config.trainer.micro_batch_size")
+        errors.append(f"config.trainer.mini_batch_size ({cfg.trainer.mini_batch_size}) must be a multiple of "
+                      f"config.trainer.micro_batch_size ({cfg.trainer.micro_batch_size})")
     episodes = cfg.env.groups * cfg.env.group_size
     mini = cfg.trainer.mini_batch_size
     if mode != "eval" and episodes > 0 and mini > 0:

@@ -123,3 +123,8 @@ def test_every_preset_is_a_config_variant():
         assert c.algo.preset == name and c.algo.policy_loss == algos.get_preset(name)["policy_loss"]
     with pytest.raises(ValueError, match="'cispo'.*'gspo'"):
         apply_variants(get_base_config(), "trpo", {})
+
+
+def test_an_unknown_name_says_which_registry_to_extend():
+    with pytest.raises(KeyError, match=r"@ragen_jax\.algos\.ADVANTAGE_ESTIMATORS\.register\('gea'\)"):
+        algos.ADVANTAGE_ESTIMATORS.get("gea")

@@ -153,3 +153,13 @@ def test_a_key_a_config_file_misspells_is_refused_with_the_right_one():
     assert "anything_goes" not in message
     for name in ("bandit", "countdown", "frozenlake", "sokoban", "sudoku", "webshop"):  # shipped configs pass
         validate_config(__import__(f"configs.{name}", fromlist=["get_config"]).get_config("tiny"))
+
+
+def test_the_micro_batch_error_shows_both_values():
+    from configs.base import apply_tiny, get_base_config
+
+    cfg = get_base_config()
+    apply_tiny(cfg)
+    cfg.trainer.mini_batch_size, cfg.trainer.micro_batch_size = 33, 16
+    with pytest.raises(ValueError, match=r"mini_batch_size \(33\) must be a multiple of .*micro_batch_size \(16\)"):
+        validate_config(cfg)

@@ -121,6 +121,8 @@ def test_unknown_variant_lists_the_known_ones(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/sudoku.py:tiny,nosuch", workdir=wd)
     assert_fails_cleanly(proc, wd, "Unknown config variant 'nosuch'", "'finishable'", "'medium'")
+    proc = run_cli("--config=configs/sokoban.py:tiyn", workdir=wd)
+    assert_fails_cleanly(proc, wd, "Unknown config variant 'tiyn'. Did you mean 'tiny'?")
 
 
 @pytest.mark.slow

@@ -110,6 +110,8 @@ def test_a_batch_where_every_episode_failed_skips_the_update(tmp_path, monkeypat
     metrics = trainer.train_step(0)
     assert metrics["rollout/env_error_ratio"] == 1.0 and metrics["train/update_skipped_empty"] == 1.0
     assert "actor/loss" not in metrics
+    reason = trainer._early_stop({**metrics, "early_stop/filter_empty": 1.0})  # had it happened 5 steps in a row
+    assert reason.startswith("every episode's environment failed"), reason
 
 
 def test_overflowing_updates_stop_the_run_with_a_reason(tmp_path, caplog):

@@ -17,8 +17,9 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """A small mapping from names to objects (usually functions) of one kind."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, variable: str = "the registry"):
         self.kind = kind
+        self.variable = variable  # how users reach it, for error messages: "ragen_jax.algos.POLICY_LOSSES"
         self._items: dict[str, T] = {}
 
     def register(self, name: str, obj: T | None = None, *, overwrite: bool = False):
@@ -59,7 +60,7 @@ class Registry(Generic[T]):
             return _import_path(name, self.kind)
         raise KeyError(
             f"Unknown {self.kind} {name!r}. Known: {sorted(self._items)}. Register your own "
-            f"with @<REGISTRY>.register({name!r}) or pass an import path 'package.module:function'."
+            f"with @{self.variable}.register({name!r}) or pass an import path 'package.module:function'."
         )
 
     def names(self) -> list[str]:
@@ -96,9 +97,9 @@ def _import_path(path: str, kind: str) -> Callable:
     return obj
 
 
-ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator")
-POLICY_LOSSES: Registry = Registry("policy loss")
-VALUE_LOSSES: Registry = Registry("value loss")
-KL_ESTIMATORS: Registry = Registry("KL estimator")
-AGG_MODES: Registry = Registry("loss aggregation mode")
-ROLLOUT_CORRECTIONS: Registry = Registry("rollout correction")
+ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator", "ragen_jax.algos.ADVANTAGE_ESTIMATORS")
+POLICY_LOSSES: Registry = Registry("policy loss", "ragen_jax.algos.POLICY_LOSSES")
+VALUE_LOSSES: Registry = Registry("value loss", "ragen_jax.algos.VALUE_LOSSES")
+KL_ESTIMATORS: Registry = Registry("KL estimator", "ragen_jax.algos.KL_ESTIMATORS")
+AGG_MODES: Registry = Registry("loss aggregation mode", "ragen_jax.algos.AGG_MODES")
+ROLLOUT_CORRECTIONS: Registry = Registry("rollout correction", "ragen_jax.algos.ROLLOUT_CORRECTIONS")

@@ -508,6 +508,9 @@ class Trainer:
     def _early_stop(self, metrics: dict) -> str | None:
         es = self.cfg.trainer.early_stop
         if metrics.get("early_stop/filter_empty"):
+            if metrics.get("rollout/env_error_ratio") == 1.0:
+                return (f"every episode's environment failed, {self.filter_cfg.empty_stop_steps} steps in a row "
+                        "(nothing to train on; the warnings above show the errors)")
             return f"the filter kept nothing for {self.filter_cfg.empty_stop_steps} steps in a row"
         if metrics.get("early_stop/reward_collapse"):
             first = self.counters["reward_std_first"]
