@@ -81,7 +81,8 @@ def reward_collapse(first: list[float], recent: list[float], std: float, window:
     if len(first) < window:
         return first + [std], [], False
     recent = (recent + [std])[-window:]
-    return first, recent, len(recent) == window and all(v < ratio * float(np.mean(first)) for v in recent)
+    threshold = ratio * float(np.mean(first))
+    return first, recent, len(recent) == window and max(recent) < threshold
 
 
 def _join_processes(cfg) -> None:
