@@ -202,3 +202,18 @@ def test_filter_then_compact_drops_compute_of_filtered_groups():
     out, valid = compact(batch, res.kept_traj, multiple=4)
     assert out["r"].shape[0] == 8 < rewards.size  # two groups of four kept
     np.testing.assert_array_equal(out["r"][:, 0], rewards[res.kept_traj])
+
+
+def test_a_group_that_env_failures_left_with_one_member_is_not_kept():
+    """Failed episodes leave their group's score; a group left with one healthy member has no baseline
+    (GRPO's group-of-one rule would train on its raw score), so it never trains, whatever the strategy."""
+    rewards = np.array([1, 0, 0, 0, 1, 0, 1, 0, 5, 0, 0, 0], float)
+    valid = np.array([1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0, 1], bool)
+    res = filter_rollouts(rewards, 4, FilterConfig(), valid=valid)  # the no-op filter keeps every group ...
+    assert res.kept_groups.tolist() == [0, 2]  # ... but group 1's one healthy member
+    assert res.metrics["rollout/groups_broken_by_env_errors"] == 1.0
+    assert res.scores[1] == 0.0
+    # with groups of one (no group statistics at all), a healthy episode still trains
+    single = filter_rollouts(rewards[:3], 1, FilterConfig(), valid=np.array([1, 0, 1], bool))
+    assert single.kept_groups.tolist() == [0, 2]
+    assert "rollout/groups_broken_by_env_errors" not in filter_rollouts(rewards, 4, FilterConfig()).metrics

@@ -71,6 +71,10 @@ def test_failed_episodes_leave_the_update_and_are_reported(tmp_path, caplog, mon
     assert failed == [1, 6] and "flaky env 1" in res.episodes[1].error
     assert metrics["rollout/env_error_ratio"] == pytest.approx(0.25)
     assert metrics["train/num_samples"] == 6
+    # the policy's figures are over the 6 episodes that ran (3 picked A): a crashed env is no policy failure
+    assert metrics[f"train/{trainer.tag}/success"] == pytest.approx(3 / 6)
+    assert metrics[f"train/{trainer.tag}/env_error"] == pytest.approx(2 / 8)
+    assert metrics["critic/score/mean"] == pytest.approx(3 / 6)
     assert any("2 of 8 episodes failed" in r.getMessage() and "flaky env" in r.getMessage() for r in caplog.records)
     # the batch marks a failed episode's tokens untrained; the update sees only the 6 healthy rows
     assert (res.batch.loss_mask[np.isin(res.batch.episode_ids, failed)] == 0).all()
@@ -86,6 +90,20 @@ def test_failed_episodes_leave_the_update_and_are_reported(tmp_path, caplog, mon
     assert len(set(rewards[groups == 0])) > 1 and len(set(rewards[groups == 1])) > 1  # groups with signal
     for r in range(6):
         np.testing.assert_allclose(adv[r][mask[r]], expected[r], atol=1e-5)
+
+
+def test_a_group_left_with_one_healthy_episode_does_not_train(tmp_path, monkeypatch):
+    """Three of group 0's four envs fail: its survivor has no group baseline (GRPO would train on its raw
+    score), so only group 1 trains, and the broken group is counted."""
+    trainer = _flaky_trainer(tmp_path, failing={1, 2, 3}, monkeypatch=monkeypatch)
+    seen = {}
+    monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev, valid=valid) or {})
+    metrics = trainer.train_step(0)
+    assert metrics["rollout/env_error_ratio"] == pytest.approx(3 / 8)
+    assert metrics["rollout/groups_broken_by_env_errors"] == 1.0
+    assert metrics["train/num_samples"] == 4
+    rows = np.nonzero(seen["valid"])[0]
+    assert set(np.asarray(seen["dev"]["group_ids"])[rows].tolist()) == {1}
 
 
 def test_a_non_finite_reward_fails_only_its_episode(tmp_path, caplog, monkeypatch):

@@ -136,8 +136,10 @@ def filter_rollouts(
     """Score contiguous groups of per-trajectory values [N], select groups, report metrics.
 
     valid [N] bool: trajectories that may train (False for an episode whose env failed): the others are
-    left out of their group's score, and a group with no valid trajectory is never kept. `kept_traj` still
-    lists every trajectory of a kept group; the caller drops the invalid ones.
+    left out of their group's score. A group that failures left with fewer than two valid members (when
+    group_size >= 2) is never kept: its score and a group-relative baseline would rest on one episode
+    (GRPO's rule for a group of one trains on the raw score). `kept_traj` still lists every trajectory
+    of a kept group; the caller drops the invalid ones.
     """
     scores, stats = group_scores(
         rewards, group_size, config.metric, entropy=entropy, length=length, valid=valid
@@ -151,14 +153,18 @@ def filter_rollouts(
         prob_mode=config.prob_mode,
         largest=config.largest,
     )
-    kept = kept[stats["count"][kept] > 0]
+    healthy = stats["count"] >= min(2, group_size)
+    kept = kept[healthy[kept]]
     row_group = np.arange(scores.size * group_size) // group_size
+    metrics = filter_metrics(stats, metric_quantity(config.metric), scores, kept)
+    if valid is not None:
+        metrics["rollout/groups_broken_by_env_errors"] = float(np.sum(~healthy))
     return FilterResult(
         kept_groups=kept,
         kept_traj=groups_to_rows(kept, row_group),
         scores=scores,
         num_groups=int(scores.size),
-        metrics=filter_metrics(stats, metric_quantity(config.metric), scores, kept),
+        metrics=metrics,
     )
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from numbers import Number
 from typing import Any
 
@@ -20,11 +20,27 @@ def accumulate_info(sums: dict[str, float], info: dict[str, Any]) -> None:
 
 
 def episode_metrics(episodes: list[Episode], tag: str) -> dict[str, float]:
-    """Per-env-tag metrics over a batch of episodes (groups share `group_id`)."""
+    """Per-env-tag metrics over a batch of episodes (groups share `group_id`).
+
+    An episode whose env failed counts only in `{tag}/env_error`: the others describe the policy on the
+    episodes that ran (a crashed env is not a policy failure), over healthy episodes alone; `pass_at_k`
+    is over groups with a healthy member. With none healthy they are 0.
+    """
+    group_size = max(Counter(ep.group_id for ep in episodes).values())
+    healthy = [ep for ep in episodes if not ep.error]
+    out = _policy_metrics(healthy, tag, group_size)
+    out[f"{tag}/env_error"] = float(np.mean([bool(ep.error) for ep in episodes]))
+    return out
+
+
+def _policy_metrics(episodes: list[Episode], tag: str, group_size: int) -> dict[str, float]:
+    if not episodes:
+        return {f"{tag}/{k}": 0.0 for k in ("success", "num_actions", "num_turns", f"pass_at_{group_size}",
+                                             "action_is_valid", "action_is_effective", "reward", "env_reward",
+                                             "format_penalty")}
     by_group: dict[int, list[Episode]] = defaultdict(list)
     for ep in episodes:
         by_group[ep.group_id].append(ep)
-    group_size = max(len(v) for v in by_group.values())
     turns = np.array([max(ep.num_turns, 1) for ep in episodes], np.float64)
     out = {
         f"{tag}/success": float(np.mean([ep.success for ep in episodes])),
@@ -36,7 +52,6 @@ def episode_metrics(episodes: list[Episode], tag: str) -> dict[str, float]:
         f"{tag}/reward": float(np.mean([ep.total_reward for ep in episodes])),
         f"{tag}/env_reward": float(np.mean([ep.env_reward for ep in episodes])),
         f"{tag}/format_penalty": float(np.mean([ep.penalty for ep in episodes])),
-        f"{tag}/env_error": float(np.mean([bool(ep.error) for ep in episodes])),
     }
     keys = {k for ep in episodes for k in ep.info_sums} - {"action_is_valid", "action_is_effective"}
     for k in sorted(keys):

@@ -401,7 +401,7 @@ class Trainer:
         timing["timing_s/score_and_adv"] = time.perf_counter() - t0
         means = _masked_means({"advantages": adv, "returns": returns, "values": values}, dev["loss_mask"])
         metrics.update({f"critic/{k}/mean": float(v) for k, v in means.items()})
-        metrics.update({"critic/score/mean": float(rewards.mean()), "train/num_samples": float(row_valid.sum())})
+        metrics.update({"critic/score/mean": float(rewards[ok].mean()), "train/num_samples": float(row_valid.sum())})
         trained_tokens = float((arrays["loss_mask"] > 0).sum())
 
         t0 = time.perf_counter()
