@@ -136,6 +136,13 @@ def test_env_single_turn_rewards(sandbox):
     assert obs.startswith("Incorrect.")
 
 
+def test_instruction_is_ragens(sandbox):
+    """RAGEN's config/envs.yaml DeepCoder env_instruction, verbatim (the system prompt's text)."""
+    env = registry.make("DeepCoder", sandbox=sandbox)
+    assert env.instruction() == ("You are solving a coding task. Provide a complete Python function solution only. "
+                                 "Format: <answer>...</answer>")
+
+
 def test_env_multi_step_shows_feedback(sandbox):
     env = DeepCoderEnv(problems=[BY_ID["sum_two"]], max_steps=2, sandbox=sandbox)
     env.reset(0)

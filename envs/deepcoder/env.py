@@ -14,8 +14,9 @@ from envs.deepcoder.sandbox import Sandbox, SandboxConfig
 from envs.deepcoder.slots import max_concurrent_sandboxes, set_max_concurrent_sandboxes
 from envs.protocols import HostEnv
 
-INSTRUCTION = ("You are a competitive programmer. Solve the coding problem in Python 3. Give the complete "
-               "program inside your answer as one fenced ```python code block.")
+# RAGEN's DeepCoder env_instruction (config/envs.yaml), verbatim.
+INSTRUCTION = ("You are solving a coding task. Provide a complete Python function solution only. "
+               "Format: <answer>...</answer>")
 
 
 class _LiveRuns:
