@@ -29,6 +29,16 @@ def make_env(server, **kw):
     return env, seed
 
 
+def test_instruction_is_ragens():
+    """RAGEN's config/envs.yaml Lean env_instruction, verbatim: several '||'-separated tactics a turn (the config
+    allows 4), not one."""
+    env = registry.make("Lean", check_server=False)
+    assert env.instruction() == (
+        "You are a Lean theorem prover. Given a Lean theorem statement, propose a sequence of tactics that completes "
+        "the proof. Think step by step about which tactics to apply next. Provide tactics separated by '||', for "
+        "example <answer>intro || simp || rfl</answer>.")
+
+
 def test_scripted_proof_rewards(server):
     env, seed = make_env(server)
     obs, info = env.reset(seed)

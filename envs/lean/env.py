@@ -21,9 +21,10 @@ from envs.protocols import HostEnv
 HEALTH_MEMO_S = 10.0
 _last_healthy: dict[str, float] = {}
 
-INSTRUCTION = ("You are proving a theorem in Lean 4 (with Mathlib), one tactic per turn. You see the "
-               "theorem, the tactics accepted so far, the open goals and Lean's last messages. Answer "
-               "with the next tactic only, e.g. <answer>norm_num</answer>.")
+# RAGEN's Lean env_instruction (config/envs.yaml), verbatim.
+INSTRUCTION = ("You are a Lean theorem prover. Given a Lean theorem statement, propose a sequence of tactics that "
+               "completes the proof. Think step by step about which tactics to apply next. Provide tactics separated "
+               "by '||', for example <answer>intro || simp || rfl</answer>.")
 
 
 @dataclasses.dataclass
