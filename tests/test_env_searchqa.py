@@ -52,6 +52,19 @@ def test_extract_answer_from_free_text():
     assert extract_answer("so \\boxed{42} it is") == "42"
 
 
+@pytest.mark.parametrize("text, answer", [
+    # RAGEN's rules (ragen/env/search/reward.py extract_answer_from_response), in order.
+    ("The answer is 42.", "The answer is 42"),  # a phrase answer of <= 3 characters falls through to the sentence
+    ("I think it is *Ilvaren*, the capital", "Ilvaren"),  # single-star emphasis counts too
+    ("**...** then **Ilvaren**", "Ilvaren"),  # emphasis without a word character is skipped
+    ("Hence, the river Marl.", "the river Marl"),  # "therefore / thus / so / hence" phrases
+    ("The answer is: 'Marie Curie'!", "Marie Curie"),  # edge punctuation stripped
+    ("<think>x</think>   ", ""),
+])
+def test_extract_answer_follows_ragen(text, answer):
+    assert extract_answer(text) == answer
+
+
 def test_format_results_limits():
     hits = [{"id": str(i), "contents": "x" * 1000, "score": 1.0 / (i + 1)} for i in range(10)]
     out = format_results(hits, max_results=5)

@@ -60,14 +60,35 @@ def score_answer(prediction: str, golds: str | Sequence[str], f1_threshold: floa
     return AnswerScore(reward, False, best_f1, best)
 
 
+_BOXED = re.compile(r"\\boxed\{([^}]+)\}")
+_EMPHASIS = (re.compile(r"\*\*([^*]+)\*\*"), re.compile(r"\*([^*]+)\*"))
+# Search anywhere, case-insensitive; unbounded words as in RAGEN ("so" also matches inside "also").
+_ANSWER_PHRASES = (re.compile(r"(?:the\s+)?(?:correct\s+)?answer\s+is\s*:?\s*([^.!?]+)", re.IGNORECASE),
+                   re.compile(r"(?:therefore|thus|so|hence)\s*,?\s*([^.!?]+)", re.IGNORECASE))
+
+
 def extract_answer(text: str) -> str:
-    """A best-effort answer from free text (used when the action is not `finish[...]`)."""
-    text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL)
-    text = " ".join(text.split())
-    for pattern in (r"\\boxed\{([^}]+)\}", r"\*\*([^*]{3,})\*\*",
-                    r"(?:the\s+)?(?:final\s+|correct\s+)?answer\s+is\s*:?\s*([^.!?]+)"):
-        match = re.search(pattern, text, re.IGNORECASE)
+    """RAGEN's answer from free text (used when the action is not `finish[...]`), its rules in order:
+    think blocks dropped, whitespace collapsed; then the first of: `\\boxed{X}`; the first bold `**X**`, else
+    italic `*X*`, with more than 2 characters and a word character; the text after "answer is" or after
+    "therefore / thus / so / hence" up to . ! or ?, edge punctuation stripped, if longer than 3 characters;
+    the first sentence longer than 5 characters; the first 100 characters."""
+    text = re.sub(r"<think>.*?</think>", "", text.strip(), flags=re.DOTALL)
+    text = re.sub(r"\s+", " ", text).strip()
+    if not text:
+        return ""
+    boxed = _BOXED.search(text)
+    if boxed:
+        return boxed.group(1).strip()
+    for pattern in _EMPHASIS:
+        found = [m.strip() for m in pattern.findall(text) if len(m.strip()) > 2 and re.search(r"\w", m)]
+        if found:
+            return found[0]
+    for pattern in _ANSWER_PHRASES:
+        match = pattern.search(text)
         if match:
-            return match.group(1).strip()
+            answer = re.sub(r"^\W+|\W+$", "", match.group(1).strip())
+            if len(answer) > 3:
+                return answer
     sentences = [s.strip() for s in re.split(r"[.!?]+", text) if len(s.strip()) > 5]
     return sentences[0] if sentences else text[:100].strip()
