@@ -103,6 +103,21 @@ def test_loaders_roundtrip_and_formats(tmp_path):
 
 
 # ---------------------------------------------------------------- env in-process
+def test_instruction_is_ragens():
+    """RAGEN's config/envs.yaml SearchQA env_instruction, verbatim."""
+    assert make("SearchQA").instruction() == (
+        "You are a search agent answering questions by searching for information.\n"
+        "Use search[your query] to find relevant documents, and finish[your answer] to submit your final answer.\n\n"
+        "You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed "
+        "within <think> </think> tags.\n"
+        "Then provide your action within <answer>...</answer> tags.\n\n"
+        "Examples:\n"
+        "  <think>I need to find information about Ben Platt's father.</think><answer>search[Ben Platt father parent]"
+        "</answer>\n"
+        "  <think>Based on the search results, Ben Platt's father is Henry Platt.</think><answer>finish[Henry Platt]"
+        "</answer>\n")
+
+
 def test_env_search_then_finish():
     env = make("SearchQA")
     obs, _ = env.reset(0)

@@ -17,10 +17,18 @@ from envs.searchqa.retriever import make_retriever
 from envs.searchqa.reward import extract_answer, score_answer
 
 ACTIONS_LINE = "Available actions: search[<query>], finish[<answer>]"
+# RAGEN's SearchQA env_instruction (config/envs.yaml), verbatim.
 INSTRUCTION = (
-    "You answer questions by searching a document collection. Use search[<query>] to retrieve "
-    "documents and finish[<answer>] to give your final answer (a short phrase or name). Questions "
-    "may need several searches, one fact at a time."
+    "You are a search agent answering questions by searching for information.\n"
+    "Use search[your query] to find relevant documents, and finish[your answer] to submit your final answer.\n\n"
+    "You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed "
+    "within <think> </think> tags.\n"
+    "Then provide your action within <answer>...</answer> tags.\n\n"
+    "Examples:\n"
+    "  <think>I need to find information about Ben Platt's father.</think><answer>search[Ben Platt father parent]"
+    "</answer>\n"
+    "  <think>Based on the search results, Ben Platt's father is Henry Platt.</think><answer>finish[Henry Platt]"
+    "</answer>\n"
 )
 
 
