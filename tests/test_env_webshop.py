@@ -167,7 +167,47 @@ def test_env_invalid_action_is_reported_and_changes_nothing():
     obs2, reward, done, truncated, info = env.step("click[nothing here]")
     assert obs2 == obs and reward == 0.0 and not done and not truncated
     assert not info["action_is_valid"] and not info["action_is_effective"]
-    assert "Available actions: search[<content>]." in obs
+    assert obs.endswith("\n You must choose from these actions:search[<content>].")
+
+
+# RAGEN's ragen/env/webshop/env.py RENDER_INSTRUCTIONS, verbatim.
+RAGEN_TIPS = [
+    "We must buy a product within 10 actions. It doesn't have to match perfectly with description.",
+    "Search term should not include details like size, color.",
+    "Never search for more than 2 times.",
+    "Do not be too strict about the description, it's more important to buy one that is close enough within action "
+    "limit.",
+    "Prioritize click a product in the current page over going to next page.",
+    "Almost never click[next >] for more than 2 times.",
+    "Almost never click[< prev] unless you are sure the product is on one of the previous pages.",
+    "If you have less than 3 actions left, just buy the first product you see in the current page.",
+    "If an matching option exists, make sure to click[size] then click[color], one at a time, before click[buy now], "
+    "but don't have to if only 1 action left, in that case you just click[buy now]. Never click description.",
+]
+
+
+def test_instruction_and_state_text_are_ragens():
+    """RAGEN's WebShop env_instruction (config/envs.yaml) and its state text (prepare_render_cache): the page, ".",
+    the tips joined by newlines (no newline before the first), then " You must choose from these actions:" + list."""
+    env = make("WebShop")
+    assert env.instruction() == (
+        "You are browsing an online shop. Based on the instruction, buy a product that close to the production "
+        "description. You need to search, read the search results, pick a product, choose the size and color and buy. "
+        "You should only choose action from the available actions list provided later.  Example process: I need a "
+        "gingko light and 20x20 pillow cover that is hand painted. First search[gingko light 20x20 pillow cover hand "
+        "painted], answer format: <answer>search[blanket with fleece throw]</answer>. Valid answer is "
+        "search[<keywords>] or click[<clickable>].")
+    obs, info = env.reset(3)
+    page = env.site.render(env.session)
+    tail = "\n You must choose from these actions:" + ", ".join(info["available_actions"]) + "."
+    assert obs == page + "." + "\n".join(RAGEN_TIPS) + tail
+    obs, *_ = env.step("search[shoes]")
+    actions = env.site.available_actions(env.session)
+    assert obs == env.site.render(env.session) + "." + "\n".join(RAGEN_TIPS) + \
+        "\n You must choose from these actions:" + ", ".join(actions) + "."
+    quiet = make("WebShop", show_tips=False)
+    obs, info = quiet.reset(3)
+    assert obs == page + "." + tail
 
 
 def test_env_seeds_are_deterministic_and_splits_disjoint():

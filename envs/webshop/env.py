@@ -16,20 +16,28 @@ from envs.webshop.data import Catalog, load_catalog
 from envs.webshop.generate import synthetic_catalog
 from envs.webshop.site import ProductSearch, Session, WebShopSite
 
+# RAGEN's WebShop env_instruction (config/envs.yaml), verbatim.
 INSTRUCTION = (
-    "You are web shopping. I will give you instructions about what to do. You have to follow the "
-    "instructions. Every round I will give you an observation and a list of available actions; "
-    "you have to respond with one action based on the state and instruction. You can use "
-    "search[<your query>] when a search bar is available, and click[<an element>] to click one of "
-    "the clickable elements listed."
+    "You are browsing an online shop. Based on the instruction, buy a product that close to the production "
+    "description. You need to search, read the search results, pick a product, choose the size and color and buy. "
+    "You should only choose action from the available actions list provided later.  Example process: I need a "
+    "gingko light and 20x20 pillow cover that is hand painted. First search[gingko light 20x20 pillow cover hand "
+    "painted], answer format: <answer>search[blanket with fleece throw]</answer>. Valid answer is "
+    "search[<keywords>] or click[<clickable>]."
 )
-# Advice appended to every observation (RAGEN adds similar shopping tips to its WebShop state).
+# Advice appended to every observation: RAGEN's RENDER_INSTRUCTIONS (ragen/env/webshop/env.py), verbatim.
 TIPS = (
-    "Buy a close-enough product within the action limit; it does not have to match perfectly.",
-    "Leave size and color out of the search query; pick them as options on the product page.",
-    "Search at most twice and prefer products on the current page over paging.",
-    "On a product page click each wanted option (e.g. size, then color), one at a time, then click[buy now].",
-    "If you have fewer than 3 actions left, buy the product in front of you.",
+    "We must buy a product within 10 actions. It doesn't have to match perfectly with description.",
+    "Search term should not include details like size, color.",
+    "Never search for more than 2 times.",
+    "Do not be too strict about the description, it's more important to buy one that is close enough within action "
+    "limit.",
+    "Prioritize click a product in the current page over going to next page.",
+    "Almost never click[next >] for more than 2 times.",
+    "Almost never click[< prev] unless you are sure the product is on one of the previous pages.",
+    "If you have less than 3 actions left, just buy the first product you see in the current page.",
+    "If an matching option exists, make sure to click[size] then click[color], one at a time, before click[buy now], "
+    "but don't have to if only 1 action left, in that case you just click[buy now]. Never click description.",
 )
 PERMUTATION_SEED = 42
 Split = Literal["train", "val", "test"]
@@ -83,10 +91,12 @@ class WebShopEnv(HostEnv):
         return INSTRUCTION
 
     def _text(self, observation: str) -> str:
+        """RAGEN's state text (its prepare_render_cache): the page, ".", the tips joined by newlines (none before the
+        first), then "\\n You must choose from these actions:" and the actions, comma-separated, with a final "."."""
         s = self.session
         actions = self.site.available_actions(s)
-        tips = ("\n" + "\n".join(TIPS)) if self.show_tips and s.page != "done" else ""
-        return f"{observation}.{tips}\nAvailable actions: {', '.join(actions)}."
+        tips = "\n".join(TIPS) if self.show_tips and s.page != "done" else ""
+        return f"{observation}.{tips}\n You must choose from these actions:{', '.join(actions)}."
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         goals = self.site.catalog.goals
