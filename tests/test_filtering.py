@@ -217,3 +217,21 @@ def test_a_group_that_env_failures_left_with_one_member_is_not_kept():
     single = filter_rollouts(rewards[:3], 1, FilterConfig(), valid=np.array([1, 0, 1], bool))
     assert single.kept_groups.tolist() == [0, 2]
     assert "rollout/groups_broken_by_env_errors" not in filter_rollouts(rewards, 4, FilterConfig()).metrics
+
+
+@pytest.mark.parametrize(
+    "name, canonical",
+    [("reward_std", "reward_variance"), ("entropy_std", "entropy_variance"), ("Reward_Variance", "reward_variance"),
+     ("LENGTH", "length"), (None, "reward_variance")],
+)
+def test_metric_names_resolve_as_ragen_build_rollout_filter(name, canonical):
+    # RAGEN's build_rollout_filter lower-cases the metric, defaults None to reward_variance and maps the
+    # aliases reward_std -> reward_variance, entropy_std -> entropy_variance
+    cfg = FilterConfig.from_mapping({"rollout_filter_metric": name})
+    assert cfg.metric == canonical
+    ent = np.array([1.0, 3.0, 2.0, 2.0])
+    rewards = np.array([0.0, 1.0, 2.0, 5.0])
+    res = filter_rollouts(rewards, 2, cfg, entropy=ent, length=ent)
+    expected = filter_rollouts(rewards, 2, FilterConfig(metric=canonical), entropy=ent, length=ent)
+    np.testing.assert_array_equal(res.scores, expected.scores)
+    assert res.metrics == expected.metrics

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ragen_jax.filtering.scores import group_scores, metric_quantity
+from ragen_jax.filtering.scores import canonical_metric, group_scores, metric_quantity
 from ragen_jax.filtering.select import PROB_MODES, STRATEGIES, ZERO_TOL, select_groups
 
 LOSS_SCALINGS = ("none", "linear", "sqrt")
@@ -38,7 +38,7 @@ class FilterConfig:
             raise ValueError(f"filter prob_mode {self.prob_mode!r} not in {PROB_MODES}.")
         if self.loss_scaling not in LOSS_SCALINGS:
             raise ValueError(f"filter loss_scaling {self.loss_scaling!r} not in {LOSS_SCALINGS}.")
-        metric_quantity(self.metric)
+        object.__setattr__(self, "metric", canonical_metric(self.metric))  # RAGEN's spellings, one name
         for name in ("value", "selection_eps", "empty_stop_steps"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"filter {name} must be >= 0 (got {getattr(self, name)}).")

@@ -21,6 +21,8 @@ METRICS: Mapping[str, tuple[str, str]] = {
     "entropy_variance": ("entropy", "std"),
     "length": ("length", "mean"),
 }
+# other spellings RAGEN's build_rollout_filter accepts for a metric
+METRIC_ALIASES: Mapping[str, str] = {"reward_std": "reward_variance", "entropy_std": "entropy_variance"}
 
 
 def _as_groups(values: np.ndarray, group_size: int, name: str) -> np.ndarray:
@@ -56,11 +58,20 @@ def group_stats(values: np.ndarray, group_size: int, name: str = "values",
     return {"std": std, "mean": mean, "max": top, "sum": total, "count": count}
 
 
+def canonical_metric(metric: str | None) -> str:
+    """The METRICS key for a metric name as RAGEN resolves it: case-insensitive, None -> "reward_variance",
+    "reward_std" / "entropy_std" -> "reward_variance" / "entropy_variance"."""
+    name = (metric or "reward_variance").lower()
+    name = METRIC_ALIASES.get(name, name)
+    if name not in METRICS:
+        known = sorted(set(METRICS) | set(METRIC_ALIASES))
+        raise ValueError(f"Unknown filter metric {metric!r}; choose one of {known}.")
+    return name
+
+
 def metric_quantity(metric: str) -> str:
     """Which per-trajectory quantity ("reward", "entropy", "length") a metric reads."""
-    if metric not in METRICS:
-        raise ValueError(f"Unknown filter metric {metric!r}; choose one of {sorted(METRICS)}.")
-    return METRICS[metric][0]
+    return METRICS[canonical_metric(metric)][0]
 
 
 def group_scores(
@@ -77,6 +88,7 @@ def group_scores(
     rewards/entropy/length are per-trajectory [N] (total reward, mean token entropy, response
     length); only the one the metric reads is required. valid [N]: see `group_stats`.
     """
+    metric = canonical_metric(metric)
     quantity = metric_quantity(metric)
     values = {"reward": rewards, "entropy": entropy, "length": length}[quantity]
     if values is None:
