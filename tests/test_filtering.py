@@ -235,3 +235,13 @@ def test_metric_names_resolve_as_ragen_build_rollout_filter(name, canonical):
     expected = filter_rollouts(rewards, 2, FilterConfig(metric=canonical), entropy=ent, length=ent)
     np.testing.assert_array_equal(res.scores, expected.scores)
     assert res.metrics == expected.metrics
+
+
+def test_non_empty_step_logs_the_reset_streak():
+    # RAGEN logs both rollout/empty_after_filter and rollout/consecutive_empty_after_filter_steps every trained
+    # step (0.0 after a step that kept groups), so the streak's curve returns to 0 rather than stopping
+    cfg = FilterConfig(strategy="top_p", value=0.9, include_zero=False)
+    full = filter_rollouts(np.arange(8.0), 4, cfg)
+    streak, stop, m = update_empty_streak(3, full, 5)
+    assert (streak, stop) == (0, False)
+    assert m == {"rollout/empty_after_filter": 0.0, "rollout/consecutive_empty_after_filter_steps": 0.0}

@@ -185,10 +185,10 @@ def update_empty_streak(
     """Count consecutive steps where the filter kept nothing -> (streak, stop_now, metrics).
 
     An empty step is skipped by the trainer; `stop_now` is the early stop once the streak reaches
-    stop_steps (0 disables it). Non-empty steps reset the streak.
+    stop_steps (0 disables it). Non-empty steps reset the streak (and log it as 0, as RAGEN does).
     """
     if not result.empty:
-        return 0, False, {"rollout/empty_after_filter": 0.0}
+        return 0, False, {"rollout/empty_after_filter": 0.0, "rollout/consecutive_empty_after_filter_steps": 0.0}
     streak += 1
     metrics = {
         "rollout/empty_after_filter": 1.0,
