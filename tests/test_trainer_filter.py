@@ -4,6 +4,7 @@ import dataclasses
 
 import jax
 import numpy as np
+import pytest
 
 from ragen_jax.rollout import group_seeds
 from ragen_jax.rollout.types import RolloutResult
@@ -78,3 +79,56 @@ def test_dropped_groups_change_nothing_and_kept_rows_are_the_whole_update(tmp_pa
     before = [np.asarray(x) for x in jax.tree.leaves(probe.actor.trainable)]
     assert not all(np.array_equal(a, b) for a, b in zip(before, filtered))  # and a real one
 
+
+
+def _per_episode(values, episode_ids, n, reduce):
+    """RAGEN's turn-level aggregation by episode, as a loop: lengths summed, entropies averaged over rows."""
+    out = np.zeros(n)
+    for e in range(n):
+        rows = [v for v, i in zip(values, episode_ids) if i == e]
+        out[e] = (sum(rows) if reduce == "sum" else np.mean(rows)) if rows else 0.0
+    return out
+
+
+def _ragen_top_k(group_scores, value):
+    """RAGEN's _select_top_groups for top_k, largest: k = max(1, min(int(value * G), G)) best groups."""
+    k = max(min(int(value * len(group_scores)), len(group_scores)), 1)
+    return np.sort(np.argsort(-np.asarray(group_scores), kind="stable")[:k])
+
+
+def test_length_and_entropy_filters_run_in_the_trainer_as_ragen_scores_them(tmp_path, monkeypatch):
+    """RAGEN's trainer filters on `length` (LengthRolloutFilter: trained tokens per trajectory, group mean) and
+    `entropy` / `entropy_variance` (EntropyRolloutFilter: each row's masked mean token entropy under the current
+    policy, averaged per trajectory; group mean / unbiased std)."""
+    from ragen_jax.trainer.steps import policy_logprobs
+
+    probe = Trainer(grpo_config(tmp_path / "probe", 0.5))
+    picks = iter(PICKS)
+    monkeypatch.setattr(probe.engine.tokenizer, "decode", lambda ids: f"</think><answer>{next(picks)}</answer>")
+    result = probe.engine.run(probe.sampling_params(), probe.train_env, *group_seeds(10000, 4, 4),
+                              jax.random.PRNGKey(3), tag="pick", row_multiple=4)
+    monkeypatch.undo()
+    b, n = result.batch, len(result.episodes)
+    mask = b.loss_mask > 0
+    length = _per_episode(mask.sum(axis=1), b.episode_ids, n, "sum").reshape(4, 4)
+    _, ent = policy_logprobs(probe.actor.module(), b.tokens, b.attention_mask,
+                             temperature=probe.cfg.rollout.temperature)
+    row_ent = (np.asarray(ent) * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1)
+    entropy = _per_episode(row_ent, b.episode_ids, n, "mean").reshape(4, 4)
+
+    for metric, quantity, scores in [("length", "length", length.mean(axis=1)),
+                                     ("entropy", "entropy", entropy.mean(axis=1)),
+                                     ("entropy_std", "entropy", entropy.std(axis=1, ddof=1))]:
+        cfg = grpo_config(tmp_path / metric, 0.5)
+        cfg.filter.metric = metric
+        trainer = Trainer(cfg)
+        trainer.engine.run = lambda *a, **k: result
+        metrics = trainer.train_step(0)
+        assert np.ptp(scores) > 0  # the groups differ, so which two are kept is a real check
+        kept = _ragen_top_k(scores, 0.5)
+        assert metrics["rollout/filter_kept_count"] == 2
+        assert metrics[f"rollout/in_group_{quantity}_mean"] == pytest.approx(
+            (length if quantity == "length" else entropy).mean(), rel=1e-5)
+        assert metrics[f"rollout/chosen_in_group_{quantity}_std"] == pytest.approx(
+            (length if quantity == "length" else entropy).std(axis=1, ddof=1)[kept].mean(), rel=1e-4, abs=1e-6)
+        assert metrics["train/num_samples"] == np.isin(b.episode_ids // 4, kept).sum()

@@ -21,7 +21,7 @@ from ragen_jax.filtering.filter import (
     groups_to_rows,
     update_empty_streak,
 )
-from ragen_jax.filtering.scores import METRICS, group_scores, group_stats
+from ragen_jax.filtering.scores import METRICS, episode_values, group_scores, group_stats, metric_quantity
 from ragen_jax.filtering.select import PROB_MODES, STRATEGIES, select_groups
 
 __all__ = [
@@ -34,11 +34,13 @@ __all__ = [
     "advantage_scale",
     "bucket_size",
     "compact",
+    "episode_values",
     "filter_metrics",
     "filter_rollouts",
     "group_scores",
     "group_stats",
     "groups_to_rows",
+    "metric_quantity",
     "select_groups",
     "update_empty_streak",
 ]

@@ -74,6 +74,26 @@ def metric_quantity(metric: str) -> str:
     return METRICS[canonical_metric(metric)][0]
 
 
+def episode_values(row_values: np.ndarray, episode_ids: np.ndarray, num_episodes: int,
+                   reduce: str = "sum") -> np.ndarray:
+    """Per-row values [R] (a trajectory row, or one turn's row) -> per-episode values [num_episodes].
+
+    RAGEN aggregates turn rows by episode: lengths are summed ("sum"), entropies averaged ("mean"). Rows
+    with an episode id outside [0, num_episodes) (padding) are ignored; an episode without rows gets 0.
+    """
+    if reduce not in ("sum", "mean"):
+        raise ValueError(f"episode_values reduce must be 'sum' or 'mean', got {reduce!r}.")
+    row_values = np.asarray(row_values, dtype=np.float64)
+    episode_ids = np.asarray(episode_ids)
+    if row_values.shape != episode_ids.shape or row_values.ndim != 1:
+        raise ValueError(f"Need row_values [R] and episode_ids [R]; got {row_values.shape}, {episode_ids.shape}.")
+    real = (episode_ids >= 0) & (episode_ids < num_episodes)
+    total = np.bincount(episode_ids[real], weights=row_values[real], minlength=num_episodes)
+    if reduce == "sum":
+        return total
+    return total / np.maximum(np.bincount(episode_ids[real], minlength=num_episodes), 1)
+
+
 def group_scores(
     rewards: np.ndarray | None,
     group_size: int,

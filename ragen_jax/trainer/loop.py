@@ -23,7 +23,8 @@ from ragen_jax.algos.kl import apply_kl_penalty, init_kl_controller, update_kl_c
 from ragen_jax.algos.masked import masked_mean
 from ragen_jax import sharding
 from ragen_jax.checkpoint import Checkpointer, earlier_run_error
-from ragen_jax.filtering import FilterConfig, advantage_scale, compact, filter_rollouts, update_empty_streak
+from ragen_jax.filtering import (FilterConfig, advantage_scale, compact, episode_values, filter_rollouts,
+                                  metric_quantity, update_empty_streak)
 from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
 from ragen_jax.rollout import RolloutConfig, group_seeds
 from ragen_jax.rollout.continuous import make_engine
@@ -344,7 +345,7 @@ class Trainer:
         metrics["rollout/env_error_ratio"] = float(1.0 - ok.mean())
         if not ok.all():
             self._report_env_errors(step, res.episodes)
-        fres = filter_rollouts(rewards, cfg.env.group_size, self.filter_cfg, valid=ok)
+        fres = filter_rollouts(rewards, cfg.env.group_size, self.filter_cfg, valid=ok, **self._filter_inputs(res))
         metrics.update(fres.metrics)
         self.counters["steps_run"] += 1
         self.counters["kept_ratio_sum"] += fres.kept_ratio
@@ -433,17 +434,37 @@ class Trainer:
             self._ref_parts = (trainable, frozen)
         return self._ref_parts
 
-    def _score_rows(self, fn, a, b, dev) -> jax.Array:
+    def _filter_inputs(self, res) -> dict[str, np.ndarray]:
+        """Per-trajectory length or entropy [N] for a filter metric that reads them (RAGEN's LengthRolloutFilter /
+        EntropyRolloutFilter): trained tokens summed over an episode's rows; each row's mean token entropy under
+        the current policy (the log-probs' temperature), averaged over the episode's rows."""
+        quantity = metric_quantity(self.filter_cfg.metric)
+        if quantity == "reward":
+            return {}
+        batch, n = res.batch, len(res.episodes)
+        mask = batch.loss_mask > 0
+        if quantity == "length":
+            return {"length": episode_values(mask.sum(axis=1), batch.episode_ids, n, "sum")}
+        arrays = {"tokens": batch.tokens, "attention_mask": batch.attention_mask,
+                  "positions": scored_positions(batch.loss_mask)}
+        dev = sharding.shard_batch(arrays, self.mesh)
+        ent = self._score_rows(self.fns["score_policy"], self.actor.trainable, self.actor.frozen, dev, output=1)
+        ent = sharding.gather_to_host(ent)
+        row = (ent * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1)
+        return {"entropy": episode_values(row, batch.episode_ids, n, "mean")}
+
+    def _score_rows(self, fn, a, b, dev, output: int = 0) -> jax.Array:
         """Apply a scoring function micro-batch by micro-batch: the rows an update holds at once, so memory stays
         bounded by the update's; on a CPU, calls of ~1-2k tokens also keep each op's data in cache (the
-        quickstart's 64 x 128 rows score in 63 ms as four 16-row calls, 87 ms as one call)."""
+        quickstart's 64 x 128 rows score in 63 ms as four 16-row calls, 87 ms as one call). `output` picks the
+        array of a function returning several (score_policy: 0 log-probs, 1 entropies)."""
         m = self.cfg.trainer.micro_batch_size
         outs = []
         for i in range(0, dev["tokens"].shape[0], m):
             rows = slice(i, i + m)
             extra = (dev["positions"][rows],) if fn is self.fns["score_policy"] else ()
             out = sharding.settle(fn(a, b, dev["tokens"][rows], dev["attention_mask"][rows], *extra))
-            outs.append(out[0] if isinstance(out, tuple) else out)
+            outs.append(out[output] if isinstance(out, tuple) else out)
         return jnp.concatenate(outs, axis=0)
 
     def _update(self, step: int, dev: dict, row_valid: np.ndarray) -> dict[str, float]:
