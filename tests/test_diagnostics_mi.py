@@ -149,3 +149,29 @@ def test_trajectory_uniform_pairs():
         picks += [tuple(x) for x in s.prompts]
     share_traj1 = picks.count((7,)) / len(picks)
     assert 0.4 < share_traj1 < 0.6
+
+
+def test_whitespace_only_reasoning_is_empty_as_ragen_strips_it():
+    """RAGEN strips the text between <think> and </think> before tokenizing it: whitespace-only thinking is no
+    reasoning (skipped by both samplings, not counted in collapse/valid_thinking_rate), and whitespace at either
+    end is not part of Z. Token ids: 1 = " ", 2 = "\\n", 5 = "go", 6 = " left", 9 = "</think>"."""
+    from types import SimpleNamespace
+
+    from ragen_jax.diagnostics.collapse import CollapseConfig, collapse_metrics
+    from ragen_jax.diagnostics.pairs import rollout_pairs
+
+    text = {1: " ", 2: "\n", 5: "go", 6: " left", 9: "</think>"}
+    decode = lambda ids: "".join(text[i] for i in ids)  # noqa: E731
+    turn = lambda ctx, resp: SimpleNamespace(context_tokens=ctx, response_tokens=resp)  # noqa: E731
+    episodes = [
+        SimpleNamespace(group_id=0, history=[turn([10], [2, 5, 6, 1, 9]), turn([10, 11], [2, 9])]),
+        SimpleNamespace(group_id=1, history=[turn([20], [1, 2, 9]), turn([20, 21], [5, 9])]),
+    ]
+    pairs = rollout_pairs(episodes, [9], decode)
+    assert pairs.first_turn_reasonings == [[5, 6], []]
+    assert pairs.turn_reasonings == [[[5, 6], []], [[], [5]]]
+    config = CollapseConfig(num_samples=None)
+    never = lambda prompts, reasonings: (np.zeros((len(reasonings), len(prompts))),) * 2  # noqa: E731
+    metrics, _ = collapse_metrics(pairs, never, config, np.random.default_rng(0))
+    assert metrics["collapse/valid_thinking_rate"] == 0.5  # 2 of 4 turns think something
+    assert metrics["collapse/first_turn_num_valid"] == 1.0

@@ -117,7 +117,7 @@ def dump_pairs(kind: str, items: list[Any], tokenizer: Any) -> RolloutPairs:
     """The (prompt, reasoning) pairs of `load_dump`'s result: exact tokens for episodes, re-tokenized text
     for records."""
     if kind == "episodes":
-        return rollout_pairs(items, tokenizer.encode("</think>"))
+        return rollout_pairs(items, tokenizer.encode("</think>"), tokenizer.decode)
     return record_pairs(items, tokenizer)
 
 

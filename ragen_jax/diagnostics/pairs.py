@@ -7,7 +7,7 @@ the sampled tokens before "</think>"; nothing is re-tokenized.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -30,19 +30,33 @@ def _find(seq: Sequence[int], pattern: Sequence[int]) -> int:
     return -1
 
 
-def reasoning_tokens(response: Sequence[int], think_close: Sequence[int]) -> list[int]:
-    """The sampled tokens between the prompt's "<think>" and "</think>" ([] if never closed)."""
+def reasoning_tokens(response: Sequence[int], think_close: Sequence[int],
+                     decode: Callable[[list[int]], str] | None = None) -> list[int]:
+    """The sampled tokens between the prompt's "<think>" and "</think>" ([] if never closed).
+
+    With `decode` (token ids -> text), tokens that decode to whitespace only are dropped from both ends, as
+    RAGEN strips the reasoning text: a reasoning of whitespace alone is empty (skipped, and not valid thinking).
+    """
     end = _find(response, think_close)
-    return list(map(int, response[:end])) if end >= 0 else []
+    tokens = list(map(int, response[:end])) if end >= 0 else []
+    if decode is not None:
+        lo, hi = 0, len(tokens)
+        while lo < hi and not decode([tokens[lo]]).strip():
+            lo += 1
+        while hi > lo and not decode([tokens[hi - 1]]).strip():
+            hi -= 1
+        tokens = tokens[lo:hi]
+    return tokens
 
 
-def rollout_pairs(episodes: Sequence["Episode"], think_close: Sequence[int]) -> RolloutPairs:
-    """Token-level (prompt, reasoning) pairs per turn of every episode [N]."""
+def rollout_pairs(episodes: Sequence["Episode"], think_close: Sequence[int],
+                  decode: Callable[[list[int]], str] | None = None) -> RolloutPairs:
+    """Token-level (prompt, reasoning) pairs per turn of every episode [N]; `decode`: see reasoning_tokens."""
     turn_prompts, turn_reasonings = [], []
     for ep in episodes:
         done = [r for r in ep.history if r.response_tokens is not None and r.context_tokens is not None]
         turn_prompts.append([list(map(int, r.context_tokens)) for r in done])
-        turn_reasonings.append([reasoning_tokens(r.response_tokens, think_close) for r in done])
+        turn_reasonings.append([reasoning_tokens(r.response_tokens, think_close, decode) for r in done])
     return RolloutPairs(
         first_turn_prompts=[p[0] if p else [] for p in turn_prompts],
         first_turn_reasonings=[z[0] if z else [] for z in turn_reasonings],
