@@ -92,8 +92,16 @@ def test_bad_options_name_the_problem():
         group_scores(np.ones(7), 2)
     with pytest.raises(ValueError, match="entropy"):
         group_scores(np.ones(4), 2, "entropy")
-    with pytest.raises(ValueError, match="Unknown filter option"):
-        FilterConfig.from_mapping({"rollout_filter_ratio": 0.5})
+    with pytest.raises(ValueError, match="Unknown filter option 'rollout_filter_ration'"):
+        FilterConfig.from_mapping({"rollout_filter_ration": 0.5})
+
+
+def test_ragens_older_ratio_key_is_the_value_when_the_value_is_absent():
+    # agent_trainer: getattr(rollout_cfg, "rollout_filter_value", getattr(rollout_cfg, "rollout_filter_ratio", ...))
+    assert FilterConfig.from_mapping({"rollout_filter_ratio": 0.5}).value == 0.5
+    both = {"rollout_filter_ratio": 0.5, "rollout_filter_value": 0.75}
+    assert FilterConfig.from_mapping(both).value == 0.75
+    assert FilterConfig.from_mapping({"rollout_filter_ratio": 0.5, "value": 0.25}).value == 0.25
 
 
 def test_group_scores_metrics():

@@ -59,7 +59,12 @@ class FilterConfig:
         }
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
-        for key, val in dict(cfg).items():
+        cfg = dict(cfg)
+        if "rollout_filter_ratio" in cfg:  # RAGEN's older name for the value, read only when the value is absent
+            ratio = cfg.pop("rollout_filter_ratio")
+            if not {"rollout_filter_value", "value"} & cfg.keys():
+                cfg["rollout_filter_value"] = ratio
+        for key, val in cfg.items():
             if key in ("rollout_filter_type", "filter_type", "type"):
                 if val not in ("largest", "smallest"):
                     raise ValueError(f"filter type {val!r} must be 'largest' or 'smallest'.")
