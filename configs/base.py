@@ -134,6 +134,7 @@ def get_base_config() -> ml_collections.ConfigDict:
         mi_threshold=DEFAULT_THRESHOLDS["mi"],  # MI as a fraction of log N (nats when not mi_relative): high vs low
         mi_relative=DEFAULT_THRESHOLDS["mi_relative"],
         ema_decay=0.9,
+        std_eps=1e-3,  # RAGEN's collapse_detection.std_eps: the MI z-score's (gap / (std + eps))
         batch_size=32,  # pairs per cross-scoring forward pass
         warnings=True,  # Echo-Trap early warnings (falling reward std, entropy collapse, grad spikes)
     )

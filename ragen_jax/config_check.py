@@ -152,7 +152,7 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     **{f"warmstart.{k}": _POSITIVE for k in ("batch_size", "num_demos")},
     "warmstart.micro_batch_size": (lambda v: v >= 0, "must be >= 0 (0 = the batch size)"),
     "diagnostics.every": _AT_LEAST_0, "diagnostics.max_pairs": _POSITIVE, "diagnostics.batch_size": _POSITIVE,
-    "diagnostics.ema_decay": _UNIT,
+    "diagnostics.ema_decay": _UNIT, "diagnostics.std_eps": _POSITIVE,
     "algo.gamma": _UNIT, "algo.lam": _UNIT, "algo.high_level_gamma": _UNIT,
     "algo.kl_loss_coef": _AT_LEAST_0, "algo.clip_ratio_low": _AT_LEAST_0, "algo.clip_ratio_high": _AT_LEAST_0,
     "algo.clip_ratio_c": (lambda v: v == 0 or v > 1, "must be 0 (off) or > 1"),  # dual-clip's lower bound, as veRL

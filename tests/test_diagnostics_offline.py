@@ -32,7 +32,8 @@ def _tiny_bandit_config():
     c.rollout.response_length, c.rollout.max_model_len = 24, 384
     c.trainer.mini_batch_size = c.trainer.micro_batch_size = 8
     c.warmstart.enabled = False
-    c.diagnostics.update(every=1, max_pairs=6, batch_size=8)  # 6 of the 8 episodes: the step's draw matters
+    c.diagnostics.update(every=1, max_pairs=6, batch_size=8,  # 6 of the 8 episodes: the step's draw matters
+                         std_eps=0.05)  # not the default: the CLI must take it from the run folder
     c.rollout.engine = "lockstep"  # the scripted sampler stands in for Sampler.generate
     c.rollout.temperature = 0.7  # the scripted replies ignore it; the trainer scores pairs under it
     return c
@@ -74,8 +75,12 @@ def test_trainer_metrics_equal_the_offline_report_on_the_pkl(played):
     assert kind == "episodes" and len(episodes) == 8
     offline = offline_report(played.pkl, played.export, step=STEP, num_samples=d.max_pairs, batch_size=d.batch_size,
                              thresholds={"conditional_entropy": d.entropy_threshold, "mi": d.mi_threshold},
-                             temperature=played.cfg.rollout.temperature)
+                             temperature=played.cfg.rollout.temperature, std_eps=d.std_eps)
     assert _comparable(offline) == pytest.approx(_comparable(played.metrics), abs=1e-6)
+    default_eps = offline_report(played.pkl, played.export, step=STEP, num_samples=d.max_pairs,
+                                 batch_size=d.batch_size, temperature=played.cfg.rollout.temperature)
+    assert default_eps["collapse_first_turn_sample/mi_zscore"] != pytest.approx(
+        offline["collapse_first_turn_sample/mi_zscore"], abs=1e-6)
     untempered = offline_report(played.pkl, played.export, step=STEP, num_samples=d.max_pairs,
                                 batch_size=d.batch_size)  # scored at temperature 1: other log-probs
     assert untempered["collapse_first_turn_sample/conditional_entropy_est"] != pytest.approx(

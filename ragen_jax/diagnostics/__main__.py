@@ -17,7 +17,7 @@ from typing import Sequence
 from ragen_jax.diagnostics.collapse import FIRST_TURN, TRAJECTORY
 from ragen_jax.diagnostics.regimes import REGIMES
 
-DEFAULTS = {"num_samples": 64, "sampling": "both"}
+DEFAULTS = {"num_samples": 64, "sampling": "both", "std_eps": 1e-3}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mi-threshold", type=float, default=None, help="MI regime threshold")
     p.add_argument("--mi-relative", action=argparse.BooleanOptionalAction, default=None,
                    help="MI threshold as a fraction of log N (the default) or, with --no-mi-relative, in nats")
+    p.add_argument("--std-eps", type=float, default=None,
+                   help="eps of the MI z-score, gap / (std + eps) (default: the run's diagnostics.std_eps, else 1e-3)")
     p.add_argument("--out", default=None, help="also write all metrics to this JSON file")
     return p
 
@@ -73,7 +75,7 @@ def summary(metrics: dict[str, float]) -> str:
 
 
 def settings_from(args: argparse.Namespace) -> dict:
-    """offline_report's num_samples / sampling / thresholds: flags, else the run folder's config, else defaults."""
+    """offline_report's num_samples / sampling / thresholds / temperature / std_eps: flags, else the run folder's config, else defaults."""
     from ragen_jax.diagnostics.offline import run_settings
 
     run = run_settings(args.checkpoint)
@@ -85,8 +87,9 @@ def settings_from(args: argparse.Namespace) -> dict:
     num_samples = args.num_samples if args.num_samples is not None else run.get("num_samples",
                                                                                  DEFAULTS["num_samples"])
     temperature = args.temperature if args.temperature is not None else run.get("temperature", 1.0)
+    std_eps = args.std_eps if args.std_eps is not None else run.get("std_eps", DEFAULTS["std_eps"])
     return {"num_samples": num_samples or None, "sampling": args.sampling or run.get("sampling", DEFAULTS["sampling"]),
-            "thresholds": thresholds, "temperature": temperature}
+            "thresholds": thresholds, "temperature": temperature, "std_eps": std_eps}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,8 +2,8 @@
 
 Used by the trainer every `compute_freq` steps and by the offline CLI, so both report the same
 metrics under RAGEN's names (`collapse_first_turn_sample/*`, `collapse_trajectory_sample/*`,
-`collapse/first_turn_*`, `timing_s/collapse_*`). Only meaningful with full-context rollouts
-(RAGEN computes it only for context_window_mode == "full").
+`collapse/first_turn_*`, `timing_s/collapse_*`). RAGEN computes it only for context_window_mode == "full";
+here any context mode works: prompts are the contexts the model actually saw before each reasoning.
 """
 
 from __future__ import annotations

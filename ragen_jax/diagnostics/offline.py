@@ -132,6 +132,7 @@ def offline_report(
     sampling: str = "both",
     thresholds: Mapping[str, Any] | None = None,
     temperature: float = 1.0,
+    std_eps: float = 1e-3,
 ) -> dict[str, float]:
     """Collapse metrics of saved rollouts under the policy of `checkpoint` (a Hugging Face folder or a run
     folder). `step` draws the pairs as the trainer does at that step (else a generator seeded by `seed`)."""
@@ -154,6 +155,7 @@ def offline_report(
         first_turn_enabled=sampling in ("both", "first_turn"),
         multi_turn_enabled=sampling in ("both", "trajectory"),
         num_samples=num_samples,
+        std_eps=std_eps,
         thresholds=thresholds,
     )
     rng = step_rng(step) if step is not None else np.random.default_rng(seed)
@@ -164,7 +166,7 @@ def offline_report(
 
 def run_settings(checkpoint: str) -> dict[str, Any]:
     """The trainer's diagnostics settings from a run folder's config.json ({} for any other folder):
-    num_samples, sampling, thresholds and the scoring temperature, as `offline_report` takes them."""
+    num_samples, sampling, thresholds, std_eps and the scoring temperature, as `offline_report` takes them."""
     from ragen_jax.diagnostics.policy import is_hf_folder
 
     path = os.path.join(checkpoint, "config.json")
@@ -183,6 +185,7 @@ def run_settings(checkpoint: str) -> dict[str, Any]:
         "thresholds": {k: v for k, v in (("conditional_entropy", d.get("entropy_threshold")),
                                          ("mi", d.get("mi_threshold")), ("mi_relative", d.get("mi_relative")))
                        if v is not None},
+        "std_eps": d.get("std_eps"),
         "temperature": (rollout.get("temperature") if algo.get("temperature_in_logprobs", True) else 1.0),
     }
     return {k: v for k, v in settings.items() if v is not None}

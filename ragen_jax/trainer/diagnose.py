@@ -28,7 +28,7 @@ class CollapseMonitor:
         self.enabled_mi = d.every > 0 and cfg.rollout.enable_think
         self.config = CollapseConfig(
             compute_freq=max(d.every, 1), first_turn_enabled=d.first_turn, multi_turn_enabled=d.trajectory,
-            num_samples=d.max_pairs, ema_decay=d.ema_decay,
+            num_samples=d.max_pairs, ema_decay=d.ema_decay, std_eps=d.std_eps,
             thresholds={"conditional_entropy": d.entropy_threshold, "mi": d.mi_threshold,
                         "mi_relative": d.mi_relative})
         self.batch_size = d.batch_size
