@@ -18,7 +18,12 @@ ROWS = ["FFGF", "HFFH", "FFHS", "FFFF"]  # the reference example board
 
 @pytest.fixture(scope="module")
 def env():
-    return FrozenLake()
+    return FrozenLake(success_rate=1.0)  # deterministic moves: the rules below are checked step by step
+
+
+def test_default_slips_as_ragens_config():
+    # RAGEN's FrozenLakeEnvConfig: success_rate 0.8 (a move goes where asked 80% of the time)
+    assert FrozenLake().success_rate == 0.8 and FrozenLake().default_params.success_rate == 0.8
 
 
 def test_hole_ends_episode_without_reward(env):

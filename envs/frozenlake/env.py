@@ -65,7 +65,7 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
 
     action_lookup = {"left": 0, "down": 1, "right": 2, "up": 3}
 
-    def __init__(self, size: int = 4, p: float = 0.9, success_rate: float = 1.0, render_mode: str = "text",
+    def __init__(self, size: int = 4, p: float = 0.9, success_rate: float = 0.8, render_mode: str = "text",
                  max_steps: int = 100, instruction: str | None = None):
         super().__init__()
         if render_mode not in _FORMATS:
