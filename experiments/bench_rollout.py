@@ -46,7 +46,7 @@ from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds  # noqa: E402
 from ragen_jax.rollout.continuous import ContinuousEngine  # noqa: E402
 from ragen_jax.trainer import setup as setup_lib  # noqa: E402
-from ragen_jax.trainer.loop import rollout_config  # noqa: E402
+from ragen_jax.trainer.settings import rollout_config  # noqa: E402
 
 MEDIAN_RESPONSE = 100  # tokens: the stopping model's median response length
 

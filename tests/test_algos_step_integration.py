@@ -14,7 +14,7 @@ from flax import nnx
 from configs import bandit, sokoban
 from ragen_jax import algos
 from ragen_jax.config_check import validate_config
-from ragen_jax.trainer.loop import algo_settings
+from ragen_jax.trainer.settings import algo_settings
 from ragen_jax.trainer.steps import AlgoSettings, make_step_fns
 
 VOCAB, DIM, ROWS, T = 32, 8, 8, 10

@@ -40,7 +40,7 @@ def test_controller_settings_are_checked(tmp_path):
 def test_ragens_reward_variance_collapse_rule():
     """Baseline = mean std of the first `window` trained steps; stop after `window` steps in a row below
     ratio x baseline (RAGEN's agent_trainer); window 0 is off."""
-    from ragen_jax.trainer.loop import reward_collapse
+    from ragen_jax.trainer.early_stop import reward_collapse
 
     first, recent, stops = [], [], []
     stds = [0.4, 0.6, 0.5] + [0.04, 0.03, 0.02, 0.01] + [0.06] + [0.01, 0.02, 0.03]  # baseline 0.5: threshold 0.05

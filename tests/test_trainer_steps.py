@@ -12,7 +12,7 @@ from flax import nnx
 
 from configs.base import apply_tiny, get_base_config
 from ragen_jax.algos import ppo_clip_loss
-from ragen_jax.trainer.loop import algo_settings
+from ragen_jax.trainer.settings import algo_settings
 from ragen_jax.trainer.optim import all_finite, guarded_apply
 from ragen_jax.trainer.steps import make_step_fns, scored_positions
 from test_algos_step_integration import BASE, ROWS, TX, BigramLM, make_batch, split_actor

@@ -306,7 +306,7 @@ def test_sft_steps_lower_the_loss_and_donate_params(tok):
 
     from ragen_jax.monitoring import Monitor
     from ragen_jax.trainer.setup import split_model
-    from ragen_jax.trainer.loop import rollout_config
+    from ragen_jax.trainer.settings import rollout_config
 
     c = _bandit_config()
     c.warmstart.update(steps=24, batch_size=16, micro_batch_size=8, warmup_steps=1)
@@ -332,7 +332,7 @@ def test_fewer_demo_rows_than_a_micro_batch_still_train(tok):
     import types
 
     from ragen_jax.monitoring import Monitor
-    from ragen_jax.trainer.loop import rollout_config
+    from ragen_jax.trainer.settings import rollout_config
     from ragen_jax.trainer.setup import split_model
 
     c = _bandit_config()
@@ -351,7 +351,7 @@ def test_an_sft_step_whose_new_weights_overflow_changes_nothing(tok):
     enormous learning rate) leave the weights and the optimizer state as they were, and the step says so."""
     import optax
 
-    from ragen_jax.trainer.loop import rollout_config
+    from ragen_jax.trainer.settings import rollout_config
     from ragen_jax.trainer.setup import split_model
 
     c = _bandit_config()

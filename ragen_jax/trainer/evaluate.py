@@ -94,7 +94,7 @@ def prepare_config(cfg, target: EvalTarget) -> None:
 
 def run_eval(trainer, target: EvalTarget | None = None) -> dict[str, float]:
     """Play the validation episodes of `target`'s weights; write config, metrics and rollouts to its folder."""
-    from ragen_jax.trainer.loop import write_config_json
+    from ragen_jax.trainer.settings import write_config_json
 
     target = target or EvalTarget("init", "", None, os.path.join(trainer.workdir, "eval", "init"))
     rl_steps = None

@@ -18,72 +18,27 @@ import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
-from ragen_jax.algos.presets import resolve_adv_estimator
 from ragen_jax.algos.kl import apply_kl_penalty, init_kl_controller, update_kl_controller
-from ragen_jax.algos.masked import masked_mean
 from ragen_jax import sharding
 from ragen_jax.checkpoint import Checkpointer, earlier_run_error
 from ragen_jax.filtering import (FilterConfig, advantage_scale, compact, episode_values, filter_rollouts,
                                   metric_quantity, update_empty_streak)
 from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
-from ragen_jax.rollout import RolloutConfig, group_seeds
+from ragen_jax.rollout import group_seeds
 from ragen_jax.rollout.continuous import make_engine
 from ragen_jax.rollout.dump import write_jsonl
 from ragen_jax.trainer import report
 from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer.diagnose import CollapseMonitor
+from ragen_jax.trainer.early_stop import early_stop_reason, reward_collapse
 from ragen_jax.trainer.optim import make_optimizer
-from ragen_jax.trainer.steps import AlgoSettings, make_step_fns, scored_positions
+from ragen_jax.trainer.settings import algo_settings, env_tag, rollout_config, write_config_json
+from ragen_jax.trainer.steps import make_step_fns, masked_means, sampler_agreement, scored_positions, take_rows
 
 logger = logging.getLogger(__name__)
 
 BATCH_KEYS = ("tokens", "attention_mask", "loss_mask", "sample_logprobs", "token_rewards", "group_ids",
               "episode_ids")
-
-
-def rollout_config(cfg) -> RolloutConfig:
-    r = cfg.rollout
-    return RolloutConfig(
-        max_turn=cfg.env.max_turn, max_actions_per_turn=cfg.env.max_actions_per_turn,
-        max_actions_per_traj=cfg.env.max_actions_per_traj, response_length=r.response_length,
-        max_model_len=r.max_model_len, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-        enable_think=r.enable_think, stop_at_answer=r.stop_at_answer, context_mode=r.context_mode,
-        context_window=r.context_window, prompt_style=r.prompt_style, prompt_max_tokens=r.prompt_max_tokens,
-        use_turn_scores=r.use_turn_scores,
-        format_penalty=r.format_penalty,
-        reward_norm_method=r.reward_norm_method, reward_norm_grouping=r.reward_norm_grouping)
-
-
-def algo_settings(cfg) -> AlgoSettings:
-    a = cfg.algo
-    return AlgoSettings(
-        adv_estimator=a.custom_adv_estimator or resolve_adv_estimator(dict(a)),
-        policy_loss=a.custom_policy_loss or a.policy_loss, value_loss=a.value_loss,
-        loss_agg_mode=a.loss_agg_mode, gamma=a.gamma, lam=a.lam, high_level_gamma=a.high_level_gamma,
-        norm_adv_by_std_in_grpo=a.norm_adv_by_std_in_grpo, clip_ratio_low=a.clip_ratio_low,
-        clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c or None,
-        cliprange_value=a.cliprange_value, entropy_coeff=a.entropy_coeff, use_kl_loss=a.use_kl_loss,
-        kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type, tis_cap=a.tis_cap or None,
-        temperature=cfg.rollout.temperature if a.temperature_in_logprobs else 1.0,
-        logprob_chunk=cfg.trainer.logprob_chunk, rollout_correction=a.rollout_correction,
-        rollout_correction_bound=a.rollout_correction_bound or None, critic_loss_agg_mode=a.critic_loss_agg_mode,
-        loss_scope=a.loss_scope, bi_level_turn_ends=a.bi_level_turn_ends,
-        soft_advantage_reweight=a.soft_advantage_reweight, grpo_advantage_length_weight=a.grpo_advantage_length_weight,
-        zero_task_advantage=a.zero_task_advantage)
-
-
-def reward_collapse(first: list[float], recent: list[float], std: float, window: int,
-                    ratio: float) -> tuple[list[float], list[float], bool]:
-    """RAGEN's reward-variance early stop, one trained step at a time: the in-group reward std of the first
-    `window` steps make the baseline (their mean); after it, collapse is `window` steps in a row below
-    ratio x baseline. -> (first, recent, collapsed); window 0 is off."""
-    if window <= 0:
-        return first, recent, False
-    if len(first) < window:
-        return first + [std], [], False
-    recent = (recent + [std])[-window:]
-    threshold = ratio * float(np.mean(first))
-    return first, recent, len(recent) == window and max(recent) < threshold
 
 
 def _join_processes(cfg) -> None:
@@ -97,51 +52,10 @@ def _join_processes(cfg) -> None:
             "(gymnax starts JAX on import); run.py does this for you.") from e
 
 
-def write_config_json(folder: str, cfg) -> str:
-    """folder/config.json: the resolved config, plus the custom functions it names (module:name and file)."""
-    os.makedirs(folder, exist_ok=True)
-    data = json.loads(report.resolved_config(cfg))
-    data["custom_functions"] = report.custom_functions(cfg)
-    path = os.path.join(folder, "config.json")
-    with open(path, "w") as f:
-        json.dump(data, f, indent=2)
-    return path
-
-
-def env_tag(name: str) -> str:
-    """The metric prefix of an env name: the class name of an import path ("my_pkg.envs:GuessNumber")."""
-    return name.rsplit(":", 1)[-1]
-
-
 def _local_rows(mesh, batch_size: int) -> int:
     """How many of a batch's episodes this process plays (the rows its devices hold)."""
     rows = sharding.process_rows(mesh, batch_size)
     return rows.stop - rows.start
-
-
-@jax.jit
-def _masked_means(arrays: dict[str, jax.Array], mask: jax.Array) -> dict[str, jax.Array]:
-    """{name: mean over mask} of token grids [B, T], reduced where the shards live (any number of hosts)."""
-    return {k: masked_mean(v, mask) for k, v in arrays.items()}
-
-
-@jax.jit
-def sampler_agreement(old_logprobs: jax.Array, sample_logprobs: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
-    """How far the trainer's log-probs of the sampled tokens are from the sampler's, over mask [B, T]:
-    mean and max |difference| and the importance weight exp(trainer - sampler) (mean, min, max)."""
-    on = mask > 0
-    diff = jnp.where(on, jnp.abs(old_logprobs - sample_logprobs), 0.0)
-    weight = jnp.exp(jnp.clip(old_logprobs - sample_logprobs, -20.0, 20.0))
-    return {"rollout/logprob_abs_diff_mean": masked_mean(diff, mask), "rollout/logprob_abs_diff_max": diff.max(),
-            "rollout/is_weight_mean": masked_mean(weight, mask),
-            "rollout/is_weight_min": jnp.where(on, weight, jnp.inf).min(),
-            "rollout/is_weight_max": jnp.where(on, weight, -jnp.inf).max()}
-
-
-@jax.jit
-def _take_rows(arrays: dict[str, jax.Array], rows: jax.Array) -> dict[str, jax.Array]:
-    """One mini-batch: rows [m] of every [B, ...] array in one program, the result split over the batch axes."""
-    return {k: sharding.constrain_rows(jnp.take(v, rows, axis=0)) for k, v in arrays.items()}
 
 
 class Trainer:
@@ -400,7 +314,7 @@ class Trainer:
         adv = adv * advantage_scale(fres.kept_ratio, self.filter_cfg.loss_scaling)
         dev.update(advantages=adv, returns=returns, values=values)
         timing["timing_s/score_and_adv"] = time.perf_counter() - t0
-        means = _masked_means({"advantages": adv, "returns": returns, "values": values}, dev["loss_mask"])
+        means = masked_means({"advantages": adv, "returns": returns, "values": values}, dev["loss_mask"])
         metrics.update({f"critic/{k}/mean": float(v) for k, v in means.items()})
         metrics.update({"critic/score/mean": float(rewards[ok].mean()), "train/num_samples": float(row_valid.sum())})
         trained_tokens = float((arrays["loss_mask"] > 0).sum())
@@ -483,13 +397,13 @@ class Trainer:
             for i in range(0, len(order), m):
                 idx = order[i:i + m].astype(np.int32)  # the same on every host
                 if self.critic is not None:
-                    mb = _take_rows({k: dev[k] for k in critic_keys}, idx)
+                    mb = take_rows({k: dev[k] for k in critic_keys}, idx)
                     self.critic.trainable, self.critic_opt, cm = sharding.settle(self.fns["critic_update"](
                         self.critic.trainable, self.critic_opt, self.critic.frozen, mb))
                     critic_metrics.append(cm)
                     self._count_update("critic", step, cm)
                 if step >= t.critic_warmup:
-                    mb = _take_rows({k: dev[k] for k in keys}, idx)
+                    mb = take_rows({k: dev[k] for k in keys}, idx)
                     self.actor.trainable, self.actor_opt, am = sharding.settle(self.fns["actor_update"](
                         self.actor.trainable, self.actor_opt, self.actor.frozen, mb))
                     actor_metrics.append(am)
@@ -528,30 +442,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the run
     def _early_stop(self, metrics: dict) -> str | None:
-        es = self.cfg.trainer.early_stop
-        if metrics.get("early_stop/filter_empty"):
-            if metrics.get("rollout/env_error_ratio") == 1.0:
-                return (f"every episode's environment failed, {self.filter_cfg.empty_stop_steps} steps in a row "
-                        "(nothing to train on; the warnings above show the errors)")
-            return f"the filter kept nothing for {self.filter_cfg.empty_stop_steps} steps in a row"
-        if metrics.get("early_stop/reward_collapse"):
-            first = self.counters["reward_std_first"]
-            return (f"the in-group reward std collapsed: {es.reward_collapse_window} steps in a row below "
-                    f"{es.reward_collapse_ratio:g} x its mean over the first trained steps ({np.mean(first):.4g})")
-        if es.reward_std_patience and self.counters["std_zero_streak"] >= es.reward_std_patience:
-            return f"in-group reward std was zero for {es.reward_std_patience} steps in a row"
-        if es.val_patience and self.counters["val_low_streak"] >= es.val_patience:
-            return f"validation success stayed below {es.val_success_below} {es.val_patience} times"
-        if es.skipped_updates and self.counters["skipped_in_a_row"] >= es.skipped_updates:
-            return (f"{self.counters['skipped_in_a_row']} updates in a row were skipped for non-finite values "
-                    "(lower optim.*.lr or check the rewards)")
-        if es.max_policy_kl:
-            for name in ("actor/ppo_kl", "actor/kl_loss"):
-                value = metrics.get(name)
-                if value is not None and not np.abs(value) <= es.max_policy_kl:
-                    return (f"the policy diverged: {name} = {value:.4g} > trainer.early_stop.max_policy_kl "
-                            f"{es.max_policy_kl:g}")
-        return None
+        return early_stop_reason(metrics, self.counters, self.cfg.trainer.early_stop, self.filter_cfg.empty_stop_steps)
 
     def _record_val(self, step: int, metrics: dict) -> None:
         success = metrics.get(f"val/{self.val_tag}/success", 0.0)
@@ -627,7 +518,7 @@ class Trainer:
             self._record_val(last + 1, vm)
             self.monitor.scalars(vm, last + 1)
         wall = time.perf_counter() - wall0
-        summary = self._summary(wall, trained_tokens, stop_reason)
+        summary = report.run_summary(self, wall, trained_tokens, stop_reason)
         if last >= self.start_step:
             summary["outputs"].append(f"Checkpoint after {last + 1} RL steps: {self.checkpointer.directory}/{last}")
         if t.export_hf:
@@ -639,29 +530,6 @@ class Trainer:
                 json.dump(summary, f, indent=2)
         self.monitor.close()
         return summary
-
-    def _summary(self, wall: float, trained_tokens: float, stop_reason: str | None) -> dict[str, Any]:
-        vals = [h["val_success"] for h in self.history]
-        ws = self.warmstart_metrics
-        return {
-            "val_success_start": vals[0] if vals else None,
-            "val_success_after_warmstart": ws.get("val_success_after_warmstart"),
-            "warmstart_seconds": ws.get("sft/train_seconds"),
-            "val_success_final": vals[-1] if vals else None,
-            "val_success_best": max(vals) if vals else None,
-            "val_history": self.history,
-            "wall_time_s": wall,
-            "trained_tokens_per_s": trained_tokens / max(wall, 1e-9),
-            "stop_reason": stop_reason,
-            "steps_run": self.counters["steps_run"],
-            "updates_applied": self.counters["updates_applied"],
-            "updates_skipped": self.counters["updates_skipped"],
-            "mean_kept_ratio": (self.counters["kept_ratio_sum"] / self.counters["steps_run"]
-                                if self.counters["steps_run"] else None),
-            "val_episodes": self.cfg.val.groups * self.cfg.val.group_size if self.cfg.val.every else 0,
-            "workdir": self.workdir,
-            "outputs": [],
-        }
 
     def export(self, folder: str) -> str:
         """Write the policy as a Hugging Face folder (LoRA merged) that transformers can load.

@@ -99,6 +99,31 @@ def _eval_lines(trainer, target) -> list[str]:
     ]
 
 
+def run_summary(trainer, wall: float, trained_tokens: float, stop_reason: str | None) -> dict[str, Any]:
+    """What a finished run writes to summary.json and prints: validation figures, timings, counters, outputs."""
+    vals = [h["val_success"] for h in trainer.history]
+    ws = trainer.warmstart_metrics
+    return {
+        "val_success_start": vals[0] if vals else None,
+        "val_success_after_warmstart": ws.get("val_success_after_warmstart"),
+        "warmstart_seconds": ws.get("sft/train_seconds"),
+        "val_success_final": vals[-1] if vals else None,
+        "val_success_best": max(vals) if vals else None,
+        "val_history": trainer.history,
+        "wall_time_s": wall,
+        "trained_tokens_per_s": trained_tokens / max(wall, 1e-9),
+        "stop_reason": stop_reason,
+        "steps_run": trainer.counters["steps_run"],
+        "updates_applied": trainer.counters["updates_applied"],
+        "updates_skipped": trainer.counters["updates_skipped"],
+        "mean_kept_ratio": (trainer.counters["kept_ratio_sum"] / trainer.counters["steps_run"]
+                            if trainer.counters["steps_run"] else None),
+        "val_episodes": trainer.cfg.val.groups * trainer.cfg.val.group_size if trainer.cfg.val.every else 0,
+        "workdir": trainer.workdir,
+        "outputs": [],
+    }
+
+
 def print_summary(summary: dict, tb_dir: str) -> None:
     rows = [
         ("validation success at start", _pct(summary.get("val_success_start"))),

@@ -23,6 +23,8 @@ from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_numerator, ca
                              turn_ends_from_mask, turn_ends_from_rewards)
 from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 from ragen_jax.algos.rollout_correction import resolve_rollout_correction
+from ragen_jax import sharding
+from ragen_jax.algos.masked import masked_mean
 from ragen_jax.algos.shaping import shape_advantages
 from ragen_jax.trainer.optim import guarded_apply
 
@@ -255,6 +257,31 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
     critic_update = jax.jit(_critic_update, donate_argnums=(0, 1))
     return dict(score_policy=score_policy, score_values=score_values, advantages=advantages,
                 actor_update=actor_update, critic_update=critic_update)
+
+
+@jax.jit
+def masked_means(arrays: dict[str, jax.Array], mask: jax.Array) -> dict[str, jax.Array]:
+    """{name: mean over mask} of token grids [B, T], reduced where the shards live (any number of hosts)."""
+    return {k: masked_mean(v, mask) for k, v in arrays.items()}
+
+
+@jax.jit
+def sampler_agreement(old_logprobs: jax.Array, sample_logprobs: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
+    """How far the trainer's log-probs of the sampled tokens are from the sampler's, over mask [B, T]:
+    mean and max |difference| and the importance weight exp(trainer - sampler) (mean, min, max)."""
+    on = mask > 0
+    diff = jnp.where(on, jnp.abs(old_logprobs - sample_logprobs), 0.0)
+    weight = jnp.exp(jnp.clip(old_logprobs - sample_logprobs, -20.0, 20.0))
+    return {"rollout/logprob_abs_diff_mean": masked_mean(diff, mask), "rollout/logprob_abs_diff_max": diff.max(),
+            "rollout/is_weight_mean": masked_mean(weight, mask),
+            "rollout/is_weight_min": jnp.where(on, weight, jnp.inf).min(),
+            "rollout/is_weight_max": jnp.where(on, weight, -jnp.inf).max()}
+
+
+@jax.jit
+def take_rows(arrays: dict[str, jax.Array], rows: jax.Array) -> dict[str, jax.Array]:
+    """One mini-batch: rows [m] of every [B, ...] array in one program, the result split over the batch axes."""
+    return {k: sharding.constrain_rows(jnp.take(v, rows, axis=0)) for k, v in arrays.items()}
 
 
 def param_count(state: Any) -> int:

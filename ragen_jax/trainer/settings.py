@@ -1,0 +1,58 @@
+"""A run's config turned into the typed settings each stage takes, and the config as the run folder keeps it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ragen_jax.algos.presets import resolve_adv_estimator
+from ragen_jax.rollout import RolloutConfig
+from ragen_jax.trainer import report
+from ragen_jax.trainer.steps import AlgoSettings
+
+
+def rollout_config(cfg) -> RolloutConfig:
+    r = cfg.rollout
+    return RolloutConfig(
+        max_turn=cfg.env.max_turn, max_actions_per_turn=cfg.env.max_actions_per_turn,
+        max_actions_per_traj=cfg.env.max_actions_per_traj, response_length=r.response_length,
+        max_model_len=r.max_model_len, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+        enable_think=r.enable_think, stop_at_answer=r.stop_at_answer, context_mode=r.context_mode,
+        context_window=r.context_window, prompt_style=r.prompt_style, prompt_max_tokens=r.prompt_max_tokens,
+        use_turn_scores=r.use_turn_scores,
+        format_penalty=r.format_penalty,
+        reward_norm_method=r.reward_norm_method, reward_norm_grouping=r.reward_norm_grouping)
+
+
+def algo_settings(cfg) -> AlgoSettings:
+    a = cfg.algo
+    return AlgoSettings(
+        adv_estimator=a.custom_adv_estimator or resolve_adv_estimator(dict(a)),
+        policy_loss=a.custom_policy_loss or a.policy_loss, value_loss=a.value_loss,
+        loss_agg_mode=a.loss_agg_mode, gamma=a.gamma, lam=a.lam, high_level_gamma=a.high_level_gamma,
+        norm_adv_by_std_in_grpo=a.norm_adv_by_std_in_grpo, clip_ratio_low=a.clip_ratio_low,
+        clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c or None,
+        cliprange_value=a.cliprange_value, entropy_coeff=a.entropy_coeff, use_kl_loss=a.use_kl_loss,
+        kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type, tis_cap=a.tis_cap or None,
+        temperature=cfg.rollout.temperature if a.temperature_in_logprobs else 1.0,
+        logprob_chunk=cfg.trainer.logprob_chunk, rollout_correction=a.rollout_correction,
+        rollout_correction_bound=a.rollout_correction_bound or None, critic_loss_agg_mode=a.critic_loss_agg_mode,
+        loss_scope=a.loss_scope, bi_level_turn_ends=a.bi_level_turn_ends,
+        soft_advantage_reweight=a.soft_advantage_reweight, grpo_advantage_length_weight=a.grpo_advantage_length_weight,
+        zero_task_advantage=a.zero_task_advantage)
+
+
+def write_config_json(folder: str, cfg) -> str:
+    """folder/config.json: the resolved config, plus the custom functions it names (module:name and file)."""
+    os.makedirs(folder, exist_ok=True)
+    data = json.loads(report.resolved_config(cfg))
+    data["custom_functions"] = report.custom_functions(cfg)
+    path = os.path.join(folder, "config.json")
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
+    return path
+
+
+def env_tag(name: str) -> str:
+    """The metric prefix of an env name: the class name of an import path ("my_pkg.envs:GuessNumber")."""
+    return name.rsplit(":", 1)[-1]
