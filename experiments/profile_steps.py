@@ -130,7 +130,7 @@ def profile_generate(case: str, runs: int, top: int) -> None:
 def _sampler_hlo(graphdef, params, prompts, new) -> str:
     from ragen_jax.sampling import Sampler, SamplingConfig
     from ragen_jax.sampling.lanes import split_rows
-    from ragen_jax.sampling.sampler import temperature_arg
+    from ragen_jax.sampling.turn import temperature_arg
 
     batch, prompt_len = prompts.shape
     sampler = Sampler(graphdef, cache_size=prompt_len + new, pad_id=0, batch_size=batch)

@@ -11,7 +11,6 @@ from envs.batch import make_env_batch
 from ragen_jax.models.tiny import make_tiny_model
 from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds
 from ragen_jax.rollout.continuous import ContinuousEngine
-from ragen_jax.sampling import SamplingConfig
 
 GROUPS, GROUP_SIZE = 2, 4
 N = GROUPS * GROUP_SIZE
@@ -115,7 +114,7 @@ def test_host_helpers_compile_a_few_shapes():
     """The per-turn helpers take row sets of every size from 1 to the slot count; padded to powers of two they
     compile a few programs (one per size compiled ~40 programs, ~1.5 s, per quickstart RL step)."""
     from ragen_jax.rollout.continuous import _rows_of, finished_rows
-    from ragen_jax.sampling.sampler import _episode_turn_keys, episode_turn_keys, idle_state
+    from ragen_jax.sampling.turn import _episode_turn_keys, episode_turn_keys, idle_state
 
     key = jax.random.key(5)
     state = idle_state(12, 4, 0, 2)

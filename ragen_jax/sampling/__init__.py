@@ -3,8 +3,8 @@
 from ragen_jax.sampling.buckets import bucket_length
 from ragen_jax.sampling.config import SamplingConfig
 from ragen_jax.sampling.filters import process_logits, sample_rows, sample_step, token_logprobs
-from ragen_jax.sampling.sampler import (SampleOutput, Sampler, TurnState, episode_turn_keys, model_config_of,
-                                        row_keys)
+from ragen_jax.sampling.sampler import Sampler
+from ragen_jax.sampling.turn import SampleOutput, TurnState, episode_turn_keys, model_config_of, row_keys
 from ragen_jax.sampling.scoring import score_tokens
 from ragen_jax.sampling.stopping import EOS, INACTIVE, LENGTH, STOP_SEQUENCE
 

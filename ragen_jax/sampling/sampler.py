@@ -1,5 +1,5 @@
-"""Batched generation over a per-row KV cache, in two jitted programs that take the split model state and
-donate the cache: `begin` prefills the new tokens of a set of rows and samples their first token, `decode`
+"""Batched generation over a per-row KV cache, in two jitted programs (turn.py) that take the split model state
+and donate the cache: `begin` prefills the new tokens of a set of rows and samples their first token, `decode`
 advances every unfinished row by up to K tokens (a `lax.while_loop` that stops early once all are done).
 
 `Sampler.generate` is one turn in lockstep (begin every active row, decode until all stop); the continuous
@@ -18,20 +18,19 @@ import logging
 import weakref
 from typing import Any
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from ragen_jax.models import KVCache, ModelConfig, init_cache
-from ragen_jax.models.transformer import decode_weights, decode_weights_pay_off, with_decode_weights
+from ragen_jax.models.transformer import decode_weights, decode_weights_pay_off
 from ragen_jax.models.decode_attention import uses_ragged_decode
-from ragen_jax.sampling.buckets import bucket_length, pad_rows
+from ragen_jax.sampling.buckets import bucket_length
 from ragen_jax.sampling.config import SamplingConfig
-from ragen_jax.sampling.filters import sample_rows
 from ragen_jax.sampling.lanes import LaneCaches, decode_lanes, lane_plan, merge_rows, run_lanes, split_rows
-from ragen_jax.sampling.stopping import INACTIVE, stop_reason
+from ragen_jax.sampling.turn import (SampleOutput, TurnState, begin_turn, decode_turn, idle_state, model_config_of,
+                                    row_keys, settle_idle, state_output, temperature_arg)
 from ragen_jax.sharding.distributed import agree_max
 from ragen_jax.sharding.placement import process_rows, row_sharding, rows_to_global
 from ragen_jax.sharding.rules import cache_spec, fit_spec
@@ -41,207 +40,11 @@ MIN_WINDOW = 256  # smallest attention window over the cache (fewer programs for
 KEY_WIDTH = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))).shape[-1]  # uint32s per raw key
 
 
-@flax.struct.dataclass
-class SampleOutput:
-    """What one `Sampler.generate` call produced; see `Sampler.generate` for the cache semantics."""
-
-    tokens: jax.Array  # [B, N] int32, pad_id after each row's length
-    lengths: jax.Array  # [B] int32, 0 for inactive rows; includes the eos/stop tokens
-    logprobs: jax.Array  # [B, N] f32 under the sampling distribution; 0 past length
-    raw_logprobs: jax.Array  # [B, N] f32 under the raw model (temperature 1, full vocab); 0 past length
-    finish_reason: jax.Array  # [B] int32: 0 length cap, 1 eos, 2 stop sequence, -1 inactive
-    cache: KVCache | LaneCaches  # one KVCache per lane when the sampler decodes in lanes
-    cache_lens: jax.Array  # [B] int32 tokens of each row whose K/V are in the cache
-
-
-@flax.struct.dataclass
-class TurnState:
-    """Every row's current turn, carried across decode chunks (all [B, ...] arrays).
-
-    base: first cache slot of the turn's generated tokens (the slot its first token is fed into); keys: the
-    row's turn key as raw key data (token n draws from fold_in(key, n)); done: the turn ended (or the row is idle).
-    """
-
-    tokens: jax.Array  # [B, N] int32
-    logprobs: jax.Array  # [B, N] f32
-    raw_logprobs: jax.Array  # [B, N] f32
-    lengths: jax.Array  # [B] int32 tokens generated so far
-    base: jax.Array  # [B] int32
-    keys: jax.Array  # [B, k] uint32 raw key data
-    done: jax.Array  # [B] bool
-    reason: jax.Array  # [B] int32, INACTIVE for an idle row
-
-    @property
-    def cache_lens(self) -> jax.Array:
-        """[B] tokens in the cache: all but each row's last sampled token, which is fed first next time."""
-        return self.base + jnp.maximum(self.lengths - 1, 0)
-
-    @property
-    def last(self) -> jax.Array:
-        """[B] each row's last sampled token (the next decode step feeds it)."""
-        return jnp.take_along_axis(self.tokens, jnp.maximum(self.lengths - 1, 0)[:, None], axis=1)[:, 0]
-
-
-def model_config_of(graphdef: Any) -> ModelConfig:
-    """The ModelConfig stored as a static attribute in a CausalLM's graphdef."""
-    for _, value in getattr(graphdef, "attributes", ()):
-        config = getattr(value, "value", None)
-        if isinstance(config, ModelConfig):
-            return config
-    raise ValueError("Could not find a ModelConfig in the graphdef; pass Sampler(..., model_config=...).")
-
-
-def row_keys(key: Any, rows: np.ndarray) -> np.ndarray:
-    """Raw key data [R, k] uint32, one key per row: `key` itself when it holds one per row ([R] typed or
-    [R, k] raw), else `key` folded with each row's global index rows [R]."""
-    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
-    if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        key = jax.random.wrap_key_data(key)
-    if key.ndim == 0:
-        key = jax.vmap(lambda r: jax.random.fold_in(key, r))(jnp.asarray(rows, jnp.int32))
-    if key.shape[0] != len(rows):
-        raise ValueError(f"Got {key.shape[0]} per-row keys for {len(rows)} rows.")
-    return np.asarray(jax.random.key_data(key))
-
-
-@jax.jit
-def _episode_turn_keys(key, episodes, turns):
-    return jax.random.key_data(jax.vmap(lambda e, t: jax.random.fold_in(jax.random.fold_in(key, e), t))(episodes, turns))
-
-
-def episode_turn_keys(key: Any, episodes, turns) -> np.ndarray:
-    """Raw key data [R, k]: the key of each (episode, turn) [R], fold_in(fold_in(key, episode), turn). Sampling with
-    these makes every token depend only on (key, episode, turn, position), whatever the batch or schedule."""
-    if not jax.dtypes.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
-        key = jax.random.wrap_key_data(jnp.asarray(key))
-    episodes, turns = (np.asarray(x, np.int32).reshape(-1) for x in (episodes, turns))
-    n = len(episodes)
-    if turns.shape != (n,):
-        raise ValueError(f"episodes and turns must have the same length, got {n} and {len(turns)}.")
-    return np.asarray(_episode_turn_keys(key, pad_rows(episodes), pad_rows(turns)))[:n]
-
-
-def idle_state(batch: int, max_new_tokens: int, pad_id: int, key_width: int) -> TurnState:
-    """Every row idle (done, nothing generated)."""
-    zeros = jnp.zeros((batch, max_new_tokens), jnp.float32)
-    return TurnState(tokens=jnp.full((batch, max_new_tokens), pad_id, jnp.int32), logprobs=zeros, raw_logprobs=zeros,
-                     lengths=jnp.zeros((batch,), jnp.int32), base=jnp.zeros((batch,), jnp.int32),
-                     keys=jnp.zeros((batch, key_width), jnp.uint32), done=jnp.ones((batch,), bool),
-                     reason=jnp.full((batch,), INACTIVE, jnp.int32))
-
-
-def _record(state: TurnState, rows: jax.Array, step: jax.Array, tok, lp, raw, config: SamplingConfig) -> TurnState:
-    """Writes token `step` [R] of the rows `rows` [R] (index B = no row), its log-probs and stop reasons."""
-    tokens = state.tokens.at[rows, step].set(tok, mode="drop")
-    why = stop_reason(jnp.take(tokens, rows, axis=0, mode="clip"), step, tok, config)
-    stopped = (why > 0) | (step + 1 >= config.max_new_tokens)
-    return state.replace(
-        tokens=tokens,
-        logprobs=state.logprobs.at[rows, step].set(lp, mode="drop"),
-        raw_logprobs=state.raw_logprobs.at[rows, step].set(raw, mode="drop"),
-        lengths=state.lengths.at[rows].set(step + 1, mode="drop"),
-        done=state.done.at[rows].set(stopped, mode="drop"),
-        reason=state.reason.at[rows].set(why, mode="drop"))
-
-
-def _token_keys(keys: jax.Array, step: jax.Array) -> jax.Array:
-    """Typed keys [R] of token `step` (scalar or [R]) from raw turn keys [R, k]."""
-    return jax.vmap(jax.random.fold_in)(jax.random.wrap_key_data(keys), jnp.broadcast_to(step, keys.shape[:1]))
-
-
-def _begin(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place: bool, params, cache,
-           state: TurnState, rows, source, prefill_rows, tokens, cache_index, new_lens, keys, temperature):
-    """Starts a turn for rows [R] (an entry B is padding, ignored).
-
-    Prefills U sequences: new tokens [U, Tb] from cache_index [U] into the cache rows prefill_rows [U] (a copy of
-    their first kv_len slots); row r then takes prefill source[r]'s cache slots and last hidden state (rows that
-    start from the same prompt share one prefill) and samples token 0 with fold_in(keys[r], 0) (keys [R, k] raw).
-    `in_place` (static): rows and prefills are every row in order (the lockstep case), so the cache is written
-    in place. temperature: f32 scalar (config's own temperature is not read). -> (cache, state)."""
-    model = nnx.merge(graphdef, params)
-    batch = state.lengths.shape[0]
-    if in_place:
-        sub = cache
-    else:
-        safe = jnp.minimum(prefill_rows, batch - 1)
-        sub = cache.take_rows(safe).first_slots(kv_len)
-    positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
-    last_token = jnp.maximum(new_lens - 1, 0)
-    hidden, sub = model.hidden(tokens, positions, cache=sub, cache_index=cache_index, kv_len=kv_len,
-                               query_lengths=new_lens, hidden_at=last_token)  # the bucket's padded tail is skipped
-    if in_place:
-        cache = sub
-    else:
-        cache = cache.put_rows(rows, sub.take_rows(source))
-    logits = model.logits(hidden.astype(model.config.jnp_dtype))[:, 0]
-    tok, lp, raw = sample_rows(_token_keys(keys, jnp.int32(0)), logits[source], config, temperature)
-    state = state.replace(
-        tokens=state.tokens.at[rows].set(pad_id, mode="drop"),
-        logprobs=state.logprobs.at[rows].set(0.0, mode="drop"),
-        raw_logprobs=state.raw_logprobs.at[rows].set(0.0, mode="drop"),
-        base=state.base.at[rows].set((cache_index + new_lens)[source], mode="drop"),
-        keys=state.keys.at[rows].set(keys, mode="drop"))
-    return cache, _record(state, rows, jnp.int32(0), tok, lp, raw, config)
-
-
-def _decode(graphdef, config: SamplingConfig, kv_len: int, steps: int, params, weights, cache, state: TurnState,
-            temperature):
-    """Advances every unfinished row by up to `steps` tokens (stops early once all rows are done).
-
-    Row b feeds its last token into slot base + length - 1 and samples token `length` with fold_in(key, length);
-    finished rows rewrite a slot past their end. Attention reads the first kv_len cache slots. weights: the
-    model's `decode_weights` (projections laid out [out, in]), or None to use params' own layout. temperature: f32
-    scalar (config's own temperature is not read)."""
-    model = nnx.merge(graphdef, params)
-    if weights is not None:
-        model = with_decode_weights(model, weights)
-    batch, n = state.tokens.shape
-    all_rows = jnp.arange(batch)
-
-    def cond(carry):
-        i, _, s = carry
-        return (i < steps) & ~jnp.all(s.done)
-
-    def body(carry):
-        i, cache, s = carry
-        index = s.cache_lens
-        logits, cache = model(s.last[:, None], index[:, None], cache=cache, cache_index=index, kv_len=kv_len)
-        step = jnp.minimum(s.lengths, n - 1)
-        tok, lp, raw = sample_rows(_token_keys(s.keys, step), logits[:, 0], config, temperature)
-        return i + 1, cache, _record(s, jnp.where(s.done, batch, all_rows), step, tok, lp, raw, config)
-
-    _, cache, state = jax.lax.while_loop(cond, body, (jnp.int32(0), cache, state))
-    return cache, state
-
-
-def temperature_arg(config: SamplingConfig) -> np.ndarray:
-    """The temperature argument of the begin and decode programs (a float32 scalar: one program per config apart
-    from its temperature, `SamplingConfig.program_key`)."""
-    return np.float32(config.temperature)
-
-
 def _forget_weights(sampler_ref, weights_id: int) -> None:
     """Drops a sampler's decode weights once the parameters they were made from are freed."""
     sampler = sampler_ref()
     if sampler is not None and sampler._laid is not None and id(sampler._laid[1]) == weights_id:
         sampler._laid = None
-
-
-@jax.jit
-def _settle_idle(state: TurnState, active: jax.Array, cache_lens: jax.Array, pad_id: jax.Array) -> TurnState:
-    """Rows not `active` [B] idle after a lockstep begin: nothing generated, their cache length kept."""
-    on = active[:, None]
-    return state.replace(tokens=jnp.where(on, state.tokens, pad_id), logprobs=jnp.where(on, state.logprobs, 0.0),
-                         raw_logprobs=jnp.where(on, state.raw_logprobs, 0.0), lengths=jnp.where(active, state.lengths, 0),
-                         done=state.done | ~active, reason=jnp.where(active, state.reason, INACTIVE),
-                         base=jnp.where(active, state.base, cache_lens))
-
-
-def state_output(state: TurnState, cache: KVCache) -> SampleOutput:
-    """A SampleOutput of the rows' current turns."""
-    return SampleOutput(tokens=state.tokens, lengths=state.lengths, logprobs=state.logprobs,
-                        raw_logprobs=state.raw_logprobs, finish_reason=state.reason, cache=cache,
-                        cache_lens=state.cache_lens)
 
 
 class Sampler:
@@ -355,14 +158,14 @@ class Sampler:
                   in_place: bool = False):
         """The begin program; its last argument is the temperature (`temperature_arg`)."""
         config = config.program_key()  # every temperature shares the program
-        build = lambda: jax.jit(functools.partial(_begin, self.graphdef, config, self.pad_id, kv_len,  # noqa: E731
+        build = lambda: jax.jit(functools.partial(begin_turn, self.graphdef, config, self.pad_id, kv_len,  # noqa: E731
                                                   in_place), donate_argnums=(1, 2))
         return self._program(("begin", config, rows, prefills, bucket, in_place, kv_len), build)
 
     def _decode_fn(self, config: SamplingConfig, kv_len: int, steps: int):
         """The decode program: (params, weights, cache, state, `temperature_arg(config)`) -> (cache, state)."""
         config = config.program_key()
-        build = lambda: jax.jit(functools.partial(_decode, self.graphdef, config, kv_len, steps),  # noqa: E731
+        build = lambda: jax.jit(functools.partial(decode_turn, self.graphdef, config, kv_len, steps),  # noqa: E731
                                 donate_argnums=(2, 3))
         return self._program(("decode", config, steps, kv_len), build)  # the window last, as for begin
 
@@ -545,7 +348,7 @@ class Sampler:
             cache, state = self.begin(params, cache, state, rows, tokens_np[rows], lens_np[rows],
                                       cache_lens_np[rows], keys[rows], config)
             end = int(np.max(cache_lens_np[rows] + lens_np[rows], initial=0)) + config.max_new_tokens
-            state = _settle_idle(state, jnp.asarray(active_np), jnp.asarray(cache_lens_np), jnp.int32(self.pad_id))
+            state = settle_idle(state, jnp.asarray(active_np), jnp.asarray(cache_lens_np), jnp.int32(self.pad_id))
         else:  # every process runs the same programs: every row of the batch begins, idle ones are reset
             longest_new, last_end = agree_max(int(lens_np.max(initial=1)),
                                               int(np.max(np.where(active_np, cache_lens_np + lens_np, 0), initial=0)))
@@ -558,6 +361,6 @@ class Sampler:
             rows = put(np.arange(self.rows.start, self.rows.stop, dtype=np.int32))
             cache, state = fn(params, cache, state, rows, rows, rows, put(padded), put(cache_lens_np),
                               put(np.maximum(lens_np, 1)), put(keys), temperature_arg(config))
-            state = _settle_idle(state, put(active_np), put(cache_lens_np), jnp.int32(self.pad_id))
+            state = settle_idle(state, put(active_np), put(cache_lens_np), jnp.int32(self.pad_id))
         cache, state = self.decode(params, cache, state, config, config.max_new_tokens, end=end)
         return state_output(state, cache)
