@@ -61,6 +61,11 @@ def test_dropped_groups_change_nothing_and_kept_rows_are_the_whole_update(tmp_pa
 
     filtered, metrics = update_with(grpo_config(tmp_path / "a", 0.5), result)
     assert metrics["rollout/filter_kept_count"] == 2 and metrics["train/num_samples"] == 8
+    # veRL's data metrics describe the trained rows: the kept groups' scores, not the whole rollout's
+    kept_scores = [ep.total_reward for i, ep in enumerate(result.episodes) if i // 4 in kept]
+    assert metrics["critic/score/mean"] == pytest.approx(np.mean(kept_scores))
+    assert (metrics["critic/score/max"], metrics["critic/score/min"]) == (max(kept_scores), min(kept_scores))
+    assert metrics["critic/rewards/mean"] == metrics["critic/score/mean"]  # no KL penalty in the reward
 
     scrambled = dataclasses.replace(result, batch=dataclasses.replace(result.batch))
     rows = np.isin(result.batch.episode_ids // 4, dropped)
@@ -78,7 +83,6 @@ def test_dropped_groups_change_nothing_and_kept_rows_are_the_whole_update(tmp_pa
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)  # the update is the kept rows' update
     before = [np.asarray(x) for x in jax.tree.leaves(probe.actor.trainable)]
     assert not all(np.array_equal(a, b) for a, b in zip(before, filtered))  # and a real one
-
 
 
 def _per_episode(values, episode_ids, n, reduce):

@@ -19,6 +19,8 @@ def test_the_adaptive_controller_moves_the_coefficient_and_a_fixed_one_keeps_it(
     error = min(max(first["actor/reward_kl_penalty"] / 0.01 - 1.0, -0.2), 0.2)
     assert second["actor/reward_kl_penalty_coeff"] == pytest.approx(0.1 * (1 + error * rows / 100.0), rel=1e-5)
     assert second["actor/reward_kl_penalty_coeff"] != pytest.approx(0.1)
+    # veRL's critic/rewards are the scores after the penalty: lower once the policy has left its reference
+    assert second["actor/reward_kl_penalty"] > 0 and second["critic/rewards/mean"] < second["critic/score/mean"]
     assert "kl_in_reward_coef" in trainer.counters  # checkpointed with the other counters
     trainer.cfg.unlock()
     trainer.cfg.algo.kl_ctrl_type = "fixed"

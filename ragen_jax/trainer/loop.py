@@ -33,7 +33,8 @@ from ragen_jax.trainer.diagnose import CollapseMonitor
 from ragen_jax.trainer.early_stop import early_stop_reason, reward_collapse
 from ragen_jax.trainer.optim import make_optimizer
 from ragen_jax.trainer.settings import algo_settings, env_tag, rollout_config, write_config_json
-from ragen_jax.trainer.steps import make_step_fns, masked_means, sampler_agreement, scored_positions, take_rows
+from ragen_jax.trainer.steps import (make_step_fns, masked_means, row_total_stats, sampler_agreement, scored_positions,
+                                     take_rows)
 
 logger = logging.getLogger(__name__)
 
@@ -316,7 +317,10 @@ class Trainer:
         timing["timing_s/score_and_adv"] = time.perf_counter() - t0
         means = masked_means({"advantages": adv, "returns": returns, "values": values}, dev["loss_mask"])
         metrics.update({f"critic/{k}/mean": float(v) for k, v in means.items()})
-        metrics.update({"critic/score/mean": float(rewards[ok].mean()), "train/num_samples": float(row_valid.sum())})
+        # as veRL's data metrics: over the rows trained, score before and rewards after a KL-in-reward penalty
+        metrics.update(row_total_stats("score", arrays["token_rewards"], row_valid))
+        metrics.update(row_total_stats("rewards", sharding.gather_to_host(token_rewards), row_valid))
+        metrics["train/num_samples"] = float(row_valid.sum())
         trained_tokens = float((arrays["loss_mask"] > 0).sum())
 
         t0 = time.perf_counter()

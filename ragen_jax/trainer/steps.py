@@ -284,5 +284,13 @@ def take_rows(arrays: dict[str, jax.Array], rows: jax.Array) -> dict[str, jax.Ar
     return {k: sharding.constrain_rows(jnp.take(v, rows, axis=0)) for k, v in arrays.items()}
 
 
+def row_total_stats(name: str, token_values: np.ndarray, valid: np.ndarray) -> dict[str, float]:
+    """veRL's `critic/{name}/mean|max|min`: each trained row's total over its tokens [B, T], over the rows
+    `valid` [B] (at least one)."""
+    totals = np.asarray(token_values, np.float64).sum(axis=-1)[np.asarray(valid, bool)]
+    return {f"critic/{name}/mean": float(totals.mean()), f"critic/{name}/max": float(totals.max()),
+            f"critic/{name}/min": float(totals.min())}
+
+
 def param_count(state: Any) -> int:
     return int(sum(x.size for x in jax.tree.leaves(state)))
