@@ -1,0 +1,132 @@
+"""The full-size defaults every env config starts from, against RAGEN's.
+
+RAGEN: config/base.yaml (mll-lab-nu/RAGEN), which inherits veRL's ppo_trainer (the pinned submodule,
+volcengine/verl d62da495, 0.6.1: verl/trainer/config/_generated_ppo_trainer.yaml is its flattened form).
+`:tiny` presets may differ (documented CPU presets); README's "Where we deliberately differ" lists the rest
+(micro_batch_size 8 with loss_scope="mini_batch" vs RAGEN's micro_batch_size_per_gpu 1).
+"""
+
+import importlib
+
+import pytest
+
+from configs.base import get_base_config
+from ragen_jax.config_check import validate_config
+
+ENV_MODULES = ("sokoban", "frozenlake", "bandit", "countdown", "metamathqa", "sudoku", "webshop", "searchqa",
+               "deepcoder", "lean")
+VERL = "verl/trainer/config/_generated_ppo_trainer.yaml"
+
+# (config key, RAGEN's value, where RAGEN sets it)
+RAGEN_DEFAULTS = [
+    ("model.path", "Qwen/Qwen2.5-3B-Instruct", "base.yaml:15"),
+    ("model.lora.rank", 0, "base.yaml:20"),
+    ("env.groups", 8, "base.yaml:158"),
+    ("env.group_size", 16, "base.yaml:160"),
+    ("env.max_turn", 5, "base.yaml:138"),
+    ("env.max_actions_per_turn", 2, "base.yaml:140"),
+    ("env.max_actions_per_traj", 10, "envs.yaml:62 (CoordSokoban)"),
+    ("env.train_seed", 10000, "base.yaml:9"),
+    ("val.groups", 512, "base.yaml:165"),
+    ("val.group_size", 1, "base.yaml:166"),
+    ("val.seed", 123, "base.yaml:10"),
+    ("val.temperature", 0.5, "base.yaml:74"),
+    ("val.greedy", False, "base.yaml:73 (val_kwargs.do_sample: True)"),
+    ("val.every", 10, "base.yaml:119 (test_freq)"),
+    ("val.at_start", True, "base.yaml:117 (val_before_train)"),
+    ("rollout.response_length", 400, "base.yaml:56"),
+    ("rollout.max_model_len", 3600, "base.yaml:54"),
+    ("rollout.temperature", 1.0, "base.yaml:59"),
+    ("rollout.top_p", 1.0, f"{VERL}:173"),
+    ("rollout.top_k", 0, f"{VERL}:172 (-1: off)"),
+    ("rollout.enable_think", True, "base.yaml:142"),
+    ("rollout.context_mode", "full", "base.yaml:135"),
+    ("rollout.use_turn_scores", False, "base.yaml:141"),
+    ("rollout.format_penalty", -0.1, "base.yaml:156"),
+    ("rollout.reward_norm_method", "identity", "base.yaml:145"),
+    ("rollout.reward_norm_grouping", "state", "base.yaml:144"),
+    ("filter.strategy", "top_p", "base.yaml:61"),
+    ("filter.value", 1.0, "base.yaml:60"),
+    ("filter.largest", True, "base.yaml:62"),
+    ("filter.include_zero", True, "base.yaml:63"),
+    ("filter.prob_mode", "linear", "base.yaml:64"),
+    ("filter.selection_eps", 0.01, "base.yaml:65"),
+    ("filter.empty_stop_steps", 5, "base.yaml:66"),
+    ("filter.metric", "reward_variance", "base.yaml:67"),
+    ("filter.loss_scaling", "none", "base.yaml:41"),
+    ("algo.adv_estimator", "gae", "base.yaml:97"),
+    ("algo.use_critic", True, "base.yaml:97 (gae)"),
+    ("algo.gamma", 1.0, "base.yaml:94"),
+    ("algo.lam", 1.0, "base.yaml:95"),
+    ("algo.high_level_gamma", 0.95, "base.yaml:96"),
+    ("algo.bi_level_gae", False, "base.yaml:98"),
+    ("algo.zero_task_advantage", False, "base.yaml:99"),
+    ("algo.norm_adv_by_std_in_grpo", True, "base.yaml:101"),
+    ("algo.soft_advantage_reweight", False, "base.yaml:104"),
+    ("algo.grpo_advantage_length_weight", False, "base.yaml:17"),
+    ("algo.loss_agg_mode", "token-mean", "base.yaml:43"),
+    ("algo.clip_ratio_low", 0.2, "base.yaml:38"),
+    ("algo.clip_ratio_high", 0.28, "base.yaml:39"),
+    ("algo.clip_ratio_c", 3.0, f"{VERL}:64"),
+    ("algo.cliprange_value", 0.5, f"{VERL}:386"),
+    ("algo.entropy_coeff", 0.001, "base.yaml:34"),
+    ("algo.use_kl_loss", False, "base.yaml:35"),
+    ("algo.kl_loss_coef", 0.0, "base.yaml:36"),
+    ("algo.kl_loss_type", "kl", "base.yaml:37"),
+    ("algo.use_kl_in_reward", False, f"{VERL}:483"),
+    ("algo.kl_penalty", "kl", "base.yaml:105"),
+    ("algo.kl_ctrl_type", "fixed", "base.yaml:107"),
+    ("algo.kl_ctrl_coef", 0.0, "base.yaml:108"),
+    ("algo.kl_ctrl_horizon", 10000.0, f"{VERL}:489"),
+    ("algo.kl_ctrl_target", 0.1, f"{VERL}:490"),
+    ("algo.temperature_in_logprobs", True, "veRL's actor divides logits by the rollout temperature"),
+    ("optim.actor.lr", 1e-6, "base.yaml:46"),
+    ("optim.actor.b1", 0.9, "base.yaml:45"),
+    ("optim.actor.b2", 0.999, "base.yaml:45"),
+    ("optim.actor.weight_decay", 0.01, f"{VERL}:15"),
+    ("optim.actor.warmup_steps", 0, f"{VERL}:13,16 (ratio 0.0, steps -1)"),
+    ("optim.actor.schedule", "constant", f"{VERL}:23"),
+    ("optim.actor.grad_clip", 1.0, f"{VERL}:107"),
+    ("optim.critic.lr", 1e-5, "base.yaml:86"),
+    ("optim.critic.b1", 0.9, "base.yaml:85"),
+    ("optim.critic.b2", 0.999, "base.yaml:85"),
+    ("optim.critic.weight_decay", 0.01, f"{VERL}:330"),
+    ("optim.critic.warmup_steps", 0, f"{VERL}:328,331"),
+    ("optim.critic.schedule", "constant", f"{VERL}:338"),
+    ("optim.critic.grad_clip", 1.0, f"{VERL}:424"),
+    ("trainer.total_steps", 200, "base.yaml:115"),
+    ("trainer.mini_batch_size", 32, "base.yaml:14"),
+    ("trainer.epochs", 1, f"{VERL}:71"),
+    ("trainer.critic_warmup", 0, f"{VERL}:519"),
+    ("trainer.save_every", 100, "base.yaml:114"),
+    ("diagnostics.every", 5, "base.yaml:149"),
+    ("diagnostics.max_pairs", 64, "base.yaml:153"),
+]
+
+
+def _get(c, key):
+    for part in key.split("."):
+        c = c[part]
+    return c
+
+
+@pytest.mark.parametrize("key,want,where", RAGEN_DEFAULTS, ids=[k for k, _, _ in RAGEN_DEFAULTS])
+def test_sokoban_defaults_are_ragens(key, want, where):
+    from configs.sokoban import get_config
+
+    c = get_config()
+    validate_config(c)
+    assert _get(c, key) == want, f"{key}: RAGEN's {where} is {want!r}"
+
+
+@pytest.mark.parametrize("module", ENV_MODULES)
+def test_env_configs_keep_ragens_training_defaults(module):
+    """No env yaml of RAGEN overrides an optimizer, loss or algorithm setting: each env config keeps base's."""
+    c = importlib.import_module(f"configs.{module}").get_config()
+    base = get_base_config()
+    for section in ("algo", "optim", "filter"):
+        assert c[section].to_dict() == base[section].to_dict(), (module, section)
+    for key in ("val.temperature", "val.every", "rollout.temperature", "rollout.enable_think",
+                "rollout.context_mode", "rollout.format_penalty", "trainer.total_steps", "trainer.epochs",
+                "trainer.mini_batch_size", "model.lora.alpha", "model.lora.rank"):
+        assert _get(c, key) == _get(base, key), (module, key)
