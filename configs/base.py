@@ -30,7 +30,7 @@ def get_base_config() -> ml_collections.ConfigDict:
         dtype="",  # compute dtype, "" = param dtype
         remat="none",  # none | full | dots
         critic_path="",  # "" = initialise the critic from the policy checkpoint
-        lora=dict(rank=0, alpha=16.0, target_modules="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"),
+        lora=dict(rank=0, alpha=64.0, target_modules="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"),
         seed=0,
     )
     c.env = dict(

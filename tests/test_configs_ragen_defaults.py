@@ -21,6 +21,8 @@ VERL = "verl/trainer/config/_generated_ppo_trainer.yaml"
 RAGEN_DEFAULTS = [
     ("model.path", "Qwen/Qwen2.5-3B-Instruct", "base.yaml:15"),
     ("model.lora.rank", 0, "base.yaml:20"),
+    # lora.alpha only acts once a user sets lora.rank; the adapters' scale is alpha / rank
+    ("model.lora.alpha", 64.0, "base.yaml:21"),
     ("env.groups", 8, "base.yaml:158"),
     ("env.group_size", 16, "base.yaml:160"),
     ("env.max_turn", 5, "base.yaml:138"),
