@@ -64,7 +64,7 @@ def get_base_config() -> ml_collections.ConfigDict:
         enable_think=True,
         stop_at_answer=True,
         context_mode="full",  # full | limited_multi_turn | single_turn
-        context_window=1,
+        context_window=-1,  # turns a non-full mode shows: the last N, -1 = every turn (RAGEN's max_context_window)
         prompt_style="ragen",  # ragen (the original's prompts) | compact (actions + state only; small models)
         prompt_max_tokens=0,  # the prompts' "Max response length: N": 0 = the env's (RAGEN's envs.yaml max_tokens)
         use_turn_scores=False,
@@ -221,6 +221,8 @@ def apply_tiny(c: ml_collections.ConfigDict) -> None:
     c.rollout.response_length = 32
     c.rollout.max_model_len = 1024
     c.rollout.context_mode = "single_turn"
+    if c.rollout.context_window < 0:  # only the current turn (an env's own window, Lean's 5, stays)
+        c.rollout.context_window = 1
     c.optim.actor.lr = 1e-4
     c.optim.critic.lr = 1e-3
     c.optim.actor.warmup_steps = 0

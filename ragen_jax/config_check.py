@@ -157,7 +157,8 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     "algo.kl_loss_coef": _AT_LEAST_0, "algo.clip_ratio_low": _AT_LEAST_0, "algo.clip_ratio_high": _AT_LEAST_0,
     "algo.clip_ratio_c": (lambda v: v == 0 or v > 1, "must be 0 (off) or > 1"),  # dual-clip's lower bound, as veRL
     "algo.kl_ctrl_coef": _AT_LEAST_0, "algo.kl_ctrl_target": _POSITIVE, "algo.kl_ctrl_horizon": _POSITIVE,
-    "trainer.logprob_chunk": _AT_LEAST_1, "rollout.context_window": _AT_LEAST_1, "rollout.chunk": _AT_LEAST_1,
+    "trainer.logprob_chunk": _AT_LEAST_1, "rollout.chunk": _AT_LEAST_1,
+    "rollout.context_window": (lambda v: v >= 1 or v == -1, "must be >= 1 or -1 (every turn)"),
     "rollout.slots": (lambda v: v >= 0, "must be >= 0 (0 = one per episode)"),
     "trainer.early_stop.reward_collapse_window": _AT_LEAST_0, "trainer.early_stop.reward_collapse_ratio": _AT_LEAST_0,
     "rollout.prompt_max_tokens": (lambda v: v >= 0, "must be >= 0 (0 = the env's, else rollout.response_length)"),

@@ -43,6 +43,9 @@ RAGEN_DEFAULTS = [
     ("rollout.top_k", 0, f"{VERL}:172 (-1: off)"),
     ("rollout.enable_think", True, "base.yaml:142"),
     ("rollout.context_mode", "full", "base.yaml:135"),
+    # -1: every earlier turn stays in a non-full mode's context (RAGEN's ctx_manager.py:281-282 maps k < 0 to None,
+    # no limit); it only acts once a user picks single_turn / limited_multi_turn
+    ("rollout.context_window", -1, "base.yaml:136"),
     ("rollout.use_turn_scores", False, "base.yaml:141"),
     ("rollout.format_penalty", -0.1, "base.yaml:156"),
     ("rollout.reward_norm_method", "identity", "base.yaml:145"),
@@ -132,3 +135,45 @@ def test_env_configs_keep_ragens_training_defaults(module):
                 "rollout.context_mode", "rollout.format_penalty", "trainer.total_steps", "trainer.epochs",
                 "trainer.mini_batch_size", "model.lora.alpha", "model.lora.rank"):
         assert _get(c, key) == _get(base, key), (module, key)
+
+
+@pytest.mark.parametrize("mode", ["single_turn", "limited_multi_turn"])
+def test_context_window_minus_one_keeps_every_turn(mode):
+    """RAGEN's max_context_window -1 (ctx_manager.py:276-288): a non-full mode shows every earlier turn;
+    k >= 1 shows the last k turns."""
+    from ragen_jax.models.tiny import load_tiny_tokenizer
+    from ragen_jax.rollout import RolloutConfig
+    from ragen_jax.rollout.context import ContextBuilder
+    from ragen_jax.rollout.engine import fit_context
+    from ragen_jax.rollout.prompts import TurnRecord
+    from ragen_jax.rollout.types import Episode
+
+    tok = load_tiny_tokenizer()
+    builder = ContextBuilder(tok)
+    done = [TurnRecord(state=f"state {t}", actions_left=10 - t, response_text="<answer>Up</answer>",
+                       response_tokens=tok.encode("</think><answer>Up</answer>")) for t in range(4)]
+    for window, first_shown in ((-1, 0), (2, 3), (1, 4)):
+        ep = Episode(env_tag="T", seed=0, group_id=0, system="sys",
+                     history=[*done, TurnRecord(state="state 4", actions_left=6)])
+        cfg = RolloutConfig(response_length=16, max_model_len=4096, context_mode=mode, context_window=window)
+        fit_context(builder, cfg, ep)
+        assert ep.history[-1].history_start == first_shown, (window, mode)
+
+
+def test_context_window_range():
+    c = get_base_config()
+    c.rollout.context_window = -1
+    validate_config(c)
+    for bad in (0, -2):
+        c.rollout.context_window = bad
+        with pytest.raises(ValueError, match="config.rollout.context_window must be >= 1 or -1"):
+            validate_config(c)
+
+
+def test_tiny_presets_keep_a_bounded_window():
+    """The `:tiny` presets play single_turn with only the current turn shown (short contexts on a CPU); Lean keeps
+    RAGEN's max_context_window 5 (_7_lean.yaml:18)."""
+    for module in ENV_MODULES:
+        c = importlib.import_module(f"configs.{module}").get_config("tiny")
+        if c.rollout.context_mode != "full":
+            assert c.rollout.context_window == (5 if module == "lean" else 1), module

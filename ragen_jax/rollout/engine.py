@@ -49,7 +49,7 @@ class RolloutConfig:
     enable_think: bool = True
     stop_at_answer: bool = True  # stop a turn at "</answer>" (the original has no stop strings)
     context_mode: str = "full"  # full | limited_multi_turn | single_turn
-    context_window: int = 1  # turns kept by limited_multi_turn / single_turn [max_context_window]
+    context_window: int = 1  # turns kept by limited_multi_turn / single_turn, -1 = all [max_context_window]
     prompt_style: str = "ragen"  # ragen | compact (state only; a departure for small models)
     prompt_max_tokens: int = 0  # prompts' "Max response length"; 0: the env's (RAGEN's max_tokens) or response_length
     use_turn_scores: bool = False
@@ -189,7 +189,10 @@ def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.
     """
     record = ep.history[-1]
     turn = len(ep.history) - 1
-    start = ep.history_start if cfg.context_mode == "full" else max(0, turn - cfg.context_window + 1)
+    if cfg.context_mode == "full":
+        start = ep.history_start
+    else:  # the last context_window turns; -1: every turn (RAGEN's max_context_window < 0)
+        start = 0 if cfg.context_window < 0 else max(0, turn - cfg.context_window + 1)
     while True:
         messages = build_messages(ep.system, ep.history, start, mode=cfg.context_mode,
                                   max_tokens=ep.prompt_max_tokens or cfg.response_length, enable_think=cfg.enable_think,
