@@ -1,11 +1,15 @@
 """Bandit (RAGEN's `_1_bandit`): two named arms, one turn, one action, response_length 500.
 
-RAGEN validates on Bandit and BanditTest (256 groups each) in one run; here one run validates on
-one variant: `val.name` "" (= Bandit, the training arm names) or `:test` (BanditTest's unseen names).
-Variants: `:tiny` (tiny model on CPU), `:test`, plus `:grpo` / `:0.5b` ... (see configs/base.py).
+Validation plays Bandit (the training arm names) and BanditTest (unseen names), 256 groups each, as RAGEN's
+`_1_bandit` (`val/Bandit/*` and `val/BanditTest/*`; the run's history follows Bandit).
+Variants: `:tiny` (tiny model on CPU; validates on Bandit only), `:test` (BanditTest only), plus `:grpo` /
+`:0.5b` ... (see configs/base.py).
 """
 
 from configs.base import apply_tiny, apply_variants, get_base_config
+
+
+BOTH = "Bandit,BanditTest"  # RAGEN's es_manager.val tags, n_groups [256, 256]
 
 
 def _tiny(c):
@@ -22,6 +26,8 @@ def _tiny(c):
     c.trainer.mini_batch_size = c.trainer.micro_batch_size = 32
     c.val.groups = c.val.batch_size = 128
     c.val.temperature, c.val.every = 1.0, 5
+    if c.val.name == BOTH:
+        c.val.name = "Bandit"
 
 
 def _test(c):
@@ -35,5 +41,6 @@ def get_config(arg: str | None = None):
     c.env.max_actions_per_turn = 1
     c.env.max_actions_per_traj = 1
     c.rollout.response_length = 500
+    c.val.name, c.val.groups = BOTH, 256
     c.workdir = "runs/bandit"
     return apply_variants(c, arg, {"tiny": _tiny, "test": _test})

@@ -45,7 +45,7 @@ def get_base_config() -> ml_collections.ConfigDict:
         train_seed=10000,  # first train seed; advances by `groups` per rollout
     )
     c.val = dict(
-        name="",  # "" = env.name
+        name="",  # "" = env.name; several envs comma-separated ("Bandit,BanditTest"), val.groups each
         groups=512,
         group_size=1,
         seed=123,

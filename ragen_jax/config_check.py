@@ -33,19 +33,25 @@ def validate_config(cfg, mode: str = "train") -> None:
     from envs.registry import get_spec
     from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
     from ragen_jax.filtering import FilterConfig
+    from ragen_jax.trainer.settings import validation_envs
 
     errors = _unknown_keys(cfg, get_base_config())
     for (section, key), allowed in CHOICES.items():
         value = cfg[section][key]
         if value not in allowed:
             errors.append(f"config.{section}.{key}={value!r} is not one of {allowed}")
-    for section, key in (("env", "name"), ("val", "name")):
-        name = cfg[section][key]
+    env_names = [("env", cfg.env.name)]
+    if cfg.val.name:
+        try:
+            env_names += [("val", name) for name in validation_envs(cfg.val.name, cfg.env.name)]
+        except ValueError as e:
+            errors.append(f"config.{e}")
+    for section, name in env_names:
         if name:
             try:
                 spec = get_spec(name)
             except KeyError as e:
-                errors.append(f"config.{section}.{key}: {e.args[0]}")
+                errors.append(f"config.{section}.name: {e.args[0]}")
                 continue
             if section == "env":
                 errors += _warmstart_errors(cfg.warmstart, spec, mode)

@@ -177,3 +177,15 @@ def test_tiny_presets_keep_a_bounded_window():
         c = importlib.import_module(f"configs.{module}").get_config("tiny")
         if c.rollout.context_mode != "full":
             assert c.rollout.context_window == (5 if module == "lean" else 1), module
+
+
+def test_bandit_validates_on_both_arm_vocabularies_as_ragen():
+    """RAGEN's _1_bandit.yaml:26-30: es_manager.val tags ["Bandit", "BanditTest"], n_groups [256, 256]."""
+    from configs.bandit import get_config
+    from ragen_jax.trainer.settings import validation_envs
+
+    c = get_config()
+    validate_config(c)
+    assert validation_envs(c.val.name, c.env.name) == ["Bandit", "BanditTest"] and c.val.groups == 256
+    assert get_config("test").val.name == "BanditTest"
+    assert get_config("tiny").val.name == "Bandit" and get_config("test,tiny").val.name == "BanditTest"

@@ -41,7 +41,8 @@ def early_stop_reason(metrics: Mapping[str, float], counters: Mapping[str, Any],
     if es.reward_std_patience and counters["std_zero_streak"] >= es.reward_std_patience:
         return f"in-group reward std was zero for {es.reward_std_patience} steps in a row"
     if es.val_patience and counters["val_low_streak"] >= es.val_patience:
-        return f"validation success stayed below {es.val_success_below} {es.val_patience} times"
+        where = f" on {counters['val_low_env']}" if counters.get("val_low_env") else ""
+        return f"validation success{where} stayed below {es.val_success_below} {es.val_patience} times in a row"
     if es.skipped_updates and counters["skipped_in_a_row"] >= es.skipped_updates:
         return (f"{counters['skipped_in_a_row']} updates in a row were skipped for non-finite values "
                 "(lower optim.*.lr or check the rewards)")

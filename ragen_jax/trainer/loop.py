@@ -32,7 +32,7 @@ from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer.diagnose import CollapseMonitor
 from ragen_jax.trainer.early_stop import early_stop_reason, reward_collapse
 from ragen_jax.trainer.optim import make_optimizer
-from ragen_jax.trainer.settings import algo_settings, env_tag, rollout_config, write_config_json
+from ragen_jax.trainer.settings import algo_settings, env_tag, rollout_config, validation_envs, write_config_json
 from ragen_jax.trainer.steps import (make_step_fns, masked_means, row_total_stats, sampler_agreement, scored_positions,
                                      take_rows)
 
@@ -76,11 +76,14 @@ class Trainer:
                              f"trainer.micro_batch_size ({t.micro_batch_size}).")
         self.mesh = sharding.make_mesh({axis: cfg.mesh[axis] for axis in sharding.AXES})
         # envs first: a missing service (e.g. a Lean server) fails before minutes of model loading
-        self.val_name = cfg.val.name or cfg.env.name
-        self.val_tag = env_tag(self.val_name)
+        self.val_names = validation_envs(cfg.val.name, cfg.env.name)
+        self.val_tags = [env_tag(name) for name in self.val_names]
+        self.val_name, self.val_tag = self.val_names[0], self.val_tags[0]  # the one the run's history follows
         self.val_batch = min(cfg.val.batch_size, cfg.val.groups * cfg.val.group_size)
         self.train_env = setup_lib.env_batch(cfg.env, cfg.env.name, _local_rows(self.mesh, self.batch_size))
-        self.val_env = setup_lib.env_batch(cfg.env, self.val_name, _local_rows(self.mesh, self.val_batch))
+        self.val_envs = [setup_lib.env_batch(cfg.env, name, _local_rows(self.mesh, self.val_batch))
+                         for name in self.val_names]
+        self.val_env = self.val_envs[0]
         policy, self.tokenizer = setup_lib.load_policy_and_tokenizer(cfg.model)
         self.lora = cfg.model.lora.rank > 0
         self.use_critic = bool(cfg.algo.use_critic)
@@ -121,7 +124,8 @@ class Trainer:
         self.monitor = Monitor(self.log_dir, enabled=self.is_main, wandb=wandb_settings(cfg.logging, self.workdir))
         self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), max_to_keep=t.keep_checkpoints)
         self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
-        self.counters = {"empty_streak": 0, "val_low_streak": 0, "std_zero_streak": 0, "skipped_in_a_row": 0,
+        self.counters = {"empty_streak": 0, "val_low_streak": 0, "val_low_streaks": {}, "val_low_env": "",
+                         "std_zero_streak": 0, "skipped_in_a_row": 0,
                          "updates_applied": 0, "updates_skipped": 0, "steps_run": 0, "kept_ratio_sum": 0.0,
                          "kl_in_reward_coef": float(cfg.algo.kl_ctrl_coef),
                          "reward_std_first": [], "reward_std_recent": []}
@@ -203,21 +207,23 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation
     def run_validation(self, step: int) -> tuple[dict[str, float], list]:
-        """Validation episodes (seeds from val.seed, every run alike) -> (metrics, episodes)."""
+        """Validation episodes (seeds from val.seed, every run alike) of each validation env -> (metrics, episodes).
+        An env's metrics are under `val/{tag}/`; the untagged ones (response_length) average over every env."""
         v = self.cfg.val
         per_chunk_groups = self.val_batch // v.group_size
         results, episodes = [], []
-        chunks = list(enumerate(range(0, v.groups, per_chunk_groups)))
-        for c, first_group in tqdm(chunks, desc="validate", leave=False, disable=not self.is_main or len(chunks) < 2,
-                                   dynamic_ncols=True):
+        firsts = range(0, v.groups, per_chunk_groups)
+        chunks = [(e, first) for e in range(len(self.val_envs)) for first in firsts]
+        for c, (e, first_group) in tqdm(list(enumerate(chunks)), desc="validate", leave=False,
+                                        disable=not self.is_main or len(chunks) < 2, dynamic_ncols=True):
             seeds, gids = group_seeds(v.seed + first_group, per_chunk_groups, v.group_size)
             key = jax.random.fold_in(jax.random.fold_in(self.base_key, 10_000_000 + step), c)
-            res = self.val_engine.run(self.sampling_params(), self.val_env, seeds, gids + first_group, key,
-                                      tag=self.val_tag, temperature=v.temperature, greedy=v.greedy)
+            res = self.val_engine.run(self.sampling_params(), self.val_envs[e], seeds, gids + first_group, key,
+                                      tag=self.val_tags[e], temperature=v.temperature, greedy=v.greedy)
             results.append(res.metrics)
-            episodes.extend(res.episodes)
-        metrics = {f"val/{k}": float(np.mean([r[k] for r in results])) for k in results[0]}
-        return metrics, episodes[: v.groups * v.group_size]
+            episodes.extend(res.episodes[: v.groups * v.group_size - first_group * v.group_size])
+        keys = dict.fromkeys(k for r in results for k in r)
+        return {f"val/{k}": float(np.mean([r[k] for r in results if k in r])) for k in keys}, episodes
 
     def validate(self, step: int) -> dict[str, float]:
         """Validation at TensorBoard step `step` (0: before any RL step; n: after n steps)."""
@@ -449,10 +455,15 @@ class Trainer:
         return early_stop_reason(metrics, self.counters, self.cfg.trainer.early_stop, self.filter_cfg.empty_stop_steps)
 
     def _record_val(self, step: int, metrics: dict) -> None:
-        success = metrics.get(f"val/{self.val_tag}/success", 0.0)
-        es = self.cfg.trainer.early_stop
-        self.counters["val_low_streak"] = self.counters["val_low_streak"] + 1 if success < es.val_success_below else 0
-        self.history.append({"step": step, "val_success": success})
+        """The history follows the first validation env; the low-success streak is counted per env (RAGEN)."""
+        below = self.cfg.trainer.early_stop.val_success_below
+        streaks = self.counters["val_low_streaks"]
+        for tag in self.val_tags:
+            low = metrics.get(f"val/{tag}/success", 0.0) < below
+            streaks[tag] = streaks.get(tag, 0) + 1 if low else 0
+        worst = max(self.val_tags, key=lambda tag: streaks[tag])
+        self.counters["val_low_streak"], self.counters["val_low_env"] = streaks[worst], worst
+        self.history.append({"step": step, "val_success": metrics.get(f"val/{self.val_tag}/success", 0.0)})
 
     def activate_mesh(self):
         """Context making the trainer's mesh the active one, so the models' activation sharding hints apply."""

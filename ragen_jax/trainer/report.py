@@ -76,7 +76,8 @@ def _model_line(trainer) -> str:
 def _validation_text(trainer) -> str:
     v = trainer.cfg.val
     sampling = "greedy" if v.greedy else f"temperature {v.temperature:g}"
-    return f"{v.groups * v.group_size} episodes of {trainer.val_name} per validation ({sampling})"
+    each = " each" if len(trainer.val_names) > 1 else ""
+    return f"{v.groups * v.group_size} episodes{each} of {' and '.join(trainer.val_names)} per validation ({sampling})"
 
 
 def _train_lines(trainer) -> list[str]:

@@ -56,3 +56,13 @@ def write_config_json(folder: str, cfg) -> str:
 def env_tag(name: str) -> str:
     """The metric prefix of an env name: the class name of an import path ("my_pkg.envs:GuessNumber")."""
     return name.rsplit(":", 1)[-1]
+
+
+def validation_envs(val_name: str, train_name: str) -> list[str]:
+    """The env names a validation plays: `val.name` "" is the training env; several are comma-separated
+    ("Bandit,BanditTest", RAGEN's es_manager.val tags), each played with `val.groups` groups."""
+    names = [name.strip() for name in (val_name or train_name).split(",")]
+    if not all(names) or len(set(names)) != len(names):
+        raise ValueError(f"val.name={val_name!r}: give one env name, or several distinct ones separated by commas "
+                         "(e.g. 'Bandit,BanditTest').")
+    return names

@@ -1,0 +1,53 @@
+"""Validation on several envs in one run (RAGEN's es_manager.val tags): each env's metrics under its own tag, the
+first env's episodes as a one-env validation plays them, the low-success stop counted per env."""
+
+import pytest
+
+from ragen_jax.trainer.early_stop import early_stop_reason
+from ragen_jax.trainer.loop import Trainer
+from test_trainer_e2e import bandit_config
+
+
+def _config(tmp_path, val_name):
+    c = bandit_config(tmp_path)
+    c.val.name, c.val.groups, c.val.batch_size = val_name, 6, 4  # two chunks per env, the second cut short
+    c.diagnostics.every = 0
+    return c
+
+
+def test_each_validation_env_plays_its_episodes_and_reports_under_its_tag(tmp_path):
+    both = Trainer(_config(tmp_path / "both", "Bandit,BanditTest"))
+    metrics, episodes = both.run_validation(3)
+    assert both.val_tags == ["Bandit", "BanditTest"] and both.val_tag == "Bandit"
+    assert [ep.env_tag for ep in episodes] == ["Bandit"] * 6 + ["BanditTest"] * 6
+    for tag in ("Bandit", "BanditTest"):
+        assert {"success", "reward", "num_turns"} <= {k.split("/", 2)[2] for k in metrics if k.startswith(f"val/{tag}/")}
+    # the arm names differ between the two (BanditTest's are unseen in training)
+    assert episodes[0].history[0].state != episodes[6].history[0].state
+
+    one = Trainer(_config(tmp_path / "one", "Bandit"))
+    one_metrics, one_episodes = one.run_validation(3)
+    assert {k: v for k, v in one_metrics.items() if k.startswith("val/Bandit/")} == {
+        k: v for k, v in metrics.items() if k.startswith("val/Bandit/")}
+    for a, b in zip(one_episodes, episodes[:6]):  # the first env keeps a one-env validation's keys
+        assert [list(r.response_tokens) for r in a.history] == [list(r.response_tokens) for r in b.history]
+        assert a.total_reward == b.total_reward
+
+
+def test_the_low_success_stop_counts_each_env(tmp_path):
+    trainer = Trainer(_config(tmp_path, "Bandit,BanditTest"))
+    es = trainer.cfg.trainer.early_stop
+    for step in range(es.val_patience):
+        assert early_stop_reason({}, trainer.counters, es, 5) is None
+        trainer._record_val(step, {"val/Bandit/success": 0.5, "val/BanditTest/success": 0.0})
+    assert [h["val_success"] for h in trainer.history] == [0.5] * es.val_patience  # the history follows Bandit
+    reason = early_stop_reason({}, trainer.counters, es, 5)
+    assert reason == f"validation success on BanditTest stayed below {es.val_success_below} {es.val_patience} times " \
+                     "in a row"
+    trainer._record_val(9, {"val/Bandit/success": 0.5, "val/BanditTest/success": 0.5})
+    assert early_stop_reason({}, trainer.counters, es, 5) is None
+
+
+def test_validation_env_names_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="several distinct ones separated by commas"):
+        Trainer(_config(tmp_path, "Bandit,Bandit"))
