@@ -81,3 +81,30 @@ def test_value_model_from_lora_policy_uses_the_adapted_backbone():
     h_policy, _ = model.hidden(TOKENS, POS)
     h_critic, _ = critic.model(TOKENS, POS)
     np.testing.assert_allclose(h_critic, h_policy, atol=1e-5)
+
+
+def test_a_lora_critic_keeps_the_base_weights_frozen_and_trains_adapters_and_head():
+    """RAGEN's critic under LoRA is a LoRA model (base.yaml critic lora_rank/alpha/target_modules): the policy's base
+    weights stay frozen, its adapters (copied) and the value head train."""
+    from ragen_jax.trainer.setup import CRITIC_HEAD, split_model
+
+    model = CausalLM(CFG, rngs=nnx.Rngs(0))
+    apply_lora(model, rank=4, alpha=8.0, target_modules=("q_proj", "down_proj"), rngs=nnx.Rngs(1))
+    _train(model, steps=1)
+    critic = ValueModel.from_causal_lm(model, rngs=nnx.Rngs(2), keep_lora=True)
+    assert has_lora(critic)
+    h_policy, _ = model.hidden(TOKENS, POS)
+    h_critic, _ = critic.model(TOKENS, POS)
+    np.testing.assert_allclose(h_critic, h_policy, atol=1e-5)  # the same adapted backbone
+    split = split_model(critic, lora=True, head=CRITIC_HEAD)
+    trained = {"/".join(map(str, p)) for p, _ in nnx.to_flat_state(split.trainable)}
+    assert trained == {p for p in trained if "lora_" in p or p.startswith("score/")}
+    assert {"score/kernel", "score/bias"} <= trained and any("down_proj/lora_b" in p for p in trained)
+    frozen = {"/".join(map(str, p)) for p, _ in nnx.to_flat_state(split.frozen)}
+    assert "model/layers/0/self_attn/q_proj/kernel" in frozen and not any("lora_" in p for p in frozen)
+    # the copy is the critic's own: training the policy's adapters further leaves it
+    before = np.asarray(critic.model.layers[0].mlp.down_proj.lora_b[...]).copy()
+    _train(model, steps=1)
+    np.testing.assert_array_equal(critic.model.layers[0].mlp.down_proj.lora_b[...], before)
+    with pytest.raises(ValueError, match="keep_lora=True needs"):
+        ValueModel.from_causal_lm(CausalLM(CFG, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(2), keep_lora=True)

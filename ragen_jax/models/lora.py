@@ -18,6 +18,14 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 lora_filter = nnx.LoRAParam
 
 
+def trainable_filter(lora: bool, head: str | None = None):
+    """What trains: every parameter without LoRA; with it the adapters, plus the parameters under `head`
+    (a ValueModel's fresh `score` head: PEFT's modules_to_save for veRL's LoRA critic)."""
+    if not lora:
+        return nnx.Param
+    return nnx.Any(nnx.LoRAParam, nnx.All(nnx.Param, nnx.PathContains(head))) if head else nnx.LoRAParam
+
+
 class LoRALinear(nnx.Module):
     """y = x W + b + (alpha / rank) * (x A) B, sharing W and b with the wrapped nnx.Linear.
 

@@ -440,12 +440,33 @@ class ValueModel(nnx.Module):
         return self.score(h.astype(jnp.float32))[..., 0]
 
     @classmethod
-    def from_causal_lm(cls, lm: CausalLM, *, rngs: nnx.Rngs) -> "ValueModel":
-        """A critic whose backbone is a copy of lm's (LoRA adapters merged; value head freshly initialised)."""
-        from ragen_jax.models.lora import has_lora, merge_lora
+    def from_causal_lm(cls, lm: CausalLM, *, rngs: nnx.Rngs, keep_lora: bool = False) -> "ValueModel":
+        """A critic whose backbone is a copy of lm's (value head freshly initialised). lm's LoRA adapters are
+        merged into it, or with `keep_lora` copied as adapters of the critic's own over lm's base weights (a
+        LoRA critic, as veRL's with lora_rank > 0)."""
+        from ragen_jax.models.lora import LoRALinear, has_lora, merge_lora
 
-        if has_lora(lm):
+        if has_lora(lm) and not keep_lora:
             lm = merge_lora(lm)
         critic = cls(lm.config, rngs=rngs)
+        if keep_lora:
+            adapters = [m for _, m in nnx.iter_graph(lm) if isinstance(m, LoRALinear)]
+            if not adapters:
+                raise ValueError("keep_lora=True needs a model with LoRA adapters (apply_lora first).")
+            _mirror_lora(critic, lm)
         nnx.update(critic.model, jax.tree.map(jnp.copy, nnx.state(lm.model)))
         return critic
+
+
+def _mirror_lora(critic: "ValueModel", lm: CausalLM) -> None:
+    """Wrap the critic's Linear layers where lm's are LoRA-wrapped, with lm's rank and scale (weights copied after)."""
+    from ragen_jax.models.lora import LoRALinear
+
+    for mine, theirs in zip(critic.model.layers, lm.model.layers):
+        for block in ("self_attn", "mlp"):
+            for name, layer in vars(getattr(theirs, block)).items():
+                if isinstance(layer, LoRALinear):
+                    base = getattr(getattr(mine, block), name)
+                    rank = layer.lora_a.shape[1]
+                    setattr(getattr(mine, block), name, LoRALinear(base, rank, layer.scale * rank,
+                                                                   rngs=nnx.Rngs(0)))

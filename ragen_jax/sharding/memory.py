@@ -25,7 +25,7 @@ from ragen_jax.algos.logprobs import REMAT_LOGITS_BYTES
 from ragen_jax.chunks import even_chunk, round_up
 from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
 from ragen_jax.models.attention import BLOCK_K, BLOCK_Q
-from ragen_jax.models.lora import DEFAULT_TARGETS
+from ragen_jax.models.lora import DEFAULT_TARGETS, trainable_filter
 from ragen_jax.models.transformer import decode_weights_pay_off, projection_params
 from ragen_jax.sharding.mesh import AXES, BATCH_AXES
 from ragen_jax.sharding.placement import sampling_rules
@@ -105,13 +105,15 @@ def _shard_bytes(state: Any, mesh: AbstractMesh, rules: Rules, dtype: Any | None
 
 
 @functools.lru_cache(maxsize=16)
-def _abstract_split(cls: type, config: ModelConfig, lora_rank: int, lora_targets: tuple[str, ...]):
+def _abstract_split(cls: type, config: ModelConfig, lora_rank: int, lora_targets: tuple[str, ...],
+                    head: str | None = None):
+    """(trainable, frozen) abstract states of a `cls` model as the trainer splits it (`trainable_filter`)."""
     def build():
         model = cls(config, rngs=nnx.Rngs(0))
         if lora_rank > 0:
             apply_lora(model, lora_rank, 2.0 * lora_rank, lora_targets, rngs=nnx.Rngs(1))
         return model
-    _, trainable, frozen = nnx.split(nnx.eval_shape(build), nnx.LoRAParam if lora_rank > 0 else nnx.Param, ...)
+    _, trainable, frozen = nnx.split(nnx.eval_shape(build), trainable_filter(lora_rank > 0, head), ...)
     return trainable, frozen
 
 
@@ -208,8 +210,9 @@ def estimate_memory(
     opt = optimizer_states * _shard_bytes(trainable, mesh, rules, optimizer_dtype)
     grads = _shard_bytes(trainable, mesh, rules, "float32")  # accumulated in float32 (trainer/steps.py)
     if with_critic:
-        c_train, c_frozen = _abstract_split(ValueModel, c.replace(remat="none"), 0, tuple(lora_targets))
-        critic = _shard_bytes(c_train, mesh, rules)
+        c_train, c_frozen = _abstract_split(ValueModel, c.replace(remat="none"), lora_rank, tuple(lora_targets),
+                                            head="score")  # a LoRA critic under LoRA, as the trainer builds it
+        critic = _shard_bytes(c_train, mesh, rules) + _shard_bytes(c_frozen, mesh, rules)
         c_grads = _shard_bytes(c_train, mesh, rules, "float32")
         params, grads, opt = params + critic, max(grads, c_grads), opt + optimizer_states * _shard_bytes(
             c_train, mesh, rules, optimizer_dtype)

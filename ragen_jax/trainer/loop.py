@@ -93,8 +93,8 @@ class Trainer:
         if device_bytes:
             sharding.check_plan(sharding.plan_from_config(cfg, policy.config, self.mesh.shape), device_bytes)
         self.actor = sharding.place_for_training(setup_lib.split_model(policy, self.lora), self.mesh)
-        self.critic = (sharding.place_for_training(setup_lib.split_model(critic, False), self.mesh)
-                       if critic is not None else None)
+        self.critic = (sharding.place_for_training(setup_lib.split_model(critic, self.lora, setup_lib.CRITIC_HEAD),
+                                                   self.mesh) if critic is not None else None)
         self.ref_params = jax.tree.map(jnp.copy, self.actor.full()) if self.need_ref else None
         self.ref_is_initial = True  # the reference is the policy as built (rebuilt alike on resume)
 
@@ -144,7 +144,8 @@ class Trainer:
         if self.critic is None or self.cfg.model.critic_path:
             return
         critic = setup_lib.make_critic(self.cfg.model, self.actor.module())
-        self.critic = sharding.place_for_training(setup_lib.split_model(critic, False), self.mesh)
+        self.critic = sharding.place_for_training(setup_lib.split_model(critic, self.lora, setup_lib.CRITIC_HEAD),
+                                                  self.mesh)
         self.critic_opt = sharding.shard_state(self.critic_tx.init(self.critic.trainable), self.mesh)
 
     def reset_reference(self) -> None:

@@ -6,12 +6,11 @@ import dataclasses
 import os
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from envs.batch import make_env_batch
 from ragen_jax.models import CausalLM, ValueModel, apply_lora, load_model, load_tokenizer
+from ragen_jax.models.lora import trainable_filter
 
 
 @dataclasses.dataclass
@@ -29,11 +28,14 @@ class SplitModel:
         return nnx.merge(self.graphdef, self.trainable, self.frozen)
 
 
-def split_model(model: nnx.Module, lora: bool) -> SplitModel:
-    """Trainable = LoRA adapters when LoRA is on, else every parameter."""
-    trainable_filter = nnx.LoRAParam if lora else nnx.Param
-    graphdef, trainable, frozen = nnx.split(model, trainable_filter, ...)
+def split_model(model: nnx.Module, lora: bool, head: str | None = None) -> SplitModel:
+    """Trainable = LoRA adapters (and the parameters under `head`, a critic's value head) when LoRA is on, else
+    every parameter."""
+    graphdef, trainable, frozen = nnx.split(model, trainable_filter(lora, head), ...)
     return SplitModel(graphdef, trainable, frozen)
+
+
+CRITIC_HEAD = "score"  # the ValueModel's value head: trained whole under LoRA too
 
 
 def _looks_like_a_path(path: str) -> bool:
@@ -73,6 +75,10 @@ def model_config_for(model_cfg):
     return read_config(resolve_model_path(model_cfg.path), **dtype_kwargs).replace(remat=model_cfg.remat)
 
 
+def _lora_targets(model_cfg) -> tuple[str, ...]:
+    return tuple(t.strip() for t in model_cfg.lora.target_modules.split(",") if t.strip())
+
+
 def load_policy_and_tokenizer(model_cfg) -> tuple[nnx.Module, Any]:
     """The policy model (LoRA applied when rank > 0) and its tokenizer."""
     dtype_kwargs = {k: model_cfg[k] for k in ("param_dtype", "dtype") if model_cfg[k]}
@@ -88,28 +94,25 @@ def load_policy_and_tokenizer(model_cfg) -> tuple[nnx.Module, Any]:
         tokenizer = load_tokenizer(folder)  # first: a missing tokenizer fails before the weights load
         model = load_model(folder, remat=model_cfg.remat, **dtype_kwargs)
     if model_cfg.lora.rank > 0:
-        targets = tuple(t.strip() for t in model_cfg.lora.target_modules.split(",") if t.strip())
-        model = apply_lora(model, model_cfg.lora.rank, model_cfg.lora.alpha, targets,
+        model = apply_lora(model, model_cfg.lora.rank, model_cfg.lora.alpha, _lora_targets(model_cfg),
                            rngs=nnx.Rngs(model_cfg.seed + 1))
     return model, tokenizer
 
 
 def make_critic(model_cfg, policy: CausalLM) -> ValueModel:
-    """The PPO critic: from `critic_path` if set, else the policy's backbone + a fresh value head."""
+    """The PPO critic: from `critic_path` if set, else the policy's backbone + a fresh value head. With LoRA on
+    the critic is a LoRA model too (RAGEN's critic lora_rank / lora_alpha / target_modules): fresh adapters on a
+    `critic_path` model; else the policy's base weights with a copy of its adapters (zero at the start of a
+    run; a warm start's after it), so its frozen part is always the base model's. Split it with
+    `split_model(critic, lora, head=CRITIC_HEAD)`."""
+    lora = model_cfg.lora.rank > 0
     if model_cfg.critic_path:
         critic = load_model(resolve_model_path(model_cfg.critic_path), model_cls=ValueModel, remat=model_cfg.remat)
-    elif model_cfg.lora.rank > 0:
-        from ragen_jax.models import merge_lora
-
-        critic = ValueModel.from_causal_lm(merge_lora(_clone(policy)), rngs=nnx.Rngs(model_cfg.seed + 2))
-    else:
-        critic = ValueModel.from_causal_lm(policy, rngs=nnx.Rngs(model_cfg.seed + 2))
-    return critic
-
-
-def _clone(model: nnx.Module) -> nnx.Module:
-    graphdef, state = nnx.split(model)
-    return nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
+        if lora:
+            critic = apply_lora(critic, model_cfg.lora.rank, model_cfg.lora.alpha, _lora_targets(model_cfg),
+                                rngs=nnx.Rngs(model_cfg.seed + 3))
+        return critic
+    return ValueModel.from_causal_lm(policy, rngs=nnx.Rngs(model_cfg.seed + 2), keep_lora=lora)
 
 
 def env_batch(env_cfg, name: str, batch_size: int):
