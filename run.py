@@ -102,7 +102,10 @@ def main(argv):
             print(report.banner(trainer, _config_arg(sys.argv, variants=True), eval_target=target), file=sys.stderr,
                   flush=True)
         with trainer.activate_mesh():
-            _run_mode(trainer, target)
+            try:
+                _run_mode(trainer, target)
+            except CheckpointError as e:  # --mode=eval of a damaged checkpoint, or of another model's
+                sys.exit(f"FATAL {_one_line(str(e))}")
 
 
 def _run_mode(trainer, target) -> None:

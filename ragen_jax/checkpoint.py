@@ -37,6 +37,30 @@ def earlier_run_error(directory: str) -> str | None:
             "give this run another --workdir, or delete that folder to start over.")
 
 
+def _key_name(key: Any) -> str:
+    for attr in ("key", "idx", "name"):  # DictKey, SequenceKey / FlattenedIndexKey, GetAttrKey
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def leaf_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+    """Leaf name ("actor.model.norm.scale.value", "actor_opt.1.0.mu. ...") -> shape, for a pytree of arrays, of
+    ShapeDtypeStructs or of the array metadata Orbax keeps of a saved one (the same names for the same tree)."""
+    return {".".join(_key_name(k) for k in path): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def state_differences(stored: dict[str, tuple], wanted: dict[str, tuple], limit: int = 4) -> list[str]:
+    """What keeps a checkpoint's leaves (`stored`, name -> shape) from filling the state a config builds (`wanted`):
+    leaves missing, extra or of another shape; at most `limit` lines and a count of the rest (empty: they fit)."""
+    problems = [f"{n}: the checkpoint has shape {stored[n]}, this config builds {wanted[n]}"
+                for n in sorted(wanted.keys() & stored.keys()) if tuple(stored[n]) != tuple(wanted[n])]
+    problems += [f"{n}: this config builds it, the checkpoint lacks it" for n in sorted(wanted.keys() - stored.keys())]
+    problems += [f"{n}: in the checkpoint, not in this config's state" for n in sorted(stored.keys() - wanted.keys())]
+    return problems[:limit] + ([f"... and {len(problems) - limit} more"] if len(problems) > limit else [])
+
+
 class Checkpointer:
     """Save/restore numbered checkpoints under `directory` (only process 0 writes metadata)."""
 
@@ -50,7 +74,8 @@ class Checkpointer:
     def manager(self) -> ocp.CheckpointManager:
         if self._manager is None:
             options = ocp.CheckpointManagerOptions(max_to_keep=self.max_to_keep, create=True)
-            self._manager = ocp.CheckpointManager(self.directory, options=options)
+            handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
+            self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
         return self._manager
 
     def latest_step(self) -> int | None:
@@ -70,14 +95,53 @@ class Checkpointer:
                                   f"{earlier_run_error(self.directory) or self.directory + ' holds a later step.'}")
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
-        """Restore `step` into the structure (and shardings) of `abstract_state`."""
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        """Restore `step` into the structure (and shardings) of `abstract_state`; a checkpoint that does not fit it
+        (another model size, LoRA rank, critic) or cannot be read is a CheckpointError saying what to do."""
+        from ragen_jax.models.hf_files import CheckpointError
+
+        try:
+            stored = self.manager.item_metadata(step)["state"]
+            if stored is None:
+                raise FileNotFoundError(f"no model state in {os.path.join(self.directory, str(step))}")
+            stored = leaf_shapes(stored)
+        except Exception as e:  # noqa: BLE001 - any failure to read it means the same to the user
+            raise CheckpointError(self._unreadable(step, e)) from e
+        problems = state_differences(stored, leaf_shapes(abstract_state))
+        if problems:
+            run_config = os.path.join(os.path.dirname(self.directory), "config.json")
+            raise CheckpointError(
+                f"Checkpoint {step} in {self.directory} does not fit the model and optimizer this config builds "
+                "(it was written with other model settings: model.preset/path, model.tiny.*, model.lora.rank, "
+                f"algo.use_critic): {'; '.join(problems)}. Resume or evaluate it with the settings of the run that "
+                f"wrote it (see {run_config}), or give this config another --workdir.")
+        try:
+            restored = self.manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointError(self._unreadable(step, e)) from e
         return restored["state"], restored["meta"]
 
     def restore_meta(self, step: int) -> dict:
         """Only the JSON metadata of `step` (to learn what its state holds before restoring it)."""
-        return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+        from ragen_jax.models.hf_files import CheckpointError
+
+        try:
+            return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointError(self._unreadable(step, e)) from e
+
+    def _unreadable(self, step: int, error: BaseException) -> str:
+        """The error of checkpoint `step` that cannot be read (damaged, or cut short by a crash or a full disk)."""
+        while error.__cause__ is not None:  # Orbax wraps the file's own error (TensorStore's) in its own
+            error = error.__cause__
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        cause = f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
+        folder = os.path.join(self.directory, str(step))
+        earlier = [s for s in finished_steps(self.directory) if s < step]
+        fix = (f"Move it aside (mv {folder} {folder}.damaged) to go on from checkpoint {earlier[-1]}, the one before "
+               "it" if earlier else f"No earlier checkpoint is in {self.directory}: delete that folder to start over")
+        return f"Checkpoint {step} in {self.directory} cannot be read ({cause}); it is damaged or was not completely " \
+               f"written. {fix}, or give this run another --workdir."
 
     def close(self) -> None:
         if self._manager is not None:

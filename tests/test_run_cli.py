@@ -153,3 +153,17 @@ def test_a_missing_model_folder_is_named_as_a_folder_not_a_hub_id(path):
     with pytest.raises(FileNotFoundError, match="does not exist") as e:
         resolve_model_path(path)
     assert "hf download" not in str(e.value) and "--config.model.path" in str(e.value)
+
+
+def test_eval_of_another_models_checkpoint_is_one_fatal_line(tmp_path):
+    """A workdir whose checkpoint another model wrote: the differing tensors and the fix, not Orbax's traceback."""
+    import jax.numpy as jnp
+
+    from ragen_jax.checkpoint import Checkpointer
+
+    wd = tmp_path / "run"
+    Checkpointer(str(wd / "checkpoints")).save(0, {"actor": {"w": jnp.ones(3)}}, {"step": 0, "counters": {}})
+    proc = run_cli("--config=configs/bandit.py:tiny", "--compile_cache=", workdir=wd)
+    fatal = [line for line in proc.stderr.splitlines() if line.startswith("FATAL")]
+    assert proc.returncode != 0 and len(fatal) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "Checkpoint 0 in" in fatal[0] and "does not fit" in fatal[0] and "another --workdir" in fatal[0], fatal[0]

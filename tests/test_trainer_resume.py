@@ -96,3 +96,61 @@ def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
     assert {2, 4} <= straight_log.keys()
     summary = report.run_summary(resumed, 1.0, 0.0, None)
     assert summary["val_success_after_warmstart"] is not None and summary["warmstart_seconds"] is not None
+
+
+def _two_checkpoints(folder):
+    import jax.numpy as jnp
+
+    from ragen_jax.checkpoint import Checkpointer
+
+    for step in (0, 1):
+        Checkpointer(folder).save(step, {"w": jnp.ones(3)}, {"step": step})
+    return {"w": jax.ShapeDtypeStruct((3,), np.float32)}
+
+
+def test_a_damaged_checkpoint_names_the_one_before_it_instead_of_an_orbax_traceback(tmp_path):
+    """A step cut short (a crash or a full disk while writing) is a CheckpointError naming it and the way on."""
+    import shutil
+
+    import pytest
+
+    from ragen_jax.checkpoint import Checkpointer
+    from ragen_jax.models import CheckpointError
+
+    folder = str(tmp_path / "checkpoints")
+    abstract = _two_checkpoints(folder)
+    data = [os.path.join(d, f) for d, _, files in os.walk(os.path.join(folder, "1", "state")) for f in files
+            if os.path.basename(d) == "d"]
+    for path in data:  # every data file half-written
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+    with pytest.raises(CheckpointError, match=r"Checkpoint 1 in .* cannot be read .*\(mv .*/1 .*/1\.damaged\) .*"
+                                              r"checkpoint 0"):
+        Checkpointer(folder).restore(1, abstract)
+    shutil.rmtree(os.path.join(folder, "1", "state"))
+    with pytest.raises(CheckpointError, match="Checkpoint 1 in .* cannot be read"):
+        Checkpointer(folder).restore(1, abstract)
+    shutil.rmtree(os.path.join(folder, "1", "meta"))
+    with pytest.raises(CheckpointError, match="Checkpoint 1 in .* cannot be read"):
+        Checkpointer(folder).restore_meta(1)
+    os.rename(os.path.join(folder, "1"), os.path.join(folder, "1.damaged"))  # the fix the message gives
+    state, meta = Checkpointer(folder).restore(0, abstract)
+    assert meta["step"] == 0 and np.array_equal(state["w"], np.ones(3))
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
+    """Resuming or evaluating with another model size, LoRA rank or critic names the leaves and the fix."""
+    import pytest
+
+    from ragen_jax.checkpoint import Checkpointer
+    from ragen_jax.models import CheckpointError
+
+    folder = str(tmp_path / "checkpoints")
+    _two_checkpoints(folder)
+    wider = {"w": jax.ShapeDtypeStruct((4,), np.float32)}
+    with pytest.raises(CheckpointError, match=r"w: the checkpoint has shape \(3,\), this config builds \(4,\).*"
+                                              r"config\.json"):
+        Checkpointer(folder).restore(1, wider)
+    lora = {"w": jax.ShapeDtypeStruct((3,), np.float32), "lora_a": jax.ShapeDtypeStruct((2,), np.float32)}
+    with pytest.raises(CheckpointError, match="lora_a: this config builds it, the checkpoint lacks it"):
+        Checkpointer(folder).restore(1, lora)
