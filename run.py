@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import textwrap
+import traceback
 
 # transformers says "PyTorch was not found" on import; only its tokenizers are used here, so the advice is noise
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -140,7 +141,13 @@ def parse_flags(argv: list[str]) -> list[str]:
         _fatal(_drop_traceback(str(e)))
     except OSError as e:  # an override applied to a config file that failed to load
         _config_not_loaded(_config_arg(argv), e)
-    except (KeyError, AttributeError) as e:  # an override of a key the config does not have
+    except Exception as e:  # noqa: BLE001 - the config file's own error (SyntaxError, NameError, ...), or an override's
+        failure = _config_file_failure(e, _config_arg(argv))
+        if failure:
+            sys.exit(f"FATAL {failure}")
+        if not isinstance(e, (KeyError, AttributeError)):
+            raise
+        # an override of a key the config does not have
         while e.args and isinstance(e.args[0], BaseException):  # ml_collections wraps its KeyError
             e = e.args[0]
         text = str(e.args[0]) if e.args else str(e)
@@ -183,6 +190,22 @@ def _config_not_loaded(path: str, error: OSError) -> None:
     sys.exit(f"FATAL config file {path!r} does not exist (looked from {os.getcwd()}); pass "
              "--config=path/to/config.py[:variants], e.g. --config=configs/sokoban.py:tiny. "
              f"Config files in {configs}: {', '.join(known)}.")
+
+
+def _config_file_failure(error: BaseException, path: str) -> str | None:
+    """One line for an `error` raised by the config file `path` itself (its syntax, or its get_config), else None
+    (e.g. an override's unknown key, which ml_collections raises without running the file)."""
+    target = os.path.realpath(path)
+    if isinstance(error, SyntaxError) and error.filename and os.path.realpath(error.filename) == target:
+        code = (error.text or "").strip()
+        return (f"config file {path!r} has a syntax error at line {error.lineno}: {error.msg}"
+                f"{f' ({code})' if code else ''}; fix the file, or pass another --config.")
+    lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__)
+             if os.path.realpath(frame.filename) == target]
+    if not lines:
+        return None
+    return (f"config file {path!r} could not be loaded: {type(error).__name__}: {error} (raised at line {lines[-1]} "
+            "of that file); fix the file, or pass another --config.")
 
 
 def _one_line(text: str) -> str:

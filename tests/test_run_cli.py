@@ -167,3 +167,20 @@ def test_eval_of_another_models_checkpoint_is_one_fatal_line(tmp_path):
     fatal = [line for line in proc.stderr.splitlines() if line.startswith("FATAL")]
     assert proc.returncode != 0 and len(fatal) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "Checkpoint 0 in" in fatal[0] and "does not fit" in fatal[0] and "another --workdir" in fatal[0], fatal[0]
+
+
+@pytest.mark.parametrize("body, needles", [
+    ("def get_config(arg=None)\n    return None\n", ["has a syntax error at line 1", "expected ':'", "fix the file"]),
+    ("def get_config(arg=None):\n    raise KeyError('boom')\n",
+     ["could not be loaded: KeyError: 'boom'", "line 2 of that file", "fix the file"]),
+    ("import no_such_module_here\n", ["could not be loaded: ModuleNotFoundError", "no_such_module_here", "line 1"]),
+])
+def test_a_config_file_that_fails_to_load_is_one_fatal_line_naming_it(tmp_path, body, needles):
+    """The config file's own error (not an override's unknown key): its line, without absl's traceback."""
+    path = tmp_path / "my_config.py"
+    path.write_text(body)
+    wd = tmp_path / "run"
+    for extra in ((), ("--config.trainer.total_steps=3",)):
+        proc = run_cli(f"--config={path}:tiny", *extra, workdir=wd, mode="train")
+        fatal = assert_one_fatal_line(proc, wd, f"config file '{path}'", *needles)
+        assert "unknown config key" not in fatal
