@@ -234,11 +234,51 @@ def _checked_reset(result: Any) -> tuple[str, Any]:
     return result
 
 
+_STEP_CONTRACT = "(observation: str, reward: float, terminated: bool, truncated: bool, info: dict)"
+
+
+def _scalar_kind(value: Any) -> str:
+    """The numpy dtype kind of a scalar (a Python, numpy or JAX number, bool or 0-d array), "" for anything else
+    (a string, None, a vector)."""
+    if value is None or isinstance(value, (str, bytes)):
+        return ""
+    try:
+        array = np.asarray(value)
+    except Exception:  # noqa: BLE001 - not convertible: not a scalar
+        return ""
+    return array.dtype.kind if array.ndim == 0 and array.dtype.kind in "biuf" else ""
+
+
+def _is_number(value: Any) -> bool:
+    return bool(_scalar_kind(value))
+
+
+def _is_flag(value: Any) -> bool:
+    """A done flag: a bool or a number 0 / 1 (not the string "False", which is truthy)."""
+    kind = _scalar_kind(value)
+    return kind == "b" or bool(kind) and float(value) in (0.0, 1.0)
+
+
+def step_result_problems(result: tuple) -> list[str]:
+    """What is wrong with the fields of a host env's 5-tuple step result (empty when it keeps the contract)."""
+    _, reward, terminated, truncated, info = result
+    problems = [] if _is_number(reward) else [f"reward {_describe(reward)}, not a number (return a float, e.g. 0.0)"]
+    problems += [f"{name} {_describe(flag)}, not a bool" for name, flag in (("terminated", terminated),
+                                                                             ("truncated", truncated))
+                 if not _is_flag(flag)]
+    if info is not None and not isinstance(info, dict):
+        problems.append(f"info {_describe(info)}, not a dict (return {{}} when there is nothing to report)")
+    return problems
+
+
 def _checked_step(result: Any) -> tuple[str, Any, Any, Any, Any]:
-    """A host env's step result, or TypeError naming what it returned (the model must never read 'None')."""
+    """A host env's step result, or TypeError naming what it returned (the model must never read 'None', a
+    string reward never counts as a number, the string "False" never ends an episode)."""
     if not (isinstance(result, tuple) and len(result) == 5 and isinstance(result[0], str)):
-        raise TypeError("step(action) must return (observation: str, reward: float, terminated: bool, "
-                        f"truncated: bool, info: dict), got {_describe(result)}")
+        raise TypeError(f"step(action) must return {_STEP_CONTRACT}, got {_describe(result)}")
+    problems = step_result_problems(result)
+    if problems:
+        raise TypeError(f"step(action) returned {'; '.join(problems)}; it must return {_STEP_CONTRACT}")
     return result
 
 

@@ -279,6 +279,37 @@ def test_malformed_env_results_fail_their_episode_with_what_was_returned():
     assert "got tuple ({'grid': [1]}" in result.errors[2] and result.terminated[2] and result.observations[2] == ""
 
 
+class FieldEnv(CounterEnv):
+    """Returns `fields` (reward, terminated, truncated, info) from step, as a careless env might."""
+
+    def __init__(self, *fields):
+        super().__init__()
+        self.fields = fields
+
+    def step(self, action):
+        return ("ok", *self.fields)
+
+
+@pytest.mark.parametrize("fields, needle", [
+    ((None, True, False, {}), "reward NoneType None, not a number"),
+    (("1.0", True, False, {}), "reward str '1.0', not a number"),
+    ((np.array([0.5, 0.5]), True, False, {}), "reward ndarray array([0.5, 0.5]), not a number"),
+    ((1.0, "False", False, {}), "terminated str 'False', not a bool"),
+    ((1.0, True, None, {}), "truncated NoneType None, not a bool"),
+    ((1.0, True, False, [("success", True)]), "info list [('success', True)], not a dict"),
+])
+def test_a_step_result_of_the_wrong_types_fails_its_episode_naming_the_field(fields, needle):
+    """Never a reward read from a string, an episode ended by the truthy string "False", nor float()'s message."""
+    batch = HostEnvBatch([FieldEnv(*fields), FieldEnv(np.float32(0.5), np.bool_(True), 0, None),
+                          FieldEnv(jnp.float32(1.0), jnp.bool_(False), False, {"success": True})])
+    batch.reset([0, 1, 2])
+    result = batch.step([[0], [0], [0]], np.ones(3, bool))
+    assert needle in result.errors[0] and "it must return (observation: str, reward: float" in result.errors[0]
+    assert result.terminated[0] and result.rewards[0] == 0.0
+    assert result.errors[1:] == ["", ""] and result.rewards[1:].tolist() == [0.5, 1.0]  # numpy and JAX scalars pass
+    assert result.terminated.tolist() == [True, True, False]
+
+
 def test_make_env_batch_gives_host_batches_a_factory():
     batch = make_env_batch("Countdown", 2)
     assert batch.factory is not None and type(batch.factory()) is type(batch.envs[0])

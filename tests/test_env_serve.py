@@ -116,6 +116,18 @@ def test_env_exception_is_500_and_session_recovers(toy_server):
     assert env.reset(3)[0] == "Value: 3" and env.step("up")[0] == "Value: 4"
 
 
+@pytest.mark.parametrize("out, needle", [(("x", None, True, False, {}), "reward NoneType None, not a number"),
+                                         (("x", 1.0, "False", False, {}), "terminated str 'False', not a bool"),
+                                         (("x", 1.0, True, False, "ok"), "info str 'ok', not a dict")])
+def test_a_step_result_of_the_wrong_types_is_a_500_naming_the_field(out, needle):
+    from envs.serve.http import HttpError
+    from envs.serve.server import _check_step
+
+    with pytest.raises(HttpError, match=needle.replace("(", r"\(")) as caught:
+        _check_step(out)
+    assert caught.value.status == 500
+
+
 @pytest.fixture
 def gated_server(request):
     """A toy server whose steps block until the test ends (or 60 s): a slow env without sleeps to race."""

@@ -18,6 +18,7 @@ import time
 import uuid
 from typing import Any, Callable
 
+from envs.batch import step_result_problems
 from envs.protocols import HostEnv
 from envs.registry import EnvSpec, get_spec
 from envs.serve.http import HttpError, JsonServer, require, to_jsonable
@@ -192,6 +193,10 @@ def _check_reset(out: Any) -> tuple[str, dict[str, Any]]:
 def _check_step(out: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
     if not (isinstance(out, tuple) and len(out) == 5 and isinstance(out[0], str)):
         raise HttpError(500, "env.step must return (str, reward, terminated, truncated, info).")
+    problems = step_result_problems(out)  # never float("1.0") nor bool("False") read as a result
+    if problems:
+        raise HttpError(500, f"env.step returned {'; '.join(problems)}; it must return (str, reward, terminated, "
+                             "truncated, info).")
     return out[0], float(out[1]), bool(out[2]), bool(out[3]), dict(out[4] or {})
 
 
