@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import textwrap
 import traceback
@@ -107,6 +108,8 @@ def main(argv):
                 _run_mode(trainer, target)
             except CheckpointError as e:  # --mode=eval of a damaged checkpoint, or of another model's
                 sys.exit(f"FATAL {_one_line(str(e))}")
+            except KeyboardInterrupt:  # outside the RL steps (which stop after the step and save it)
+                sys.exit(_interrupted(trainer.checkpointer.directory))
 
 
 def _run_mode(trainer, target) -> None:
@@ -131,6 +134,8 @@ def _run_mode(trainer, target) -> None:
     from ragen_jax.trainer.report import print_summary
 
     print_summary(summary, trainer.log_dir)
+    if summary.get("stopped_by_signal"):  # a scheduler sees the run did not finish (128 + the signal's number)
+        sys.exit(128 + signal.Signals[summary["stopped_by_signal"]].value)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -206,6 +211,17 @@ def _config_file_failure(error: BaseException, path: str) -> str | None:
         return None
     return (f"config file {path!r} could not be loaded: {type(error).__name__}: {error} (raised at line {lines[-1]} "
             "of that file); fix the file, or pass another --config.")
+
+
+def _interrupted(checkpoints: str) -> str:
+    """The last line of a run stopped by Ctrl-C outside the RL steps: what is on disk and how to go on."""
+    from ragen_jax.checkpoint import finished_steps
+
+    steps = finished_steps(checkpoints)
+    if steps:
+        return (f"Interrupted (Ctrl-C). Checkpoints on disk: {checkpoints}/{steps[-1]} (the latest); continue with "
+                "--config.trainer.resume=True and the same --workdir.")
+    return f"Interrupted (Ctrl-C) before any checkpoint was written ({checkpoints} holds none): nothing to resume."
 
 
 def _one_line(text: str) -> str:

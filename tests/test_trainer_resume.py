@@ -154,3 +154,45 @@ def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
     lora = {"w": jax.ShapeDtypeStruct((3,), np.float32), "lora_a": jax.ShapeDtypeStruct((2,), np.float32)}
     with pytest.raises(CheckpointError, match="lora_a: this config builds it, the checkpoint lacks it"):
         Checkpointer(folder).restore(1, lora)
+
+
+class Killed(Exception):
+    """What the process's own SIGTERM handler (the default one kills it) stands in for."""
+
+
+def test_a_signal_mid_run_stops_after_the_step_saves_it_and_resumes(tmp_path, monkeypatch):
+    """Ctrl-C or a scheduler's SIGTERM: the step in flight finishes and is saved (a preset with save_every=0 lost
+    the whole run), no final validation or export, and the run goes on from there with resume=True."""
+    import signal
+
+    from ragen_jax.checkpoint import finished_steps
+
+    def kill(signum, frame):
+        raise Killed
+
+    previous = signal.signal(signal.SIGTERM, kill)
+    try:
+        cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
+        cfg.trainer.total_steps, cfg.trainer.save_every, cfg.trainer.export_hf = 4, 0, True
+        cfg.val.every, cfg.diagnostics.every = 0, 0
+        trainer = Trainer(cfg)
+        step_fn = trainer.train_step
+
+        def step_then_signal(step):
+            metrics = step_fn(step)
+            if step == 1:
+                signal.raise_signal(signal.SIGTERM)
+            return metrics
+
+        monkeypatch.setattr(trainer, "train_step", step_then_signal)
+        summary = trainer.train()
+        assert signal.getsignal(signal.SIGTERM) is kill  # the process's own handler is back
+        assert summary["stopped_by_signal"] == "SIGTERM" and "--config.trainer.resume=True" in summary["stop_reason"]
+        assert finished_steps(str(tmp_path / "checkpoints")) == [1]
+        assert not os.path.exists(tmp_path / "hf_export")
+        cfg.trainer.resume = True
+        resumed = Trainer(cfg)
+        assert resumed.start_step == 2 and resumed.train()["stopped_by_signal"] is None
+        assert finished_steps(str(tmp_path / "checkpoints")) == [1, 3]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

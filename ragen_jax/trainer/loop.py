@@ -31,6 +31,7 @@ from ragen_jax.trainer import report
 from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer.diagnose import CollapseMonitor
 from ragen_jax.trainer.early_stop import early_stop_reason, reward_collapse
+from ragen_jax.trainer.interrupt import StopRequests, stop_message
 from ragen_jax.trainer.optim import make_optimizer
 from ragen_jax.trainer.settings import algo_settings, env_tag, rollout_config, validation_envs, write_config_json
 from ragen_jax.trainer.steps import (make_step_fns, masked_means, row_total_stats, sampler_agreement, scored_positions,
@@ -480,7 +481,6 @@ class Trainer:
         if self.start_step == 0 and (error := earlier_run_error(self.checkpointer.directory)):
             raise FileExistsError(error)  # before any work: a fresh run never mixes with an earlier one
         wall0 = time.perf_counter()
-        trained_tokens = 0.0
         if self.is_main:
             write_config_json(self.workdir, cfg)
         self.monitor.config(flatten_config(cfg.to_dict()))
@@ -500,10 +500,43 @@ class Trainer:
             vm = self.validate(0)
             self._record_val(0, vm)
             self.monitor.scalars(vm, 0)
-        stop_reason, saved = None, None
         bar = tqdm(range(self.start_step, t.total_steps), desc="train", disable=not self.is_main,
                    initial=self.start_step, total=t.total_steps, dynamic_ncols=True)
-        step = self.start_step - 1
+        # several hosts must stop at the same step: there a signal still ends the process at once
+        stops = StopRequests(enabled=jax.process_count() == 1)
+        with stops:
+            last, stop_reason, saved, trained_tokens = self._rl_steps(bar, stops)
+        bar.close()
+        if last >= self.start_step and saved != last:  # every run ends with its final state on disk
+            self.save(last)
+        if stops.received:  # the user or the scheduler wants the process gone: no final validation or export
+            logger.warning("Stopped by %s after step %d; checkpoint %s/%d saved. Continue with "
+                           "--config.trainer.resume=True and the same --workdir.", stops.received, last + 1,
+                           self.checkpointer.directory, last)
+        elif self.history and self.history[-1]["step"] != last + 1 and cfg.val.every:
+            vm = self.validate(last + 1)
+            self._record_val(last + 1, vm)
+            self.monitor.scalars(vm, last + 1)
+        wall = time.perf_counter() - wall0
+        summary = report.run_summary(self, wall, trained_tokens, stop_reason)
+        summary["stopped_by_signal"] = stops.received
+        if last >= self.start_step:
+            summary["outputs"].append(f"Checkpoint after {last + 1} RL steps: {self.checkpointer.directory}/{last}")
+        if t.export_hf and not stops.received:
+            folder = self.export(os.path.join(self.workdir, "hf_export"))
+            summary["outputs"].append(f"Hugging Face folder: {folder}")
+        self.monitor.flush()
+        if self.is_main:
+            with open(os.path.join(self.workdir, "summary.json"), "w") as f:
+                json.dump(summary, f, indent=2)
+        self.monitor.close()
+        return summary
+
+    def _rl_steps(self, bar, stops: StopRequests) -> tuple[int, str | None, int | None, float]:
+        """The RL steps of `bar` until the end, an early stop or a stop request -> (last step run, stop reason,
+        last step saved, tokens trained)."""
+        cfg, t = self.cfg, self.cfg.trainer
+        stop_reason, saved, step, trained_tokens = None, None, self.start_step - 1, 0.0
         for step in bar:
             t0 = time.perf_counter()
             metrics = self.train_step(step)
@@ -525,27 +558,10 @@ class Trainer:
             if stop_reason:
                 logger.warning("Early stop at step %d: %s.", step + 1, stop_reason)
                 break
-        bar.close()
-        last = step
-        if last >= self.start_step and saved != last:  # every run ends with its final state on disk
-            self.save(last)
-        if self.history and self.history[-1]["step"] != last + 1 and cfg.val.every:
-            vm = self.validate(last + 1)
-            self._record_val(last + 1, vm)
-            self.monitor.scalars(vm, last + 1)
-        wall = time.perf_counter() - wall0
-        summary = report.run_summary(self, wall, trained_tokens, stop_reason)
-        if last >= self.start_step:
-            summary["outputs"].append(f"Checkpoint after {last + 1} RL steps: {self.checkpointer.directory}/{last}")
-        if t.export_hf:
-            folder = self.export(os.path.join(self.workdir, "hf_export"))
-            summary["outputs"].append(f"Hugging Face folder: {folder}")
-        self.monitor.flush()
-        if self.is_main:
-            with open(os.path.join(self.workdir, "summary.json"), "w") as f:
-                json.dump(summary, f, indent=2)
-        self.monitor.close()
-        return summary
+            if stops.received:
+                stop_reason = stop_message(stops.received)
+                break
+        return step, stop_reason, saved, trained_tokens
 
     def export(self, folder: str) -> str:
         """Write the policy as a Hugging Face folder (LoRA merged) that transformers can load.

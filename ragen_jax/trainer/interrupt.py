@@ -1,0 +1,56 @@
+"""Ctrl-C (SIGINT) and SIGTERM (a scheduler's preemption) during RL: finish the step, save it, stop.
+
+Without this, either signal killed the run mid-step and lost every step since the last checkpoint (all of
+them in a preset with trainer.save_every=0). A second signal stops at once, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopRequests:
+    """Context manager: while open, SIGINT/SIGTERM set `.received` (the signal's name) instead of killing the
+    process; the loop checks it after each step. The second signal restores the earlier handlers and is
+    delivered to them (KeyboardInterrupt, or the default termination). `enabled=False` (e.g. several hosts,
+    which must stop at the same step, or not the main thread) leaves the handlers alone."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopRequests":
+        if self.enabled:
+            self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.received is not None:  # the second one: stop now, the way the signal would have
+            self._restore()
+            signal.raise_signal(signum)
+            return
+        self.received = name
+        logger.warning("%s received: the run stops after this step and saves it (send it again to stop at once, "
+                       "losing the step).", name)
+
+
+def stop_message(signal_name: str) -> str:
+    """The stop reason a run interrupted by `signal_name` reports."""
+    return f"stopped by {signal_name}; continue it with --config.trainer.resume=True and the same --workdir"
