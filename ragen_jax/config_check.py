@@ -64,6 +64,8 @@ def validate_config(cfg, mode: str = "train") -> None:
         POLICY_LOSSES.get(algo.custom_policy_loss or algo.policy_loss)
     except (KeyError, ImportError, AttributeError, ValueError) as e:
         errors.append(f"config.algo: {e}")
+    else:
+        errors += _algo_contract_errors(cfg)
     try:
         FilterConfig.from_mapping(dict(cfg.filter))
     except ValueError as e:
@@ -196,3 +198,20 @@ def _warmstart_errors(warmstart, spec, mode: str) -> list[str]:
     fix = f"set {jsonl}" if mode == "sft" else f"set config.warmstart.enabled=False, or {jsonl}"
     return [f"config.warmstart.source={warmstart.source!r} plays demonstrations in a JAX env batch, but "
             f"config.env.name={spec.name!r} is a host env: {fix}"]
+
+
+def _algo_contract_errors(cfg) -> list[str]:
+    """A user's advantage estimator or policy loss (an import path, or a name it registered) whose signature or
+    output breaks its contract; only built-ins selected: nothing to check (their contracts are tested)."""
+    from ragen_jax.algos.presets import resolve_adv_estimator
+    from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+
+    algo = cfg.algo
+    adv = ADVANTAGE_ESTIMATORS.get(algo.custom_adv_estimator or resolve_adv_estimator(dict(algo)))
+    loss = POLICY_LOSSES.get(algo.custom_policy_loss or algo.policy_loss)
+    if all(getattr(fn, "__module__", "").startswith("ragen_jax.") for fn in (adv, loss)):
+        return []
+    from ragen_jax.trainer.settings import algo_settings
+    from ragen_jax.trainer.steps import algo_contract_problems
+
+    return [f"config.algo: {p}" for p in algo_contract_problems(algo_settings(cfg))]

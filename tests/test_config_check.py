@@ -163,3 +163,64 @@ def test_the_micro_batch_error_shows_both_values():
     cfg.trainer.mini_batch_size, cfg.trainer.micro_batch_size = 33, 16
     with pytest.raises(ValueError, match=r"mini_batch_size \(33\) must be a multiple of .*micro_batch_size \(16\)"):
         validate_config(cfg)
+
+
+def _adv_one_array(inputs):
+    return inputs.response_mask  # forgot the returns
+
+
+def _adv_per_episode(inputs):
+    score = inputs.token_level_rewards.sum(-1)
+    return score, score  # [B], not [B, T]
+
+
+def _adv_wrong_signature(rewards, mask, values):
+    return rewards, rewards
+
+
+def _loss_summed(logprobs, old_logprobs, advantages, response_mask):
+    return (-advantages * logprobs).sum(-1), {}  # reduced: the aggregation mode must do that
+
+
+def _loss_without_metrics(logprobs, old_logprobs, advantages, response_mask):
+    return -advantages * logprobs
+
+
+@pytest.mark.parametrize("key, fn, needles", [
+    ("custom_adv_estimator", "_adv_one_array", ["returned float32[4, 8]", "(advantages [B, T], returns [B, T])"]),
+    ("custom_adv_estimator", "_adv_per_episode", ["returned (float32[4], float32[4])", "returns [B, T]"]),
+    ("custom_adv_estimator", "_adv_wrong_signature", ["failed on inputs", "TypeError", "fn(inputs: AdvantageInputs"]),
+    ("custom_policy_loss", "_loss_summed", ["returned (float32[4], dict)", "(loss [B, T], metrics dict)"]),
+    ("custom_policy_loss", "_loss_without_metrics", ["returned float32[4, 8]", "(loss [B, T], metrics dict)"]),
+])
+def test_a_custom_algorithm_breaking_its_contract_is_refused_before_any_model_is_built(key, fn, needles):
+    """Not a traceback from inside the jitted update after the first rollout: the function, what it did, the fix."""
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.algo[key] = f"test_config_check:{fn}"
+    with pytest.raises(ValueError) as info:
+        validate_config(cfg)
+    line = next(line for line in str(info.value).splitlines() if f"test_config_check:{fn}" in line)
+    for needle in needles + ["docs/custom_losses.md"]:
+        assert needle in line, line
+
+
+def test_the_docs_custom_algorithms_keep_their_contract():
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.algo.custom_adv_estimator = "test_config_check:_doc_median_baseline"
+    cfg.algo.custom_policy_loss = "test_config_check:_doc_clipped_pg"
+    validate_config(cfg)
+
+
+def _doc_median_baseline(inputs, *, scale: float = 1.0):  # docs/custom_losses.md
+    import jax.numpy as jnp
+
+    score = inputs.token_level_rewards.sum(-1)
+    adv = scale * (score - jnp.median(score))[:, None] * inputs.response_mask
+    return adv, adv
+
+
+def _doc_clipped_pg(logprobs, old_logprobs, advantages, response_mask, *, clip_ratio_high=0.28):
+    import jax.numpy as jnp
+
+    ratio = jnp.minimum(jnp.exp(logprobs - old_logprobs), 1 + clip_ratio_high)
+    return -advantages * ratio * response_mask, {}

@@ -162,6 +162,37 @@ def _accumulate(loss_fn, params, micro_batches, denominators, *args):
     return loss, grads, jax.tree.map(jnp.mean, metrics)
 
 
+def advantage_hparams(algo: AlgoSettings) -> dict[str, Any]:
+    """The keywords an advantage estimator may take (each receives those its signature names)."""
+    return dict(gamma=algo.gamma, lam=algo.lam, high_level_gamma=algo.high_level_gamma,
+                norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+
+
+def policy_loss_hparams(algo: AlgoSettings) -> dict[str, Any]:
+    """The keywords a policy loss may take besides the [B, T] array sampler_logprobs."""
+    return dict(clip_ratio_low=algo.clip_ratio_low, clip_ratio_high=algo.clip_ratio_high,
+                clip_ratio_c=algo.clip_ratio_c, tis_cap=algo.tis_cap)
+
+
+def algo_contract_problems(algo: AlgoSettings) -> list[str]:
+    """What breaks the contracts of the advantage estimator and policy loss `algo` names (with the keywords the
+    update passes them), checked on small abstract inputs; the built-ins, tested elsewhere, are skipped."""
+    from ragen_jax.algos.contracts import B, T, advantage_estimator_problem, policy_loss_problem
+    from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS
+
+    def custom(fn):
+        return not getattr(fn, "__module__", "").startswith("ragen_jax.")
+
+    problems = []
+    adv_fn, loss_fn = ADVANTAGE_ESTIMATORS.get(algo.adv_estimator), POLICY_LOSSES.get(algo.policy_loss)
+    if custom(adv_fn):
+        problems.append(advantage_estimator_problem(adv_fn, repr(algo.adv_estimator), **advantage_hparams(algo)))
+    if custom(loss_fn):
+        problems.append(policy_loss_problem(loss_fn, repr(algo.policy_loss), **policy_loss_hparams(algo),
+                                            sampler_logprobs=jax.ShapeDtypeStruct((B, T), jnp.float32)))
+    return [p for p in problems if p]
+
+
 def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx, critic_tx,
                   micro_batch_size: int) -> dict[str, Callable]:
     """Jitted scoring / advantage / update functions for one training run."""
@@ -185,9 +216,7 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         inputs = AdvantageInputs(token_level_rewards=token_rewards, response_mask=loss_mask,
                                  values=values, group_ids=group_ids, episode_ids=episode_ids,
                                  turn_end_mask=turn_ends)
-        adv, returns = compute_advantages(algo.adv_estimator, inputs, gamma=algo.gamma, lam=algo.lam,
-                                          high_level_gamma=algo.high_level_gamma,
-                                          norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+        adv, returns = compute_advantages(algo.adv_estimator, inputs, **advantage_hparams(algo))
         adv = shape_advantages(adv, loss_mask, token_rewards.astype(jnp.float32).sum(axis=-1), group_ids, episode_ids,
                                soft_reweight=algo.soft_advantage_reweight and algo.adv_estimator == "grpo",
                                length_weight=algo.grpo_advantage_length_weight and algo.adv_estimator == "grpo",
@@ -203,10 +232,8 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
                                             temperature=algo.temperature, chunk_size=algo.logprob_chunk,
                                             positions=mb.get("positions"))
         mask = mb["loss_mask"]
-        pg, metrics = call_with_supported(
-            policy_fn, logprobs, mb["old_logprobs"], mb["advantages"], mask,
-            clip_ratio_low=algo.clip_ratio_low, clip_ratio_high=algo.clip_ratio_high,
-            clip_ratio_c=algo.clip_ratio_c, sampler_logprobs=mb["sample_logprobs"], tis_cap=algo.tis_cap)
+        pg, metrics = call_with_supported(policy_fn, logprobs, mb["old_logprobs"], mb["advantages"], mask,
+                                          sampler_logprobs=mb["sample_logprobs"], **policy_loss_hparams(algo))
         num = agg_numerator(pg * mb["rollout_weights"], mask, algo.loss_agg_mode)
         ent_num = agg_numerator(entropy, mask, algo.loss_agg_mode)
         total = num - algo.entropy_coeff * ent_num
