@@ -208,3 +208,10 @@ def test_hf_config_mapping_defaults_and_legacy_keys():
                            dtype="float32")
     assert llama.num_kv_heads == 4 and llama.rope_theta == 5e5 and llama.rope_params["rope_type"] == "llama3"
     assert hash(llama) == hash(llama.replace())
+
+
+@pytest.mark.parametrize("text", ['{"model_type": "qwen2", ', "[1, 2]"])
+def test_a_config_json_that_is_not_a_json_object_names_the_file(bad, text):
+    (bad / "config.json").write_text(text)
+    with pytest.raises(CheckpointError, match=r"config\.json (is not valid JSON|holds a list)"):
+        hf_module.read_config(bad)

@@ -184,3 +184,33 @@ def test_a_config_file_that_fails_to_load_is_one_fatal_line_naming_it(tmp_path, 
         proc = run_cli(f"--config={path}:tiny", *extra, workdir=wd, mode="train")
         fatal = assert_one_fatal_line(proc, wd, f"config file '{path}'", *needles)
         assert "unknown config key" not in fatal
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("no_chat_template", "has no chat template"),
+    ("bad_json", "valid JSON"),  # the tokenizer, loaded first, reads config.json too
+    ("missing_key", "lacks the required key 'hidden_size'"),
+    ("bad_heads", "must be a multiple of num_kv_heads"),
+])
+def test_a_model_folder_that_cannot_serve_is_one_fatal_line(tmp_path, damage, needle):
+    """A model folder's problems (read before any weight loads) are one FATAL line, never a traceback; a
+    tokenizer without a chat template (a base model's) is one at load time, not at the first rollout."""
+    from ragen_jax.models import make_tiny_model, save_pretrained
+
+    folder = tmp_path / "model"
+    save_pretrained(make_tiny_model(seed=0)[0], folder, make_tiny_model(seed=0)[1])
+    config = json.loads((folder / "config.json").read_text())
+    if damage == "no_chat_template":
+        (folder / "chat_template.jinja").unlink()
+    elif damage == "bad_json":
+        (folder / "config.json").write_text('{"model_type": "qwen2", ')
+    elif damage == "missing_key":
+        del config["hidden_size"]
+        (folder / "config.json").write_text(json.dumps(config))
+    else:
+        config["num_attention_heads"] = 3
+        (folder / "config.json").write_text(json.dumps(config))
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/bandit.py:tiny", "--config.model.preset=", f"--config.model.path={folder}",
+                   "--config.warmstart.enabled=False", "--compile_cache=", workdir=wd, mode="train")
+    assert_one_fatal_line(proc, wd, needle)

@@ -14,7 +14,7 @@ from flax import nnx
 from safetensors import safe_open
 
 from ragen_jax.models.config import DTYPES, ModelConfig, config_from_hf, config_to_hf
-from ragen_jax.models.hf_files import INDEX, SINGLE, ExpectedTensor, check_tensors, checkpoint_tensors
+from ragen_jax.models.hf_files import INDEX, SINGLE, CheckpointError, ExpectedTensor, check_tensors, checkpoint_tensors
 from ragen_jax.models.tokenizer import Tokenizer
 from ragen_jax.models.transformer import CausalLM, ValueModel
 
@@ -42,13 +42,18 @@ def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dt
         if value is not None and value not in DTYPES:
             raise ValueError(f"{name}={value!r} cannot be honoured; choose one of {DTYPES}.")
     with open(path) as f:
-        hf = json.load(f)
+        try:
+            hf = json.load(f)
+        except ValueError as e:
+            raise CheckpointError(f"{path} is not valid JSON ({e}); download it again or fix it.") from None
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{path} holds a {type(hf).__name__}, not a JSON object; download it again or fix it.")
     try:
         return config_from_hf(hf, param_dtype=param_dtype, dtype=dtype)
-    except KeyError as e:
-        raise ValueError(f"{path} lacks the required key {e.args[0]!r}.") from e
+    except KeyError as e:  # CheckpointError: run.py shows the model folder's problems as one line
+        raise CheckpointError(f"{path} lacks the required key {e.args[0]!r}.") from e
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+        raise CheckpointError(f"{path}: {e}") from e
 
 
 def _fresh_param(path: tuple[Any, ...], abstract: jax.ShapeDtypeStruct, seed: int) -> jax.Array:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from ragen_jax.models.hf_files import CheckpointError
+
 _EOS_CANDIDATES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
 # Files that hold a vocabulary (fast tokenizer, BPE vocab, sentencepiece, WordPiece); without one
 # of them AutoTokenizer builds an empty tokenizer instead of failing.
@@ -35,12 +37,12 @@ class Tokenizer:
         try:
             hf = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         except Exception as e:  # transformers raises many kinds here; name the folder
-            raise ValueError(
+            raise CheckpointError(
                 f"Could not load a tokenizer from {folder!r} ({type(e).__name__}: {e}). The folder needs "
                 "tokenizer.json (or vocab/merges files) and tokenizer_config.json."
             ) from e
         if not hf.encode("a", add_special_tokens=False):
-            raise ValueError(f"The tokenizer in {folder!r} encodes 'a' to no ids (an empty vocabulary); its "
+            raise CheckpointError(f"The tokenizer in {folder!r} encodes 'a' to no ids (an empty vocabulary); its "
                              "tokenizer files are incomplete. Copy them from the model the weights came from.")
         return cls(hf)
 

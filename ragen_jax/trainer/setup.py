@@ -9,7 +9,7 @@ from typing import Any
 from flax import nnx
 
 from envs.batch import make_env_batch
-from ragen_jax.models import CausalLM, ValueModel, apply_lora, load_model, load_tokenizer
+from ragen_jax.models import CausalLM, CheckpointError, ValueModel, apply_lora, load_model, load_tokenizer
 from ragen_jax.models.lora import trainable_filter
 
 
@@ -92,11 +92,22 @@ def load_policy_and_tokenizer(model_cfg) -> tuple[nnx.Module, Any]:
     else:
         folder = resolve_model_path(model_cfg.path)
         tokenizer = load_tokenizer(folder)  # first: a missing tokenizer fails before the weights load
+        check_chat_template(tokenizer, folder)
         model = load_model(folder, remat=model_cfg.remat, **dtype_kwargs)
     if model_cfg.lora.rank > 0:
         model = apply_lora(model, model_cfg.lora.rank, model_cfg.lora.alpha, _lora_targets(model_cfg),
                            rngs=nnx.Rngs(model_cfg.seed + 1))
     return model, tokenizer
+
+
+def check_chat_template(tokenizer, folder: str) -> None:
+    """Every prompt goes through the tokenizer's chat template: a folder without one (a base model's) is refused
+    when it loads, not at the first rollout after the weights loaded and compiled."""
+    if not getattr(tokenizer.hf, "chat_template", None):
+        raise CheckpointError(
+            f"The tokenizer in {folder!r} has no chat template (a base model's?), and every prompt is built with it. "
+            "Use the model's Instruct variant, or add a chat template (chat_template.jinja, or 'chat_template' in "
+            "tokenizer_config.json) from a model of the same family.")
 
 
 def make_critic(model_cfg, policy: CausalLM) -> ValueModel:
