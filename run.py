@@ -60,6 +60,8 @@ def main(argv):
         sys.exit(f"FATAL {e}")
     workdir = _WORKDIR.value or cfg.workdir
     cfg.workdir = workdir  # config.json, the hparams and --print_config record where this run writes
+    if (error := _workdir_error(workdir)) and not _PRINT_CONFIG.value:
+        sys.exit(f"FATAL {error}")  # before minutes of model loading
     if _MODE.value == "sft" or (_MODE.value == "train" and not cfg.trainer.resume):
         from ragen_jax.checkpoint import earlier_run_error
 
@@ -211,6 +213,20 @@ def _config_file_failure(error: BaseException, path: str) -> str | None:
         return None
     return (f"config file {path!r} could not be loaded: {type(error).__name__}: {error} (raised at line {lines[-1]} "
             "of that file); fix the file, or pass another --config.")
+
+
+def _workdir_error(workdir: str) -> str | None:
+    """Why this process cannot create or write `workdir`, judged on its nearest existing folder (nothing is
+    created), else None."""
+    existing = os.path.abspath(workdir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"--workdir={workdir} cannot be created: {existing} is a file, not a folder. Pass another --workdir."
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (f"--workdir={workdir} cannot be written: this user may not write in {existing} (or its file system "
+                "is read-only). Pass another --workdir, or fix the folder's permissions.")
+    return None
 
 
 def _interrupted(checkpoints: str) -> str:

@@ -214,3 +214,13 @@ def test_a_model_folder_that_cannot_serve_is_one_fatal_line(tmp_path, damage, ne
     proc = run_cli("--config=configs/bandit.py:tiny", "--config.model.preset=", f"--config.model.path={folder}",
                    "--config.warmstart.enabled=False", "--compile_cache=", workdir=wd, mode="train")
     assert_one_fatal_line(proc, wd, needle)
+
+
+def test_a_workdir_that_cannot_be_created_is_one_fatal_line_before_the_model_loads(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    wd = tmp_path / "a_file" / "run"
+    for mode in ("train", "eval"):
+        proc = run_cli("--config=configs/bandit.py:tiny", workdir=wd, mode=mode)
+        fatal = assert_one_fatal_line(proc, wd, f"--workdir={wd} cannot be created", "is a file, not a folder",
+                                      "Pass another --workdir")
+        assert "model" not in proc.stderr.replace(fatal, ""), proc.stderr  # nothing was built first
