@@ -61,6 +61,21 @@ def state_differences(stored: dict[str, tuple], wanted: dict[str, tuple], limit:
     return problems[:limit] + ([f"... and {len(problems) - limit} more"] if len(problems) > limit else [])
 
 
+def unreadable_checkpoint(directory: str, step: int, error: BaseException) -> str:
+    """The error of checkpoint `step` in `directory` that cannot be read (damaged, or cut short by a crash or a full
+    disk), with the fix."""
+    while error.__cause__ is not None:  # Orbax wraps the file's own error (TensorStore's) in its own
+        error = error.__cause__
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    cause = f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
+    folder = os.path.join(directory, str(step))
+    earlier = [s for s in finished_steps(directory) if s < step]
+    fix = (f"Move it aside (mv {folder} {folder}.damaged) to go on from checkpoint {earlier[-1]}, the one before "
+           "it" if earlier else f"No earlier checkpoint is in {directory}: delete that folder to start over")
+    return f"Checkpoint {step} in {directory} cannot be read ({cause}); it is damaged or was not completely " \
+           f"written. {fix}, or give this run another --workdir."
+
+
 class Checkpointer:
     """Save/restore numbered checkpoints under `directory` (only process 0 writes metadata)."""
 
@@ -105,7 +120,7 @@ class Checkpointer:
                 raise FileNotFoundError(f"no model state in {os.path.join(self.directory, str(step))}")
             stored = leaf_shapes(stored)
         except Exception as e:  # noqa: BLE001 - any failure to read it means the same to the user
-            raise CheckpointError(self._unreadable(step, e)) from e
+            raise CheckpointError(unreadable_checkpoint(self.directory, step, e)) from e
         problems = state_differences(stored, leaf_shapes(abstract_state))
         if problems:
             run_config = os.path.join(os.path.dirname(self.directory), "config.json")
@@ -118,7 +133,7 @@ class Checkpointer:
             restored = self.manager.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
         except Exception as e:  # noqa: BLE001
-            raise CheckpointError(self._unreadable(step, e)) from e
+            raise CheckpointError(unreadable_checkpoint(self.directory, step, e)) from e
         return restored["state"], restored["meta"]
 
     def restore_meta(self, step: int) -> dict:
@@ -128,20 +143,7 @@ class Checkpointer:
         try:
             return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
         except Exception as e:  # noqa: BLE001
-            raise CheckpointError(self._unreadable(step, e)) from e
-
-    def _unreadable(self, step: int, error: BaseException) -> str:
-        """The error of checkpoint `step` that cannot be read (damaged, or cut short by a crash or a full disk)."""
-        while error.__cause__ is not None:  # Orbax wraps the file's own error (TensorStore's) in its own
-            error = error.__cause__
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        cause = f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
-        folder = os.path.join(self.directory, str(step))
-        earlier = [s for s in finished_steps(self.directory) if s < step]
-        fix = (f"Move it aside (mv {folder} {folder}.damaged) to go on from checkpoint {earlier[-1]}, the one before "
-               "it" if earlier else f"No earlier checkpoint is in {self.directory}: delete that folder to start over")
-        return f"Checkpoint {step} in {self.directory} cannot be read ({cause}); it is damaged or was not completely " \
-               f"written. {fix}, or give this run another --workdir."
+            raise CheckpointError(unreadable_checkpoint(self.directory, step, e)) from e
 
     def close(self) -> None:
         if self._manager is not None:

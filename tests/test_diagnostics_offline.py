@@ -131,6 +131,25 @@ def test_a_run_folder_without_hf_export_restores_its_latest_checkpoint(played, t
     assert tok.encode("<think>a</think>") == exported_tok.encode("<think>a</think>")
 
 
+def test_a_damaged_checkpoint_is_named_with_the_fix(played, tmp_path, capsys):
+    """The offline CLI restores checkpoints by its own path: a damaged one is the trainer's CheckpointError, not an
+    Orbax traceback."""
+    from ragen_jax.models import CheckpointError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(played.run / "config.json", run / "config.json")
+    shutil.copytree(played.run / "checkpoints", run / "checkpoints")
+    state = run / "checkpoints" / str(STEP - 1) / "state"
+    for path in [p for p in state.rglob("*") if p.is_file() and p.parent.name == "d"]:
+        with open(path, "r+b") as f:  # every data file half-written
+            f.truncate(path.stat().st_size // 2)
+    with pytest.raises(CheckpointError, match=f"Checkpoint {STEP - 1} in .* cannot be read"):
+        load_policy(str(run))
+    assert main([played.pkl, "--checkpoint", str(run)]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+
+
 def test_bad_checkpoint_folders_are_named(played, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="hf_export/ or checkpoints/"):

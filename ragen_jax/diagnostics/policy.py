@@ -75,10 +75,16 @@ def _load_from_orbax(run_dir: str) -> tuple[Any, Any, str]:
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), model.trainable)
     restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=jax.sharding.SingleDeviceSharding(
         jax.devices()[0])), abstract)
-    state = ocp.PyTreeCheckpointer().restore(
-        os.path.join(directory, str(step), "state"),
-        args=ocp.args.PyTreeRestore(item={"actor": abstract}, restore_args={"actor": restore_args},
-                                    partial_restore=True))
+    try:
+        state = ocp.PyTreeCheckpointer().restore(
+            os.path.join(directory, str(step), "state"),
+            args=ocp.args.PyTreeRestore(item={"actor": abstract}, restore_args={"actor": restore_args},
+                                        partial_restore=True))
+    except Exception as e:  # noqa: BLE001 - damaged, cut short or another model's: the same advice
+        from ragen_jax.checkpoint import unreadable_checkpoint
+        from ragen_jax.models import CheckpointError
+
+        raise CheckpointError(unreadable_checkpoint(directory, step, e)) from e
     module = nnx.merge(model.graphdef, state["actor"], model.frozen)
     if cfg.model.lora.rank > 0:
         from ragen_jax.models import merge_lora
