@@ -1,6 +1,8 @@
 """Validation on several envs in one run (RAGEN's es_manager.val tags): each env's metrics under its own tag, the
 first env's episodes as a one-env validation plays them, the low-success stop counted per env."""
 
+import re
+
 import pytest
 
 from ragen_jax.trainer.early_stop import early_stop_reason
@@ -32,6 +34,18 @@ def test_each_validation_env_plays_its_episodes_and_reports_under_its_tag(tmp_pa
     for a, b in zip(one_episodes, episodes[:6]):  # the first env keeps a one-env validation's keys
         assert [list(r.response_tokens) for r in a.history] == [list(r.response_tokens) for r in b.history]
         assert a.total_reward == b.total_reward
+
+
+def test_the_summary_counts_every_env(tmp_path, capsys):
+    from ragen_jax.trainer import report
+
+    trainer = Trainer(_config(tmp_path, "Bandit,BanditTest"))
+    summary = report.run_summary(trainer, 1.0, 0.0, None)
+    assert summary["val_episodes"] == 12 and summary["val_envs"] == ["Bandit", "BanditTest"]
+    report.print_summary(summary, str(tmp_path))
+    out = capsys.readouterr().out
+    assert re.search(r"episodes per validation +12\n", out), out
+    assert re.search(r"validation success is on +Bandit \(also BanditTest: TensorBoard val/\*\)\n", out), out
 
 
 def test_the_low_success_stop_counts_each_env(tmp_path):

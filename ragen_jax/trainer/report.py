@@ -119,7 +119,9 @@ def run_summary(trainer, wall: float, trained_tokens: float, stop_reason: str | 
         "updates_skipped": trainer.counters["updates_skipped"],
         "mean_kept_ratio": (trainer.counters["kept_ratio_sum"] / trainer.counters["steps_run"]
                             if trainer.counters["steps_run"] else None),
-        "val_episodes": trainer.cfg.val.groups * trainer.cfg.val.group_size if trainer.cfg.val.every else 0,
+        "val_envs": list(trainer.val_names),
+        "val_episodes": (trainer.cfg.val.groups * trainer.cfg.val.group_size * len(trainer.val_names)
+                         if trainer.cfg.val.every else 0),
         "workdir": trainer.workdir,
         "outputs": [],
     }
@@ -135,6 +137,8 @@ def print_summary(summary: dict, tb_dir: str) -> None:
         ("validation success after RL", _pct(summary.get("val_success_final"))),
         ("best validation success", _pct(summary.get("val_success_best"))),
         ("episodes per validation", f"{summary.get('val_episodes', 0)}"),
+        *([("validation success is on", f"{envs[0]} (also {', '.join(envs[1:])}: TensorBoard val/*)")]
+          if len(envs := summary.get("val_envs") or []) > 1 else []),
         ("RL steps", f"{summary.get('steps_run', 0)}"),
         ("updates applied / skipped", f"{summary.get('updates_applied', 0)} / {summary.get('updates_skipped', 0)}"),
         ("mean filter kept ratio", _pct(summary.get("mean_kept_ratio"))),
