@@ -49,13 +49,19 @@ def only_groups(result: RolloutResult, groups: np.ndarray, group_size: int) -> R
     return dataclasses.replace(result, episodes=[result.episodes[i] for i in keep], batch=batch)
 
 
-def test_dropped_groups_change_nothing_and_kept_rows_are_the_whole_update(tmp_path, monkeypatch):
+def _scripted_rollout(tmp_path, monkeypatch):
+    """A trainer and its rollout of 4 groups x 4 whose responses read as the picks in PICKS."""
     probe = Trainer(grpo_config(tmp_path / "probe", 0.5))
     picks = iter(PICKS)
     monkeypatch.setattr(probe.engine.tokenizer, "decode", lambda ids: f"</think><answer>{next(picks)}</answer>")
     result = probe.engine.run(probe.sampling_params(), probe.train_env, *group_seeds(10000, 4, 4),
                               jax.random.PRNGKey(3), tag="pick", row_multiple=4)
     monkeypatch.undo()
+    return probe, result
+
+
+def test_dropped_groups_change_nothing_and_kept_rows_are_the_whole_update(tmp_path, monkeypatch):
+    probe, result = _scripted_rollout(tmp_path, monkeypatch)
     assert [ep.total_reward for ep in result.episodes] == [1.0 if p == "A" else 0.0 for p in PICKS]
     kept, dropped = np.array([1, 2]), np.array([0, 3])
 
@@ -106,12 +112,7 @@ def test_length_and_entropy_filters_run_in_the_trainer_as_ragen_scores_them(tmp_
     policy, averaged per trajectory; group mean / unbiased std)."""
     from ragen_jax.trainer.steps import policy_logprobs
 
-    probe = Trainer(grpo_config(tmp_path / "probe", 0.5))
-    picks = iter(PICKS)
-    monkeypatch.setattr(probe.engine.tokenizer, "decode", lambda ids: f"</think><answer>{next(picks)}</answer>")
-    result = probe.engine.run(probe.sampling_params(), probe.train_env, *group_seeds(10000, 4, 4),
-                              jax.random.PRNGKey(3), tag="pick", row_multiple=4)
-    monkeypatch.undo()
+    probe, result = _scripted_rollout(tmp_path, monkeypatch)
     b, n = result.batch, len(result.episodes)
     mask = b.loss_mask > 0
     length = _per_episode(mask.sum(axis=1), b.episode_ids, n, "sum").reshape(4, 4)

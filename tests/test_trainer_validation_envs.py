@@ -60,6 +60,9 @@ def test_the_low_success_stop_counts_each_env(tmp_path):
                      "in a row"
     trainer._record_val(9, {"val/Bandit/success": 0.5, "val/BanditTest/success": 0.5})
     assert early_stop_reason({}, trainer.counters, es, 5) is None
+    one_env = {**trainer.counters, "val_low_streaks": {"Bandit": es.val_patience}}  # one env: no name needed
+    assert early_stop_reason({}, one_env, es, 5) == (f"validation success stayed below {es.val_success_below} "
+                                                     f"{es.val_patience} times in a row")
 
 
 def test_validation_env_names_are_checked(tmp_path):

@@ -426,6 +426,8 @@ def with_decode_weights(model: CausalLM, weights: dict[str, jax.Array]) -> Causa
 class ValueModel(nnx.Module):
     """PPO critic: the causal LM backbone and a Linear(D -> 1) head giving one value per token."""
 
+    HEAD = "score"  # the head's attribute: trained whole when the backbone trains LoRA adapters
+
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
         self.model = Decoder(config, rngs=rngs)
@@ -444,15 +446,14 @@ class ValueModel(nnx.Module):
         """A critic whose backbone is a copy of lm's (value head freshly initialised). lm's LoRA adapters are
         merged into it, or with `keep_lora` copied as adapters of the critic's own over lm's base weights (a
         LoRA critic, as veRL's with lora_rank > 0)."""
-        from ragen_jax.models.lora import LoRALinear, has_lora, merge_lora
+        from ragen_jax.models.lora import has_lora, merge_lora
 
+        if keep_lora and not has_lora(lm):
+            raise ValueError("keep_lora=True needs a model with LoRA adapters (apply_lora first).")
         if has_lora(lm) and not keep_lora:
             lm = merge_lora(lm)
         critic = cls(lm.config, rngs=rngs)
         if keep_lora:
-            adapters = [m for _, m in nnx.iter_graph(lm) if isinstance(m, LoRALinear)]
-            if not adapters:
-                raise ValueError("keep_lora=True needs a model with LoRA adapters (apply_lora first).")
             _mirror_lora(critic, lm)
         nnx.update(critic.model, jax.tree.map(jnp.copy, nnx.state(lm.model)))
         return critic

@@ -33,27 +33,28 @@ def episode_metrics(episodes: list[Episode], tag: str) -> dict[str, float]:
     return out
 
 
+def _mean(values) -> float:
+    """The mean, 0 over nothing (no healthy episode)."""
+    return float(np.mean(values)) if len(values) else 0.0
+
+
 def _policy_metrics(episodes: list[Episode], tag: str, group_size: int) -> dict[str, float]:
-    if not episodes:
-        return {f"{tag}/{k}": 0.0 for k in ("success", "num_actions", "num_turns", f"pass_at_{group_size}",
-                                             "action_is_valid", "action_is_effective", "reward", "env_reward",
-                                             "format_penalty")}
     by_group: dict[int, list[Episode]] = defaultdict(list)
     for ep in episodes:
         by_group[ep.group_id].append(ep)
     turns = np.array([max(ep.num_turns, 1) for ep in episodes], np.float64)
     out = {
-        f"{tag}/success": float(np.mean([ep.success for ep in episodes])),
-        f"{tag}/num_actions": float(np.mean([ep.num_actions for ep in episodes])),
-        f"{tag}/num_turns": float(np.mean([ep.num_turns for ep in episodes])),
-        f"{tag}/pass_at_{group_size}": float(np.mean([any(e.success for e in g) for g in by_group.values()])),
-        f"{tag}/action_is_valid": float(np.mean(np.array([ep.valid_turns for ep in episodes]) / turns)),
-        f"{tag}/action_is_effective": float(np.mean(np.array([ep.effective_turns for ep in episodes]) / turns)),
-        f"{tag}/reward": float(np.mean([ep.total_reward for ep in episodes])),
-        f"{tag}/env_reward": float(np.mean([ep.env_reward for ep in episodes])),
-        f"{tag}/format_penalty": float(np.mean([ep.penalty for ep in episodes])),
+        f"{tag}/success": _mean([ep.success for ep in episodes]),
+        f"{tag}/num_actions": _mean([ep.num_actions for ep in episodes]),
+        f"{tag}/num_turns": _mean([ep.num_turns for ep in episodes]),
+        f"{tag}/pass_at_{group_size}": _mean([any(e.success for e in g) for g in by_group.values()]),
+        f"{tag}/action_is_valid": _mean(np.array([ep.valid_turns for ep in episodes]) / turns),
+        f"{tag}/action_is_effective": _mean(np.array([ep.effective_turns for ep in episodes]) / turns),
+        f"{tag}/reward": _mean([ep.total_reward for ep in episodes]),
+        f"{tag}/env_reward": _mean([ep.env_reward for ep in episodes]),
+        f"{tag}/format_penalty": _mean([ep.penalty for ep in episodes]),
     }
     keys = {k for ep in episodes for k in ep.info_sums} - {"action_is_valid", "action_is_effective"}
     for k in sorted(keys):
-        out[f"{tag}/{k}"] = float(np.mean([ep.info_sums.get(k, 0.0) / t for ep, t in zip(episodes, turns)]))
+        out[f"{tag}/{k}"] = _mean([ep.info_sums.get(k, 0.0) / t for ep, t in zip(episodes, turns)])
     return out

@@ -211,7 +211,7 @@ def estimate_memory(
     grads = _shard_bytes(trainable, mesh, rules, "float32")  # accumulated in float32 (trainer/steps.py)
     if with_critic:
         c_train, c_frozen = _abstract_split(ValueModel, c.replace(remat="none"), lora_rank, tuple(lora_targets),
-                                            head="score")  # a LoRA critic under LoRA, as the trainer builds it
+                                            head=ValueModel.HEAD)  # a LoRA critic under LoRA, as the trainer
         critic = _shard_bytes(c_train, mesh, rules) + _shard_bytes(c_frozen, mesh, rules)
         c_grads = _shard_bytes(c_train, mesh, rules, "float32")
         params, grads, opt = params + critic, max(grads, c_grads), opt + optimizer_states * _shard_bytes(

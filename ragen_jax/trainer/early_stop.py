@@ -28,7 +28,7 @@ def reward_collapse(first: list[float], recent: list[float], std: float, window:
 def early_stop_reason(metrics: Mapping[str, float], counters: Mapping[str, Any], es: Any,
                       empty_stop_steps: int) -> str | None:
     """Why the run stops after this step, or None. es: the config's trainer.early_stop block; counters: the
-    trainer's (std_zero_streak, val_low_streak, skipped_in_a_row, reward_std_first)."""
+    trainer's (std_zero_streak, val_low_streaks, skipped_in_a_row, reward_std_first)."""
     if metrics.get("early_stop/filter_empty"):
         if metrics.get("rollout/env_error_ratio") == 1.0:
             return (f"every episode's environment failed, {empty_stop_steps} steps in a row "
@@ -40,8 +40,10 @@ def early_stop_reason(metrics: Mapping[str, float], counters: Mapping[str, Any],
                 f"{es.reward_collapse_ratio:g} x its mean over the first trained steps ({np.mean(first):.4g})")
     if es.reward_std_patience and counters["std_zero_streak"] >= es.reward_std_patience:
         return f"in-group reward std was zero for {es.reward_std_patience} steps in a row"
-    if es.val_patience and counters["val_low_streak"] >= es.val_patience:
-        where = f" on {counters['val_low_env']}" if counters.get("val_low_env") else ""
+    streaks = counters["val_low_streaks"]  # per validation env
+    worst = max(streaks, key=streaks.get, default=None)
+    if es.val_patience and worst is not None and streaks[worst] >= es.val_patience:
+        where = f" on {worst}" if len(streaks) > 1 else ""
         return f"validation success{where} stayed below {es.val_success_below} {es.val_patience} times in a row"
     if es.skipped_updates and counters["skipped_in_a_row"] >= es.skipped_updates:
         return (f"{counters['skipped_in_a_row']} updates in a row were skipped for non-finite values "

@@ -125,8 +125,7 @@ class Trainer:
         self.monitor = Monitor(self.log_dir, enabled=self.is_main, wandb=wandb_settings(cfg.logging, self.workdir))
         self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), max_to_keep=t.keep_checkpoints)
         self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
-        self.counters = {"empty_streak": 0, "val_low_streak": 0, "val_low_streaks": {}, "val_low_env": "",
-                         "std_zero_streak": 0, "skipped_in_a_row": 0,
+        self.counters = {"empty_streak": 0, "val_low_streaks": {}, "std_zero_streak": 0, "skipped_in_a_row": 0,
                          "updates_applied": 0, "updates_skipped": 0, "steps_run": 0, "kept_ratio_sum": 0.0,
                          "kl_in_reward_coef": float(cfg.algo.kl_ctrl_coef),
                          "reward_std_first": [], "reward_std_recent": []}
@@ -326,8 +325,10 @@ class Trainer:
         means = masked_means({"advantages": adv, "returns": returns, "values": values}, dev["loss_mask"])
         metrics.update({f"critic/{k}/mean": float(v) for k, v in means.items()})
         # as veRL's data metrics: over the rows trained, score before and rewards after a KL-in-reward penalty
-        metrics.update(row_total_stats("score", arrays["token_rewards"], row_valid))
-        metrics.update(row_total_stats("rewards", sharding.gather_to_host(token_rewards), row_valid))
+        score = row_total_stats("score", arrays["token_rewards"], row_valid)
+        metrics.update(score)
+        metrics.update(row_total_stats("rewards", sharding.gather_to_host(token_rewards), row_valid)
+                       if cfg.algo.use_kl_in_reward else {k.replace("/score/", "/rewards/"): v for k, v in score.items()})
         metrics["train/num_samples"] = float(row_valid.sum())
         trained_tokens = float((arrays["loss_mask"] > 0).sum())
 
@@ -463,8 +464,6 @@ class Trainer:
         for tag in self.val_tags:
             low = metrics.get(f"val/{tag}/success", 0.0) < below
             streaks[tag] = streaks.get(tag, 0) + 1 if low else 0
-        worst = max(self.val_tags, key=lambda tag: streaks[tag])
-        self.counters["val_low_streak"], self.counters["val_low_env"] = streaks[worst], worst
         self.history.append({"step": step, "val_success": metrics.get(f"val/{self.val_tag}/success", 0.0)})
 
     def activate_mesh(self):

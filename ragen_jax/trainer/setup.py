@@ -35,7 +35,7 @@ def split_model(model: nnx.Module, lora: bool, head: str | None = None) -> Split
     return SplitModel(graphdef, trainable, frozen)
 
 
-CRITIC_HEAD = "score"  # the ValueModel's value head: trained whole under LoRA too
+CRITIC_HEAD = ValueModel.HEAD  # the critic's value head: trained whole under LoRA too
 
 
 def _looks_like_a_path(path: str) -> bool:
