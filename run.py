@@ -73,6 +73,7 @@ def main(argv):
     maybe_initialize_distributed(cfg)  # multi-host: join the other processes before any device is touched
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from ragen_jax.checkpoint import CheckpointWriteError
     from ragen_jax.models import CheckpointError
     from ragen_jax.trainer import report
     from ragen_jax.trainer.loop import Trainer
@@ -102,16 +103,18 @@ def main(argv):
             trainer = Trainer(cfg, workdir, log_dir=log_dir)
         except (OSError, CheckpointError) as e:  # a missing model, file or service: the message says what to do
             sys.exit(f"FATAL {_one_line(str(e))}")
+        except KeyboardInterrupt:  # while the model loads or compiles: nothing trained yet
+            _exit_interrupted(os.path.join(os.path.abspath(workdir), "checkpoints"))
         if trainer.is_main:
             print(report.banner(trainer, _config_arg(sys.argv, variants=True), eval_target=target), file=sys.stderr,
                   flush=True)
         with trainer.activate_mesh():
             try:
                 _run_mode(trainer, target)
-            except CheckpointError as e:  # --mode=eval of a damaged checkpoint, or of another model's
-                sys.exit(f"FATAL {_one_line(str(e))}")
+            except (CheckpointError, CheckpointWriteError) as e:  # --mode=eval of a damaged checkpoint, or of
+                sys.exit(f"FATAL {_one_line(str(e))}")  # another model's; a final checkpoint a full disk refused
             except KeyboardInterrupt:  # outside the RL steps (which stop after the step and save it)
-                sys.exit(_interrupted(trainer.checkpointer.directory))
+                _exit_interrupted(trainer.checkpointer.directory)
 
 
 def _run_mode(trainer, target) -> None:
@@ -229,15 +232,19 @@ def _workdir_error(workdir: str) -> str | None:
     return None
 
 
-def _interrupted(checkpoints: str) -> str:
-    """The last line of a run stopped by Ctrl-C outside the RL steps: what is on disk and how to go on."""
+def _exit_interrupted(checkpoints: str) -> None:
+    """End a run stopped by Ctrl-C outside the RL steps with one line (what is on disk, how to go on) and the
+    shell's code for it, 128 + SIGINT."""
     from ragen_jax.checkpoint import finished_steps
 
     steps = finished_steps(checkpoints)
     if steps:
-        return (f"Interrupted (Ctrl-C). Checkpoints on disk: {checkpoints}/{steps[-1]} (the latest); continue with "
-                "--config.trainer.resume=True and the same --workdir.")
-    return f"Interrupted (Ctrl-C) before any checkpoint was written ({checkpoints} holds none): nothing to resume."
+        print(f"Interrupted (Ctrl-C). Checkpoints on disk: {checkpoints}/{steps[-1]} (the latest); continue with "
+              "--config.trainer.resume=True and the same --workdir.", file=sys.stderr)
+    else:
+        print(f"Interrupted (Ctrl-C) before any checkpoint was written ({checkpoints} holds none): nothing to "
+              "resume.", file=sys.stderr)
+    sys.exit(128 + signal.SIGINT)
 
 
 def _one_line(text: str) -> str:

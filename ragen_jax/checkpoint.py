@@ -7,7 +7,10 @@ state). Rollout keys and seeds are derived from the step, so restoring the step 
 
 from __future__ import annotations
 
+import glob
 import os
+import re
+import shutil
 from typing import Any
 
 import jax
@@ -61,19 +64,43 @@ def state_differences(stored: dict[str, tuple], wanted: dict[str, tuple], limit:
     return problems[:limit] + ([f"... and {len(problems) - limit} more"] if len(problems) > limit else [])
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a quota, a lost mount); its partial folder is removed."""
+
+
+def root_cause(error: BaseException) -> str:
+    """"Type: first line" of the innermost error under Orbax's wrappers; an OS error inside TensorStore's long
+    message ("Failed writing: \"FILE\" ... [os_error_code='28']") is told in the OS's words: "OSError: [Errno 28]
+    No space left on device: FILE"."""
+    while error.__cause__ is not None:  # Orbax wraps the file's own error (TensorStore's) in its own
+        error = error.__cause__
+    text = str(error)
+    if code := re.search(r"os_error_code='(\d+)'", text):
+        file = re.findall(r'Failed \w+(?: to \w+)?: "([^"]+)"', text)
+        return f"OSError: [Errno {code.group(1)}] {os.strerror(int(code.group(1)))}" + (f": {file[-1]}" if file else "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
+
+
 def unreadable_checkpoint(directory: str, step: int, error: BaseException) -> str:
     """The error of checkpoint `step` in `directory` that cannot be read (damaged, or cut short by a crash or a full
     disk), with the fix."""
-    while error.__cause__ is not None:  # Orbax wraps the file's own error (TensorStore's) in its own
-        error = error.__cause__
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    cause = f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
+    cause = root_cause(error)
     folder = os.path.join(directory, str(step))
     earlier = [s for s in finished_steps(directory) if s < step]
     fix = (f"Move it aside (mv {folder} {folder}.damaged) to go on from checkpoint {earlier[-1]}, the one before "
            "it" if earlier else f"No earlier checkpoint is in {directory}: delete that folder to start over")
     return f"Checkpoint {step} in {directory} cannot be read ({cause}); it is damaged or was not completely " \
            f"written. {fix}, or give this run another --workdir."
+
+
+def unwritable_checkpoint(directory: str, step: int, error: BaseException) -> str:
+    """The error of checkpoint `step` that could not be written into `directory`, and what is on disk instead."""
+    steps = finished_steps(directory)
+    on_disk = (f"the latest complete checkpoint is {directory}/{steps[-1]}" if steps
+               else f"{directory} holds no complete checkpoint")
+    return (f"Checkpoint {step} could not be written to {directory} ({root_cause(error)}); its partial folder was "
+            f"removed and {on_disk}. Free space there (or fix its permissions or mount).")
 
 
 class Checkpointer:
@@ -88,7 +115,10 @@ class Checkpointer:
     @property
     def manager(self) -> ocp.CheckpointManager:
         if self._manager is None:
-            options = ocp.CheckpointManagerOptions(max_to_keep=self.max_to_keep, create=True)
+            # synchronous: a failed write raises here, once, with nothing left running (the async manager logged each
+            # writer thread's traceback and raised the failure again at the next save)
+            options = ocp.CheckpointManagerOptions(max_to_keep=self.max_to_keep, create=True,
+                                                   enable_async_checkpointing=False)
             handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
             self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
         return self._manager
@@ -99,12 +129,16 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state: Any, meta: dict) -> None:
-        """state: a pytree of arrays; meta: JSON-serialisable dict. Refuses non-finite params."""
+        """state: a pytree of arrays; meta: JSON-serialisable dict. Refuses non-finite params. A write that fails
+        (a full disk) removes its partial folder and raises CheckpointWriteError; the next save may succeed."""
         if not bool(_all_finite(state)):
             raise FloatingPointError(f"Refusing to write checkpoint {step}: state holds NaN/inf.")
-        saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                                meta=ocp.args.JsonSave(meta)))
-        self.manager.wait_until_finished()
+        try:
+            saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                                    meta=ocp.args.JsonSave(meta)))
+        except Exception as e:  # noqa: BLE001 - TensorStore's and Orbax's errors of a failed write vary by cause
+            self._remove_partial(step)
+            raise CheckpointWriteError(unwritable_checkpoint(self.directory, step, e)) from e
         if not saved:  # Orbax declines a step at or below its latest one without a word
             raise FileExistsError(f"Checkpoint {step} was not written: "
                                   f"{earlier_run_error(self.directory) or self.directory + ' holds a later step.'}")
@@ -144,6 +178,12 @@ class Checkpointer:
             return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
         except Exception as e:  # noqa: BLE001
             raise CheckpointError(unreadable_checkpoint(self.directory, step, e)) from e
+
+    def _remove_partial(self, step: int) -> None:
+        """Delete what a failed save of `step` left (Orbax's temporary folder): on a full disk it holds space."""
+        if jax.process_index() == 0:
+            for folder in glob.glob(os.path.join(self.directory, f"{step}.orbax-checkpoint-tmp*")):
+                shutil.rmtree(folder, ignore_errors=True)
 
     def close(self) -> None:
         if self._manager is not None:

@@ -224,3 +224,37 @@ def test_a_workdir_that_cannot_be_created_is_one_fatal_line_before_the_model_loa
         fatal = assert_one_fatal_line(proc, wd, f"--workdir={wd} cannot be created", "is a file, not a folder",
                                       "Pass another --workdir")
         assert "model" not in proc.stderr.replace(fatal, ""), proc.stderr  # nothing was built first
+
+
+CTRL_C_WHILE_BUILDING = """
+import os, runpy, signal, sys, time
+import ragen_jax.trainer.loop as loop
+
+def interrupted_init(self, *args, **kwargs):  # Ctrl-C arrives while the model loads
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+
+loop.Trainer.__init__ = interrupted_init
+sys.argv = ["run.py", *sys.argv[1:]]
+runpy.run_path("run.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("checkpoints", [[], [3]])
+def test_ctrl_c_while_the_model_loads_is_one_line_saying_what_is_on_disk(tmp_path, checkpoints):
+    """Before the RL steps there is nothing to save: no KeyboardInterrupt traceback, one line naming the latest
+    checkpoint (a resumed run) or that there is none, and the shell's code for Ctrl-C (130)."""
+    wd = tmp_path / "run"
+    for step in checkpoints:
+        os.makedirs(wd / "checkpoints" / str(step))
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_BUILDING, "--config=configs/bandit.py:tiny",
+                           f"--workdir={wd}", f"--config.trainer.resume={bool(checkpoints)}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    if checkpoints:
+        assert last.startswith("Interrupted (Ctrl-C). Checkpoints on disk:") and "checkpoints/3" in last, last
+        assert "--config.trainer.resume=True" in last
+    else:
+        assert "before any checkpoint was written" in last and "nothing to resume" in last, last

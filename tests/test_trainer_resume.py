@@ -1,10 +1,13 @@
 """Exact resume of the quickstart's recipe: a run killed half-way and resumed from its checkpoint equals the run
 that never stopped, bit for bit on the CPU (warm start, KL reference, critic, a filter that drops groups)."""
 
+import contextlib
+import json
 import os
 
 import jax
 import numpy as np
+import pytest
 
 from ragen_jax.trainer import report
 from ragen_jax.trainer.loop import Trainer
@@ -53,7 +56,6 @@ def test_a_checkpoint_step_already_on_disk_is_never_skipped_silently(tmp_path):
     """Orbax declines to save a step at or below its latest one; a fresh run into an earlier run's folder must
     say so instead of leaving the earlier run's checkpoints under its own step numbers."""
     import jax.numpy as jnp
-    import pytest
 
     from ragen_jax.checkpoint import Checkpointer
 
@@ -112,7 +114,6 @@ def test_a_damaged_checkpoint_names_the_one_before_it_instead_of_an_orbax_traceb
     """A step cut short (a crash or a full disk while writing) is a CheckpointError naming it and the way on."""
     import shutil
 
-    import pytest
 
     from ragen_jax.checkpoint import Checkpointer
     from ragen_jax.models import CheckpointError
@@ -140,7 +141,6 @@ def test_a_damaged_checkpoint_names_the_one_before_it_instead_of_an_orbax_traceb
 
 def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
     """Resuming or evaluating with another model size, LoRA rank or critic names the leaves and the fix."""
-    import pytest
 
     from ragen_jax.checkpoint import Checkpointer
     from ragen_jax.models import CheckpointError
@@ -196,3 +196,76 @@ def test_a_signal_mid_run_stops_after_the_step_saves_it_and_resumes(tmp_path, mo
         assert finished_steps(str(tmp_path / "checkpoints")) == [1, 3]
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def full_disk():
+    """Every file write fails as on a full disk (EFBIG from RLIMIT_FSIZE 0: a real OS write error, no privileges
+    needed); SIGXFSZ is ignored so the write returns the error instead of killing the process."""
+    import resource
+    import signal
+
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, limits[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def refuse_checkpoint(monkeypatch, checkpointer, refused_step: int) -> None:
+    """Checkpoint `refused_step` is written with the disk full (the real Orbax write fails); the others normally."""
+    save = type(checkpointer).save
+
+    def save_maybe_full(self, step, state, meta):
+        with full_disk() if step == refused_step else contextlib.nullcontext():
+            return save(self, step, state, meta)
+
+    monkeypatch.setattr(type(checkpointer), "save", save_maybe_full)
+
+
+def test_a_checkpoint_the_disk_refuses_is_reported_and_the_run_goes_on(tmp_path, monkeypatch, caplog):
+    """A full disk at one save: its partial folder is removed (it holds space), one error line names the cause
+    and the latest checkpoint, the run trains on, and the next save (a fresh Orbax manager state) succeeds."""
+    from ragen_jax.checkpoint import finished_steps
+
+    cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
+    cfg.trainer.total_steps, cfg.trainer.save_every, cfg.trainer.keep_checkpoints = 3, 1, 3
+    cfg.val.every, cfg.diagnostics.every = 0, 0
+    trainer = Trainer(cfg)
+    refuse_checkpoint(monkeypatch, trainer.checkpointer, refused_step=1)
+    with caplog.at_level("ERROR"):
+        summary = trainer.train()
+    folder = str(tmp_path / "checkpoints")
+    assert finished_steps(folder) == [0, 2] and sorted(os.listdir(folder)) == ["0", "2"]  # no partial folder
+    assert summary["checkpoint_save_failures"] == 1 and summary["failures"] == []
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "Checkpoint 1 could not be written" in errors[0], errors
+    assert "File too large" in errors[0] and f"latest complete checkpoint is {folder}/0" in errors[0]
+    assert "The run goes on" in errors[0] and "Traceback" not in caplog.text
+    cfg.trainer.resume = True
+    assert Trainer(cfg).start_step == 3
+
+
+def test_a_final_checkpoint_the_disk_refuses_ends_the_run_with_the_reason(tmp_path, monkeypatch):
+    """The run's last save fails: the summary is still written, and the run ends with one error saying the final
+    state is lost, why, what is on disk and how to go on (run.py prints it as its FATAL line)."""
+    from ragen_jax.checkpoint import CheckpointWriteError, finished_steps
+
+    cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
+    cfg.trainer.total_steps, cfg.trainer.save_every = 2, 0
+    cfg.val.every, cfg.diagnostics.every = 0, 0
+    trainer = Trainer(cfg)
+    refuse_checkpoint(monkeypatch, trainer.checkpointer, refused_step=1)
+    with pytest.raises(CheckpointWriteError) as failure:
+        trainer.train()
+    message = str(failure.value)
+    assert "final state (after step 2) was not saved" in message and "File too large" in message
+    assert "holds no complete checkpoint" in message and "--config.trainer.resume=True" in message
+    assert finished_steps(str(tmp_path / "checkpoints")) == [] and os.listdir(tmp_path / "checkpoints") == []
+    with open(tmp_path / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["checkpoint_save_failures"] == 1 and summary["failures"] == [message]
+    assert not any("Checkpoint after" in line for line in summary["outputs"])

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from ragen_jax.algos.kl import apply_kl_penalty, init_kl_controller, update_kl_controller
 from ragen_jax import sharding
-from ragen_jax.checkpoint import Checkpointer, earlier_run_error
+from ragen_jax.checkpoint import Checkpointer, CheckpointWriteError, earlier_run_error
 from ragen_jax.filtering import (FilterConfig, advantage_scale, compact, episode_values, filter_rollouts,
                                   metric_quantity, update_empty_streak)
 from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
@@ -127,6 +127,7 @@ class Trainer:
         self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
         self.counters = {"empty_streak": 0, "val_low_streaks": {}, "std_zero_streak": 0, "skipped_in_a_row": 0,
                          "updates_applied": 0, "updates_skipped": 0, "steps_run": 0, "kept_ratio_sum": 0.0,
+                         "checkpoint_save_failures": 0,
                          "kl_in_reward_coef": float(cfg.algo.kl_ctrl_coef),
                          "reward_std_first": [], "reward_std_recent": []}
         self.history: list[dict] = []
@@ -172,6 +173,19 @@ class Trainer:
                 "warmstart": self.warmstart_metrics}
         self.monitor.flush()  # the step's scalars reach disk before the checkpoint that makes it final
         self.checkpointer.save(step, self._state(with_reference), meta)
+
+    def _checkpoint(self, step: int, final: bool = False) -> str | None:
+        """Save `step`; a checkpoint that cannot be written (a full disk) is counted and, unless it is the run's
+        `final` one (the caller reports that), logged while the run goes on -> None, or why it was not written."""
+        try:
+            self.save(step)
+            return None
+        except CheckpointWriteError as e:
+            self.counters["checkpoint_save_failures"] += 1
+            if not final:
+                logger.error("%s The run goes on; the next checkpoint tries again.", e)
+            self.monitor.scalars({"checkpoint/save_failures": self.counters["checkpoint_save_failures"]}, step + 1)
+            return str(e)
 
     def _maybe_restore(self) -> None:
         step = self.checkpointer.latest_step()
@@ -506,9 +520,11 @@ class Trainer:
         with stops:
             last, stop_reason, saved, trained_tokens = self._rl_steps(bar, stops)
         bar.close()
-        if last >= self.start_step and saved != last:  # every run ends with its final state on disk
-            self.save(last)
-        if stops.received:  # the user or the scheduler wants the process gone: no final validation or export
+        failures = []  # outputs the run could not write: reported once the rest is written
+        if last >= self.start_step and saved != last and (error := self._checkpoint(last, final=True)):
+            failures.append(f"The run's final state (after step {last + 1}) was not saved: {error} Then continue "
+                            "from there with --config.trainer.resume=True and the same --workdir.")
+        if stops.received and not failures:  # the user or the scheduler wants the process gone: no final work
             logger.warning("Stopped by %s after step %d; checkpoint %s/%d saved. Continue with "
                            "--config.trainer.resume=True and the same --workdir.", stops.received, last + 1,
                            self.checkpointer.directory, last)
@@ -519,16 +535,27 @@ class Trainer:
         wall = time.perf_counter() - wall0
         summary = report.run_summary(self, wall, trained_tokens, stop_reason)
         summary["stopped_by_signal"] = stops.received
-        if last >= self.start_step:
+        if last >= self.start_step and not failures:
             summary["outputs"].append(f"Checkpoint after {last + 1} RL steps: {self.checkpointer.directory}/{last}")
         if t.export_hf and not stops.received:
-            folder = self.export(os.path.join(self.workdir, "hf_export"))
-            summary["outputs"].append(f"Hugging Face folder: {folder}")
+            folder = os.path.join(self.workdir, "hf_export")
+            try:
+                summary["outputs"].append(f"Hugging Face folder: {self.export(folder)}")
+            except OSError as e:
+                failures.append(f"The Hugging Face export to {folder} failed ({type(e).__name__}: {e}). Free space "
+                                "there, then run the same command with --config.trainer.resume=True: it trains no "
+                                "step again and writes the export.")
+        summary["failures"] = failures
         self.monitor.flush()
         if self.is_main:
-            with open(os.path.join(self.workdir, "summary.json"), "w") as f:
-                json.dump(summary, f, indent=2)
+            try:
+                with open(os.path.join(self.workdir, "summary.json"), "w") as f:
+                    json.dump(summary, f, indent=2)
+            except OSError as e:
+                failures.append(f"{self.workdir}/summary.json could not be written ({e}).")
         self.monitor.close()
+        if failures:
+            raise CheckpointWriteError(" ".join(failures))
         return summary
 
     def _rl_steps(self, bar, stops: StopRequests) -> tuple[int, str | None, int | None, float]:
@@ -550,8 +577,7 @@ class Trainer:
             bar.set_postfix({"succ": f"{metrics.get(f'train/{self.tag}/success', 0):.2f}",
                              "val": f"{self.history[-1]['val_success']:.2f}" if self.history else "-",
                              "kept": f"{metrics.get('rollout/filter_kept_ratio', 1):.2f}"})
-            if t.save_every and (step + 1) % t.save_every == 0:
-                self.save(step)
+            if t.save_every and (step + 1) % t.save_every == 0 and self._checkpoint(step) is None:
                 saved = step
             stop_reason = self._early_stop(metrics)
             if stop_reason:

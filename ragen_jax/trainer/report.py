@@ -117,6 +117,7 @@ def run_summary(trainer, wall: float, trained_tokens: float, stop_reason: str | 
         "steps_run": trainer.counters["steps_run"],
         "updates_applied": trainer.counters["updates_applied"],
         "updates_skipped": trainer.counters["updates_skipped"],
+        "checkpoint_save_failures": trainer.counters["checkpoint_save_failures"],
         "mean_kept_ratio": (trainer.counters["kept_ratio_sum"] / trainer.counters["steps_run"]
                             if trainer.counters["steps_run"] else None),
         "val_envs": list(trainer.val_names),
