@@ -269,3 +269,31 @@ def test_a_final_checkpoint_the_disk_refuses_ends_the_run_with_the_reason(tmp_pa
         summary = json.load(f)
     assert summary["checkpoint_save_failures"] == 1 and summary["failures"] == [message]
     assert not any("Checkpoint after" in line for line in summary["outputs"])
+
+
+def test_an_export_the_disk_refuses_is_written_by_resuming_the_finished_run(tmp_path, monkeypatch):
+    """The final checkpoint is on disk but the Hugging Face export fails (full disk): the run ends with that
+    error, and the fix it names (the same command with resume=True) writes the export without training again."""
+    from ragen_jax.checkpoint import CheckpointWriteError, finished_steps
+
+    cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
+    cfg.trainer.total_steps, cfg.trainer.save_every, cfg.trainer.export_hf = 2, 0, True
+    cfg.val.every, cfg.diagnostics.every = 0, 0
+    trainer = Trainer(cfg)
+    export = trainer.export
+
+    def export_on_a_full_disk(folder):
+        with full_disk():
+            return export(folder)
+
+    monkeypatch.setattr(trainer, "export", export_on_a_full_disk)
+    with pytest.raises(CheckpointWriteError, match="export to .*hf_export failed .*File too large.*resume=True"):
+        trainer.train()
+    assert finished_steps(str(tmp_path / "checkpoints")) == [1]
+    cfg.trainer.resume = True
+    resumed = Trainer(cfg)
+    steps_run = resumed.counters["steps_run"]
+    summary = resumed.train()
+    assert resumed.counters["steps_run"] == steps_run == 2 and summary["failures"] == []
+    assert os.path.exists(tmp_path / "hf_export" / "config.json")
+    assert finished_steps(str(tmp_path / "checkpoints")) == [1]
