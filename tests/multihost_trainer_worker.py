@@ -6,7 +6,9 @@ devices per process); without them it is the single-process reference (4 CPU dev
 with a critic and a KL reference, the filter, validation, checkpoints and the Hugging Face export. Process 0
 writes WORKDIR/result.npz (parameters at the start, after the warm start and at the end) and result.json
 (per-step metrics, validation history) for the test to compare; with a second argument `resume` it continues
-one step from the last checkpoint (resumed.*).
+one step from the last checkpoint (resumed.*); with `signal`, process 1 alone gets a SIGTERM during the first RL
+step (no warm start, validation or diagnostics) and every process writes signal_<process>.json (steps run, the
+stop it reports).
 """
 
 from __future__ import annotations
@@ -54,9 +56,38 @@ def config(workdir: str):
     return c
 
 
+def stop_by_a_signal_to_one_process(workdir: str) -> None:
+    """A scheduler's SIGTERM reaching one host only: every process must stop after the same step and save it."""
+    import signal
+
+    cfg = config(workdir)
+    cfg.warmstart.enabled, cfg.val.every, cfg.diagnostics.every = False, 0, 0
+    cfg.trainer.total_steps, cfg.trainer.save_every = 4, 0
+    trainer = Trainer(cfg)
+    train_step, steps = trainer.train_step, []
+
+    def step_then_signal(step: int) -> dict:
+        metrics = train_step(step)
+        steps.append(step)
+        if step == 0 and jax.process_index() == 1:
+            signal.raise_signal(signal.SIGTERM)
+        return metrics
+
+    trainer.train_step = step_then_signal
+    summary = trainer.train()
+    with open(os.path.join(workdir, f"signal_{jax.process_index()}.json"), "w") as f:
+        json.dump({"steps": steps, "stopped_by_signal": summary["stopped_by_signal"],
+                   "stop_reason": summary["stop_reason"]}, f)
+
+
 if __name__ == "__main__":
     workdir, resume = sys.argv[1], sys.argv[2:] == ["resume"]
     assert jax.device_count() == 4, jax.devices()
+    if sys.argv[2:] == ["signal"]:
+        stop_by_a_signal_to_one_process(workdir)
+        if DISTRIBUTED:
+            jax.distributed.shutdown()
+        sys.exit(0)
     cfg = config(workdir)
     if resume:  # one more step from the last checkpoint
         cfg.trainer.resume, cfg.trainer.total_steps = True, cfg.trainer.total_steps + 1

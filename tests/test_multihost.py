@@ -159,3 +159,22 @@ def test_two_process_trainer_run_matches_single_process(tmp_path):
     assert int(resumed["start_step"]) == 2
     with open(os.path.join(multi, "resumed.json")) as f:
         assert len(json.load(f)["steps"]) == 1
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_host_stops_every_host_after_the_same_step(tmp_path):
+    """SIGTERM reaching process 1 only during step 1: both processes finish that step, agree to stop, save it
+    together (one checkpoint of step 1) and report the signal; before, several hosts died at once on a signal."""
+    import json
+
+    from ragen_jax.checkpoint import finished_steps
+
+    workdir = str(tmp_path / "run")
+    _run_processes("multihost_trainer_worker.py", [workdir, "signal"], num_processes=2, devices_per_process=2)
+    for pid in (0, 1):
+        with open(os.path.join(workdir, f"signal_{pid}.json")) as f:
+            result = json.load(f)
+        assert result["steps"] == [0] and result["stopped_by_signal"] == "SIGTERM", (pid, result)
+        assert "--config.trainer.resume=True" in result["stop_reason"]
+    assert finished_steps(os.path.join(workdir, "checkpoints")) == [0]
+    assert not os.path.exists(os.path.join(workdir, "hf_export"))

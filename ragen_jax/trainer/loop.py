@@ -515,29 +515,30 @@ class Trainer:
             self.monitor.scalars(vm, 0)
         bar = tqdm(range(self.start_step, t.total_steps), desc="train", disable=not self.is_main,
                    initial=self.start_step, total=t.total_steps, dynamic_ncols=True)
-        # several hosts must stop at the same step: there a signal still ends the process at once
-        stops = StopRequests(enabled=jax.process_count() == 1)
+        stops = StopRequests()
         with stops:
             last, stop_reason, saved, trained_tokens = self._rl_steps(bar, stops)
+        signal_name = stops.agreed()  # also one that came after the last step: every process ends alike
         bar.close()
         failures = []  # outputs the run could not write: reported once the rest is written
         if last >= self.start_step and saved != last and (error := self._checkpoint(last, final=True)):
             failures.append(f"The run's final state (after step {last + 1}) was not saved: {error} Then continue "
                             "from there with --config.trainer.resume=True and the same --workdir.")
-        if stops.received and not failures:  # the user or the scheduler wants the process gone: no final work
-            logger.warning("Stopped by %s after step %d; checkpoint %s/%d saved. Continue with "
-                           "--config.trainer.resume=True and the same --workdir.", stops.received, last + 1,
-                           self.checkpointer.directory, last)
+        if signal_name:  # the user or the scheduler wants the process gone: no final validation or export
+            if not failures:
+                logger.warning("Stopped by %s after step %d; checkpoint %s/%d saved. Continue with "
+                               "--config.trainer.resume=True and the same --workdir.", signal_name, last + 1,
+                               self.checkpointer.directory, last)
         elif self.history and self.history[-1]["step"] != last + 1 and cfg.val.every:
             vm = self.validate(last + 1)
             self._record_val(last + 1, vm)
             self.monitor.scalars(vm, last + 1)
         wall = time.perf_counter() - wall0
         summary = report.run_summary(self, wall, trained_tokens, stop_reason)
-        summary["stopped_by_signal"] = stops.received
+        summary["stopped_by_signal"] = signal_name
         if last >= self.start_step and not failures:
             summary["outputs"].append(f"Checkpoint after {last + 1} RL steps: {self.checkpointer.directory}/{last}")
-        if t.export_hf and not stops.received:
+        if t.export_hf and not signal_name:
             folder = os.path.join(self.workdir, "hf_export")
             try:
                 summary["outputs"].append(f"Hugging Face folder: {self.export(folder)}")
@@ -583,7 +584,7 @@ class Trainer:
             if stop_reason:
                 logger.warning("Early stop at step %d: %s.", step + 1, stop_reason)
                 break
-            if stops.received:
+            if stops.agreed():
                 stop_reason = stop_message(stops.received)
                 break
         return step, stop_reason, saved, trained_tokens
