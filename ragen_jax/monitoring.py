@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import time
 from typing import Any, Mapping
 
 import numpy as np
@@ -77,23 +78,72 @@ def _start_wandb(settings: Mapping[str, Any]):
     return wandb, run
 
 
+class EventFile:
+    """One TensorBoard event file, written in the calling thread and flushed every `flush_secs`.
+
+    tensorboardX's SummaryWriter writes from a thread of its own: when a write failed there (a full disk),
+    that thread died with a traceback and the next few scalars filled its queue, where the trainer then waited
+    forever. Here a failed write raises OSError to the caller.
+    """
+
+    def __init__(self, logdir: str, flush_secs: float = 10.0):
+        from tensorboardX.event_file_writer import EventsWriter
+
+        self._writer = EventsWriter(os.path.join(logdir, "events"))
+        self._flush_secs = flush_secs
+        self._flushed_at = time.monotonic()
+
+    def add(self, summary: Any, step: int) -> None:
+        """Append a tensorboardX `Summary` proto at `step`."""
+        from tensorboardX.proto import event_pb2
+
+        self._writer.write_event(event_pb2.Event(summary=summary, step=int(step), wall_time=time.time()))
+        if time.monotonic() - self._flushed_at > self._flush_secs:
+            self.flush()
+
+    def flush(self) -> None:
+        self._writer.flush()
+        self._flushed_at = time.monotonic()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
 class Monitor:
     """Scalars, text, images and the config to TensorBoard event files under `logdir` (process 0 only),
-    and to a Weights & Biases run when `wandb` (keyword arguments of `wandb.init`) is given."""
+    and to a Weights & Biases run when `wandb` (keyword arguments of `wandb.init`) is given. An event file
+    that cannot be written (a full disk) is reported once and TensorBoard logging stops; the run goes on."""
 
     def __init__(self, logdir: str, *, enabled: bool = True, wandb: Mapping[str, Any] | None = None):
         self.logdir = logdir
         self.enabled = enabled
-        self.writer = None
+        self.events: EventFile | None = None
         self._wandb = self._wandb_run = None
         self._renamed: set[str] = set()
         if enabled:
-            from tensorboardX import SummaryWriter
-
             os.makedirs(logdir, exist_ok=True)
-            self.writer = SummaryWriter(logdir=logdir, flush_secs=10)
+            self.events = EventFile(logdir)
             if wandb is not None:
                 self._wandb, self._wandb_run = _start_wandb(wandb)
+
+    def _guard(self, write) -> None:
+        """Run `write()` on the event file; the first OSError turns TensorBoard logging off, with one error."""
+        if self.events is None:
+            return
+        try:
+            write()
+        except OSError as e:
+            events, self.events = self.events, None
+            logger.error("TensorBoard events could not be written to %s (%s: %s); TensorBoard logging stops "
+                         "for the rest of this run, which goes on (checkpoints and summary.json are written "
+                         "apart).", self.logdir, type(e).__name__, e)
+            try:
+                events.close()
+            except OSError:
+                pass
+
+    def _add(self, summary: Any, step: int) -> None:
+        self._guard(lambda: self.events.add(summary, step))
 
     def _tag(self, name: str) -> str:
         """`name` as TensorBoard will store it; an invalid one is reported once (fix it where it is made)."""
@@ -106,31 +156,37 @@ class Monitor:
         return clean
 
     def scalars(self, metrics: Mapping[str, float], step: int) -> None:
-        if not self.writer:
+        if not self.enabled:
             return
+        from tensorboardX.summary import scalar
+
         finite = {}
         for name, value in metrics.items():
             value = float(np.asarray(value))
             if np.isfinite(value):
                 finite[self._tag(name)] = value
         for name, value in finite.items():
-            self.writer.add_scalar(name, value, step)
+            self._add(scalar(name, value), step)
         if self._wandb_run is not None and finite:
             self._wandb_run.log({**finite, "trainer/step": step})
 
     def text(self, tag: str, text: str, step: int) -> None:
-        if not self.writer:
+        if not self.enabled:
             return
-        self.writer.add_text(self._tag(tag), text, step)
+        from tensorboardX.summary import text as text_summary
+
+        self._add(text_summary(self._tag(tag), text), step)
         if self._wandb_run is not None:
             page = self._wandb.Html(f"<pre>{html.escape(text)}</pre>")
             self._wandb_run.log({self._tag(tag): page, "trainer/step": step})
 
     def image(self, tag: str, image_hwc: np.ndarray, step: int) -> None:
         """image_hwc [H, W, C] uint8."""
-        if not self.writer:
+        if not self.enabled:
             return
-        self.writer.add_image(self._tag(tag), image_hwc, step, dataformats="HWC")
+        from tensorboardX.summary import image
+
+        self._add(image(self._tag(tag), image_hwc, dataformats="HWC"), step)
         if self._wandb_run is not None:
             self._wandb_run.log({self._tag(tag): self._wandb.Image(np.asarray(image_hwc)), "trainer/step": step})
 
@@ -143,13 +199,13 @@ class Monitor:
         ({tag: value}), when given, is logged as scalars at `step` (e.g. final numbers to compare).
         No experiment summary is written: TensorBoard would take one run's for the whole logdir.
         """
-        if not self.writer:
+        if not self.enabled:
             return
-        from tensorboardX.summary import hparams
+        from tensorboardX.summary import hparams, text
 
         _, session_start, _ = hparams({k: _hparam(v) for k, v in flat_config.items()}, {})
-        self.writer.file_writer.add_summary(session_start, step)
-        self.writer.add_text("config", _markdown_table(flat_config), step)
+        self._add(session_start, step)
+        self._add(text("config", _markdown_table(flat_config)), step)
         if self._wandb_run is not None:
             self._wandb_run.config.update(
                 {k: v if isinstance(v, (bool, int, float, str)) else _hparam(v) for k, v in flat_config.items()},
@@ -158,12 +214,11 @@ class Monitor:
             self.scalars(metrics, step)
 
     def flush(self) -> None:
-        if self.writer:
-            self.writer.flush()
+        self._guard(lambda: self.events.flush())
 
     def close(self) -> None:
-        if self.writer:
-            self.writer.close()
+        self._guard(lambda: self.events.close())
+        self.events = None
         if self._wandb_run is not None:
             self._wandb_run.finish()
             self._wandb_run = None

@@ -169,3 +169,45 @@ def test_wandb_offline_run_mirrors_scalars_text_images_and_config(tmp_path, monk
     assert not any("bad" in row for row in rows)
     media = {key.split("/_type")[0]: row[key] for row in rows for key in row if key.endswith("/_type")}
     assert media == {"samples/trajectory": "html-file", "collapse/regime_plane": "image-file"}
+
+
+def test_a_full_disk_turns_tensorboard_off_with_one_error_and_never_blocks(tmp_path, caplog):
+    """tensorboardX's writer thread died on a failed write and the trainer then waited forever on its full queue
+    (after ~10 more scalars). Now the first failed write is one error, later writes are no-ops, nothing blocks,
+    and what was written before stays readable."""
+    import threading
+
+    from disk_testlib import full_disk
+
+    monitor = Monitor(str(tmp_path))
+    monitor.scalars({"train/a": 1.0}, 0)
+    monitor.flush()
+    finished = threading.Event()
+
+    def log_a_run():
+        for step in range(1, 200):
+            monitor.scalars({"train/a": float(step), "train/b": 2.0}, step)
+            monitor.text("sample", "x" * 10_000, step)
+        monitor.image("plot", np.zeros((8, 8, 3), np.uint8), 200)
+        monitor.flush()
+        monitor.close()
+        finished.set()
+
+    with caplog.at_level(logging.ERROR), full_disk():
+        writer = threading.Thread(target=log_a_run, daemon=True)
+        writer.start()
+        writer.join(timeout=60)
+    assert finished.is_set(), "logging blocked on a full disk"
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "TensorBoard logging stops" in errors[0] and "File too large" in errors[0], errors
+    assert [e.step for e in _reload(str(tmp_path)).Scalars("train/a")] == [0]
+
+
+def test_events_reach_the_file_every_flush_secs_without_a_flush(tmp_path):
+    from ragen_jax.monitoring import EventFile
+    from tensorboardX.summary import scalar
+
+    events = EventFile(str(tmp_path), flush_secs=0.0)
+    events.add(scalar("a", 1.0), 3)
+    assert [e.step for e in _reload(str(tmp_path)).Scalars("a")] == [3]
+    events.close()

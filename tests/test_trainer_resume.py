@@ -11,6 +11,7 @@ import pytest
 
 from ragen_jax.trainer import report
 from ragen_jax.trainer.loop import Trainer
+from disk_testlib import full_disk
 from test_trainer_e2e import bandit_config
 
 NOISY = ("timing_s/", "perf/")  # wall-clock metrics differ between any two runs
@@ -196,23 +197,6 @@ def test_a_signal_mid_run_stops_after_the_step_saves_it_and_resumes(tmp_path, mo
         assert finished_steps(str(tmp_path / "checkpoints")) == [1, 3]
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def full_disk():
-    """Every file write fails as on a full disk (EFBIG from RLIMIT_FSIZE 0: a real OS write error, no privileges
-    needed); SIGXFSZ is ignored so the write returns the error instead of killing the process."""
-    import resource
-    import signal
-
-    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, limits[1]))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
-        signal.signal(signal.SIGXFSZ, handler)
 
 
 def refuse_checkpoint(monkeypatch, checkpointer, refused_step: int) -> None:
