@@ -43,8 +43,6 @@ flags.mark_flag_as_required("config")
 
 def main(argv):
     del argv
-    if os.getcwd() not in sys.path:  # import paths in the config (my_pkg.envs:MyEnv) resolve from here
-        sys.path.insert(1, os.getcwd())
     console = logging.StreamHandler(sys.stderr)  # one handler (absl's own would print every line twice)
     console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     logging.root.handlers = [console]
@@ -145,6 +143,10 @@ def _run_mode(trainer, target) -> None:
 
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing, with one readable error (no traceback) for unknown keys and bad config files."""
+    # Before the config file runs: its imports (a module that calls envs.register) and the import paths it
+    # names (my_pkg.envs:MyEnv) resolve from the folder run.py is started in.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(1, os.getcwd())
     try:
         rest = flags.FLAGS(argv)
     except flags.Error as e:

@@ -258,3 +258,23 @@ def test_ctrl_c_while_the_model_loads_is_one_line_saying_what_is_on_disk(tmp_pat
         assert "--config.trainer.resume=True" in last
     else:
         assert "before any checkpoint was written" in last and "nothing to resume" in last, last
+
+
+def test_a_config_file_imports_the_modules_beside_it_from_the_folder_run_py_runs_in(tmp_path):
+    """docs/custom_envs.md: run.py puts the current folder on the import path, so a config file there may import
+    the module that registers its env (envs.register) and then name the env by its registered name."""
+    (tmp_path / "my_reg_envs.py").write_text(
+        "from envs import register\nfrom envs.serve.toy import CounterEnv\n"
+        "register('MyCounter', CounterEnv, kind='host')\n")
+    (tmp_path / "my_reg_config.py").write_text(
+        "import my_reg_envs  # noqa: F401  registers MyCounter\n"
+        "from configs.base import apply_tiny, apply_variants, get_base_config\n\n\n"
+        "def get_config(arg=None):\n    c = get_base_config()\n    c.env.name = 'MyCounter'\n"
+        "    return apply_variants(c, arg, {'tiny': apply_tiny})\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "run.py"), "--config=my_reg_config.py:tiny",
+                           "--print_config"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '"name": "MyCounter"' in proc.stdout, proc.stdout
