@@ -15,14 +15,15 @@ CHOICES = {
     ("model", "dtype"): ("", "float32", "bfloat16"),
     ("model", "preset"): ("", "tiny"),
     ("warmstart", "reasoning"): ("fixed", "state", "filler", "state_filler"),
-    ("algo", "loss_agg_mode"): ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
-    ("algo", "critic_loss_agg_mode"): ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
-                                       "seq-mean-token-sum-norm"),
     ("algo", "loss_scope"): ("mini_batch", "micro_batch"),
     ("algo", "bi_level_turn_ends"): ("reward", "turn"),
     ("algo", "kl_ctrl_type"): ("fixed", "adaptive"),
-    ("algo", "rollout_correction"): ("none", "tis", "icepop", "seq_geo_mask"),
 }
+# config.algo keys that name an entry of an algos registry (a registered name or 'package.module:attr'); the
+# registry's own error lists the known names and how to add one (docs/custom_losses.md)
+REGISTRY_KEYS = {"value_loss": "VALUE_LOSSES", "loss_agg_mode": "AGG_MODES", "critic_loss_agg_mode": "AGG_MODES",
+                 "kl_loss_type": "KL_ESTIMATORS", "kl_penalty": "KL_ESTIMATORS",
+                 "rollout_correction": "ROLLOUT_CORRECTIONS"}
 
 
 def validate_config(cfg, mode: str = "train") -> None:
@@ -31,6 +32,8 @@ def validate_config(cfg, mode: str = "train") -> None:
     mode "eval" skips the checks that only training needs (mini-batches)."""
     from configs.base import get_base_config
     from envs.registry import get_spec
+    import ragen_jax.algos  # noqa: F401  registers the built-ins
+    from ragen_jax.algos import registry as algos_registry
     from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
     from ragen_jax.filtering import FilterConfig
     from ragen_jax.trainer.settings import validation_envs
@@ -63,9 +66,14 @@ def validate_config(cfg, mode: str = "train") -> None:
         ADVANTAGE_ESTIMATORS.get(algo.custom_adv_estimator or algo.adv_estimator)
         POLICY_LOSSES.get(algo.custom_policy_loss or algo.policy_loss)
     except (KeyError, ImportError, AttributeError, ValueError) as e:
-        errors.append(f"config.algo: {e}")
+        errors.append(f"config.algo: {_message(e)}")
     else:
         errors += _algo_contract_errors(cfg)
+    for key, registry in REGISTRY_KEYS.items():
+        try:
+            getattr(algos_registry, registry).get(algo[key])
+        except (KeyError, ImportError, AttributeError, ValueError, TypeError) as e:
+            errors.append(f"config.algo.{key}: {_message(e)}")
     try:
         FilterConfig.from_mapping(dict(cfg.filter))
     except ValueError as e:
@@ -94,6 +102,11 @@ def validate_config(cfg, mode: str = "train") -> None:
         raise ValueError(f"Invalid config: {errors[0]}")
     if errors:
         raise ValueError("Invalid config:\n  - " + "\n  - ".join(errors))
+
+
+def _message(error: Exception) -> str:
+    """An exception's own text (a KeyError's str() is the repr of its message, quotes and escapes included)."""
+    return str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
 
 
 FREE_FORM = ("env.kwargs",)  # sections whose keys are the user's (an env's constructor arguments)

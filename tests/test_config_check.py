@@ -224,3 +224,64 @@ def _doc_clipped_pg(logprobs, old_logprobs, advantages, response_mask, *, clip_r
 
     ratio = jnp.minimum(jnp.exp(logprobs - old_logprobs), 1 + clip_ratio_high)
     return -advantages * ratio * response_mask, {}
+
+
+@pytest.mark.parametrize("key, value, registry", [
+    ("value_loss", "hubr", "value loss"), ("kl_loss_type", "k33", "KL estimator"),
+    ("kl_penalty", "lowvar_kl", "KL estimator"), ("loss_agg_mode", "token_mean", "loss aggregation mode"),
+    ("critic_loss_agg_mode", "tokenmean", "loss aggregation mode"),
+    ("rollout_correction", "tiss", "rollout correction"), ("value_loss", "no_such_mod:huber", "value loss")])
+def test_every_name_the_algo_registries_resolve_is_checked_before_any_model_is_built(key, value, registry):
+    """A misspelled value loss or KL estimator is one config error naming the key, the known names and the fix,
+    not a KeyError traceback after the first rollout."""
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.algo[key] = value
+    with pytest.raises(ValueError) as info:
+        validate_config(cfg)
+    message = str(info.value)
+    assert message.startswith(f"Invalid config: config.algo.{key}: "), message
+    assert repr(value) in message and registry in message, message
+    assert "import path 'package.module:function'" in message or "PYTHONPATH" in message, message
+    assert '"' not in message, message  # the error's text, not the KeyError's repr
+
+
+def _agg_first_token_numerator(loss, mask):
+    return (loss * mask)[:, 0].sum()
+
+
+def _agg_rows(mask):
+    import jax.numpy as jnp
+
+    return jnp.maximum(mask.shape[0], 1).astype(jnp.float32)
+
+
+def _first_token_agg():
+    from ragen_jax.algos import AggMode
+
+    return AggMode(_agg_first_token_numerator, _agg_rows)
+
+
+FIRST_TOKEN_AGG = _first_token_agg()  # an AggMode (docs/custom_losses.md: AGG_MODES' contract)
+
+
+def _no_correction(old_logprobs, sampler_logprobs, response_mask, *, bound=None):
+    import jax.numpy as jnp
+
+    return jnp.ones_like(old_logprobs), response_mask.astype(bool), {}
+
+
+def test_registered_aggregation_modes_and_rollout_corrections_are_accepted():
+    """docs/custom_losses.md: every registry takes your own entries by name or import path, AGG_MODES and
+    ROLLOUT_CORRECTIONS too (the config check does not limit them to the built-ins)."""
+    from ragen_jax import algos
+
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.algo.loss_agg_mode = cfg.algo.critic_loss_agg_mode = "test_config_check:FIRST_TOKEN_AGG"
+    cfg.algo.rollout_correction = "test_config_check:_no_correction"
+    validate_config(cfg)
+    algos.AGG_MODES.register("first-token", FIRST_TOKEN_AGG)
+    try:
+        cfg.algo.loss_agg_mode = "first-token"
+        validate_config(cfg)
+    finally:
+        algos.AGG_MODES.unregister("first-token")
