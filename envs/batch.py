@@ -261,8 +261,10 @@ def _is_flag(value: Any) -> bool:
 
 def step_result_problems(result: tuple) -> list[str]:
     """What is wrong with the fields of a host env's 5-tuple step result (empty when it keeps the contract)."""
-    _, reward, terminated, truncated, info = result
-    problems = [] if _is_number(reward) else [f"reward {_describe(reward)}, not a number (return a float, e.g. 0.0)"]
+    observation, reward, terminated, truncated, info = result
+    problems = [] if isinstance(observation, str) else [
+        f"observation {_describe(observation)}, not a str (the text the model reads next; \"\" for none)"]
+    problems += [] if _is_number(reward) else [f"reward {_describe(reward)}, not a number (return a float, e.g. 0.0)"]
     problems += [f"{name} {_describe(flag)}, not a bool" for name, flag in (("terminated", terminated),
                                                                              ("truncated", truncated))
                  if not _is_flag(flag)]
@@ -274,7 +276,7 @@ def step_result_problems(result: tuple) -> list[str]:
 def _checked_step(result: Any) -> tuple[str, Any, Any, Any, Any]:
     """A host env's step result, or TypeError naming what it returned (the model must never read 'None', a
     string reward never counts as a number, the string "False" never ends an episode)."""
-    if not (isinstance(result, tuple) and len(result) == 5 and isinstance(result[0], str)):
+    if not (isinstance(result, tuple) and len(result) == 5):
         raise TypeError(f"step(action) must return {_STEP_CONTRACT}, got {_describe(result)}")
     problems = step_result_problems(result)
     if problems:

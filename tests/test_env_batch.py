@@ -276,7 +276,8 @@ def test_malformed_env_results_fail_their_episode_with_what_was_returned():
     result = batch.step([[0], [0], [0]], np.ones(3, bool))
     assert result.errors[0] == "" and result.observations[0] == "count=2"
     assert "must return (observation: str" in result.errors[1] and result.terminated[1]
-    assert "got tuple ({'grid': [1]}" in result.errors[2] and result.terminated[2] and result.observations[2] == ""
+    assert "observation dict {'grid': [1]}, not a str" in result.errors[2]  # the field, and what it held
+    assert result.terminated[2] and result.observations[2] == ""
 
 
 class FieldEnv(CounterEnv):
@@ -308,6 +309,28 @@ def test_a_step_result_of_the_wrong_types_fails_its_episode_naming_the_field(fie
     assert result.terminated[0] and result.rewards[0] == 0.0
     assert result.errors[1:] == ["", ""] and result.rewards[1:].tolist() == [0.5, 1.0]  # numpy and JAX scalars pass
     assert result.terminated.tolist() == [True, True, False]
+
+
+class ObservationEnv(CounterEnv):
+    """Returns `observation` (not a str) in an otherwise well-formed step result."""
+
+    def __init__(self, observation):
+        super().__init__()
+        self.observation = observation
+
+    def step(self, action):
+        return (self.observation, *super().step(action)[1:])
+
+
+@pytest.mark.parametrize("observation, needle", [(None, "observation NoneType None, not a str"),
+                                                 (b"ok", "observation bytes b'ok', not a str")])
+def test_a_step_result_whose_observation_is_not_text_fails_its_episode_naming_the_field(observation, needle):
+    """A 5-tuple with a None observation: the error names the observation, not only the whole tuple."""
+    batch = HostEnvBatch([ObservationEnv(observation), CounterEnv()])
+    batch.reset([0, 1])
+    result = batch.step([[0], [0]], np.ones(2, bool))
+    assert needle in result.errors[0] and "it must return (observation: str, reward: float" in result.errors[0]
+    assert result.terminated[0] and result.observations[0] == "" and result.errors[1] == ""
 
 
 def test_make_env_batch_gives_host_batches_a_factory():

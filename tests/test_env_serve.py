@@ -118,7 +118,8 @@ def test_env_exception_is_500_and_session_recovers(toy_server):
 
 @pytest.mark.parametrize("out, needle", [(("x", None, True, False, {}), "reward NoneType None, not a number"),
                                          (("x", 1.0, "False", False, {}), "terminated str 'False', not a bool"),
-                                         (("x", 1.0, True, False, "ok"), "info str 'ok', not a dict")])
+                                         (("x", 1.0, True, False, "ok"), "info str 'ok', not a dict"),
+                                         ((None, 1.0, True, False, {}), "observation NoneType None, not a str")])
 def test_a_step_result_of_the_wrong_types_is_a_500_naming_the_field(out, needle):
     from envs.serve.http import HttpError
     from envs.serve.server import _check_step
