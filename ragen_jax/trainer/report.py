@@ -23,10 +23,12 @@ def _table(rows: list[tuple[str, str]]) -> str:
 def custom_functions(cfg) -> dict[str, str]:
     """{config key: "module:name (file)"} for every user function the config names by import path."""
     import importlib
-    import inspect
+
+    from ragen_jax.config_check import REGISTRY_KEYS
 
     named = {"algo.custom_policy_loss": cfg.algo.custom_policy_loss,
              "algo.custom_adv_estimator": cfg.algo.custom_adv_estimator}
+    named.update({f"algo.{key}": cfg.algo[key] for key in REGISTRY_KEYS if ":" in str(cfg.algo[key])})
     for key in ("env.name", "val.name"):
         name = cfg[key.split(".")[0]][key.split(".")[1]]
         if name and ":" in name:
@@ -37,12 +39,24 @@ def custom_functions(cfg) -> dict[str, str]:
             continue
         module_name, _, attr = path.partition(":")
         try:
-            target = getattr(importlib.import_module(module_name), attr)
-            where = inspect.getsourcefile(target) or module_name
-        except (ImportError, AttributeError, TypeError):
+            module = target = importlib.import_module(module_name)
+            for part in attr.split("."):  # the registries take dotted attributes
+                target = getattr(target, part)
+        except (ImportError, AttributeError):
             where = "not importable"
+        else:  # a functools.partial, an AggMode or an EnvSpec has no source file of its own: its module's
+            where = _source_file(target) or _source_file(module) or module_name
         found[key] = f"{path} ({where})"
     return found
+
+
+def _source_file(obj) -> str | None:
+    import inspect
+
+    try:
+        return inspect.getsourcefile(obj)
+    except TypeError:
+        return None
 
 
 def banner(trainer, config_file: str | None, eval_target=None) -> str:
