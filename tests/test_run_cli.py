@@ -278,3 +278,24 @@ def test_a_config_file_imports_the_modules_beside_it_from_the_folder_run_py_runs
                           timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert '"name": "MyCounter"' in proc.stdout, proc.stdout
+
+
+def test_a_remote_env_without_its_server_is_one_fatal_line_before_any_model_work(tmp_path):
+    """docs/remote_envs.md: a RemoteEnv whose server is not up stops the run at once with the URL and how to start
+    the server, as Lean does, not a traceback."""
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    config = tmp_path / "remote_config.py"
+    config.write_text("from configs.base import apply_tiny, apply_variants, get_base_config\n\n\n"
+                      "def get_config(arg=None):\n    c = get_base_config()\n"
+                      "    c.env.name = 'envs.serve.client:RemoteEnv'\n"
+                      f"    c.env.kwargs = dict(url={url!r}, retries=0)\n"
+                      "    return apply_variants(c, arg, {'tiny': apply_tiny})\n")
+    wd = tmp_path / "run"
+    proc = run_cli(f"--config={config}:tiny", workdir=wd, mode="train")
+    fatal = [line for line in proc.stderr.splitlines() if line.startswith("FATAL")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(fatal) == 1, proc.stderr
+    for needle in (f"{url}/spec", "is the server running", "python -m envs.serve --env", "docs/remote_envs.md"):
+        assert needle in fatal[0], fatal[0]
+    assert "compiling" not in proc.stderr

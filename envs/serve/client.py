@@ -17,6 +17,11 @@ class RemoteEnvError(ServiceError):
     """The env server could not run a reset/step (unreachable, timed out, or an error status)."""
 
 
+class RemoteEnvUnavailable(RemoteEnvError, ConnectionError):
+    """No env server answers /spec at the URL when the env is built (a ConnectionError: a setup problem, which
+    run.py reports in one line before any model work)."""
+
+
 class RemoteEnv(HostEnv):
     """One episode stream on a remote env server; not thread-safe (one per episode slot).
 
@@ -26,7 +31,13 @@ class RemoteEnv(HostEnv):
 
     def __init__(self, url: str, timeout_s: float | None = None, retries: int = 2):
         self._client = JsonClient(url, timeout_s=timeout_s or 30.0, retries=retries)
-        spec = self._call("GET", "/spec", None, idempotent=True)
+        try:
+            spec = self._call("GET", "/spec", None, idempotent=True)
+        except RemoteEnvError as e:
+            self._client.close()
+            raise RemoteEnvUnavailable(f"RemoteEnv needs a running env server: {e}. Start one with `python -m "
+                                       "envs.serve --env NAME --port PORT` (docs/remote_envs.md) and pass its URL.",
+                                       e.status) from e
         if timeout_s is None:
             self._client.timeout_s = float(spec.get("step_timeout_s", 60.0)) + 5.0
         self.url = self._client.base_url
