@@ -91,8 +91,14 @@ def get_spec(name: str) -> EnvSpec:
         return _REGISTRY[name]
     if ":" in name:
         return spec_from_import_path(name)
-    raise KeyError(f"Unknown environment {name!r}. Registered: {', '.join(sorted(_REGISTRY))}; or give an "
-                   "import path, e.g. my_pkg.envs:MyEnv.")
+    import difflib
+
+    by_lower = {known.lower(): known for known in _REGISTRY}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+    hint = f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+    raise KeyError(f"Unknown environment {name!r}{hint}. Registered: {', '.join(sorted(_REGISTRY))}. A name given "
+                   "to envs.register exists once the module that registers it is imported (with run.py: import it "
+                   "in the config file); or give an import path, e.g. my_pkg.envs:MyEnv.")
 
 
 def registered_names() -> list[str]:

@@ -336,3 +336,18 @@ def test_a_step_result_whose_observation_is_not_text_fails_its_episode_naming_th
 def test_make_env_batch_gives_host_batches_a_factory():
     batch = make_env_batch("Countdown", 2)
     assert batch.factory is not None and type(batch.factory()) is type(batch.envs[0])
+
+
+def test_an_unregistered_env_name_suggests_the_close_one_and_says_how_a_name_gets_registered():
+    """The newcomer's two mistakes: a misspelled name, and a name whose registering module was never imported."""
+    from envs.registry import get_spec
+
+    with pytest.raises(KeyError) as info:
+        get_spec("SimpleSokobn")
+    message = info.value.args[0]
+    assert "Unknown environment 'SimpleSokobn'" in message and "did you mean 'SimpleSokoban'?" in message, message
+    with pytest.raises(KeyError) as info:
+        get_spec("MyGuessNumber")
+    message = info.value.args[0]
+    assert "did you mean" not in message and "envs.register" in message and "import" in message, message
+    assert "my_pkg.envs:MyEnv" in message, message
