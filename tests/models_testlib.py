@@ -21,6 +21,10 @@ CASES = {
     "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, dict(head_dim=32, tie_word_embeddings=True)),
     "llama3": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
                dict(rope_scaling=LLAMA3, rope_theta=500000.0, tie_word_embeddings=False)),
+    # attention_bias: transformers' Llama and Qwen3 then bias o_proj too (Qwen2's never has one)
+    "llama_attention_bias": (transformers.LlamaConfig, transformers.LlamaForCausalLM, dict(attention_bias=True)),
+    "qwen3_attention_bias": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+                             dict(head_dim=32, attention_bias=True)),
 }
 
 

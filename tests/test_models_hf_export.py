@@ -2,6 +2,7 @@
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import transformers
 
 from tests.models_testlib import forward, hf_folder, torch_logits
@@ -35,6 +36,20 @@ def test_sharded_checkpoint_round_trip(tmp_path_factory):
     tokens, pos = np.arange(20)[None] % 256, np.arange(20)[None]
     ref_model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     np.testing.assert_allclose(forward(load_model(out), tokens, pos), torch_logits(ref_model, tokens), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["llama_attention_bias", "qwen3_attention_bias"])
+def test_attention_bias_round_trip_keeps_the_output_projection_bias(case, tmp_path_factory):
+    """An `attention_bias` Llama/Qwen3 biases o_proj as well (transformers); the bias is loaded and written back."""
+    root = str(tmp_path_factory.mktemp("hf"))
+    out = tmp_path_factory.mktemp("bias")
+    model = load_model(hf_folder(case, root))
+    assert model.model.layers[0].self_attn.o_proj.bias is not None
+    save_pretrained(model, out)
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert ref_model.model.layers[0].self_attn.o_proj.bias is not None
+    tokens, pos = np.arange(20)[None] * 7 % 256, np.arange(20)[None]
+    np.testing.assert_allclose(forward(model, tokens, pos), torch_logits(ref_model, tokens), atol=1e-4, rtol=0)
 
 
 def test_bfloat16_checkpoint_loads_and_exports_in_bfloat16(tmp_path_factory):

@@ -35,7 +35,7 @@ def test_resolve_mesh_shape():
 def _models():
     for arch, tied, lora in itertools.product(("qwen2", "qwen3", "llama"), (True, False), (False, True)):
         cfg = tiny_config(architecture=arch, tie_word_embeddings=tied, qk_norm=arch == "qwen3",
-                          attention_bias=arch == "qwen2", vocab_size=1152)
+                          attention_bias=arch in ("qwen2", "llama"), vocab_size=1152)  # llama: o_proj bias too
         model = nnx.eval_shape(lambda: CausalLM(cfg, rngs=nnx.Rngs(0)))
         if lora:
             model = nnx.eval_shape(lambda: apply_lora(CausalLM(cfg, rngs=nnx.Rngs(0)), 4, 8.0, rngs=nnx.Rngs(1)))

@@ -59,6 +59,12 @@ class ModelConfig:
             raise ValueError(f"rope_scaling type {rope_type!r} is not supported; supported: {ROPE_TYPES}.")
 
     @property
+    def o_proj_bias(self) -> bool:
+        """Whether the attention output projection has a bias: Llama's and Qwen3's follow `attention_bias` (as
+        transformers'), Qwen2's never has one (its `attention_bias` covers q/k/v only)."""
+        return self.attention_bias and self.architecture != "qwen2"
+
+    @property
     def rope_params(self) -> dict[str, Any]:
         """rope_scaling as a dict ({} when absent)."""
         return dict(self.rope_scaling or ())

@@ -150,14 +150,15 @@ def _linear(cfg: ModelConfig, d_in: int, d_out: int, bias: bool, rngs: nnx.Rngs)
 
 
 class Attention(nnx.Module):
-    """Grouped-query self-attention with RoPE, optional q/k bias (Qwen2) and q/k RMSNorm (Qwen3)."""
+    """Grouped-query self-attention with RoPE, optional q/k/v bias (Qwen2; `attention_bias` Llama/Qwen3 also bias
+    o_proj) and q/k RMSNorm (Qwen3)."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         d, h, kv, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.q_proj = _linear(cfg, d, h * hd, cfg.attention_bias, rngs)
         self.k_proj = _linear(cfg, d, kv * hd, cfg.attention_bias, rngs)
         self.v_proj = _linear(cfg, d, kv * hd, cfg.attention_bias, rngs)
-        self.o_proj = _linear(cfg, h * hd, d, False, rngs)
+        self.o_proj = _linear(cfg, h * hd, d, cfg.o_proj_bias, rngs)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, param_dtype=cfg.jnp_param_dtype)
             self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, param_dtype=cfg.jnp_param_dtype)

@@ -34,6 +34,7 @@ DEFAULT_RULES: tuple[tuple[str, P], ...] = (
     (_COL + r"/kernel$", P("fsdp", "tensor")),  # [D, out]
     (_COL + r"/bias$", P("tensor")),  # [out]
     (_ROW + r"/kernel$", P("tensor", "fsdp")),  # [in, D]
+    (_ROW + r"/bias$", P()),  # [D] (o_proj of a Llama/Qwen3 with attention_bias)
     (_COL + r"/lora_a$", P("fsdp", None)),  # [D, r]
     (_COL + r"/lora_b$", P(None, ("tensor", "fsdp"))),  # [r, out]
     (_ROW + r"/lora_a$", P(("tensor", "fsdp"), None)),  # [in, r]
