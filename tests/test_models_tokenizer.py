@@ -71,3 +71,24 @@ def test_build_script_regenerates_identical_files(tmp_path):
     names = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
     match, mismatch, errors = filecmp.cmpfiles(ASSET_DIR, tmp_path, names, shallow=False)
     assert match == names, (mismatch, errors)
+
+
+def test_end_of_turn_ids_include_the_generation_config_list(tmp_path):
+    """A Llama 3.1 folder's tokenizer knows <|eot_id|> and <|end_of_text|>; its generation_config.json also ends
+    generation at <|eom_id|>: every listed id ends a turn, and save_pretrained writes the list back."""
+    from ragen_jax.models import load_tokenizer, make_tiny_model, save_pretrained
+
+    hf = load_tiny_tokenizer().hf
+    hf.add_special_tokens({"additional_special_tokens": ["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"]})
+    hf.eos_token = "<|eot_id|>"
+    hf.save_pretrained(tmp_path)
+    end, eom, eot = hf.convert_tokens_to_ids(["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"])
+    (tmp_path / "generation_config.json").write_text(f'{{"eos_token_id": [{end}, {eom}, {eot}]}}')
+    tok = load_tokenizer(tmp_path)
+    assert tok.eos_token_ids[0] == eot and set(tok.eos_token_ids) >= {end, eom, eot}
+    model, _ = make_tiny_model(vocab_size=len(tok))
+    save_pretrained(model, tmp_path / "out", tok)
+    assert set(load_tokenizer(tmp_path / "out").eos_token_ids) == set(tok.eos_token_ids)
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": "<|eot_id|>"}')
+    with pytest.raises(ValueError, match="generation_config.json has eos_token_id"):
+        load_tokenizer(tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -14,10 +15,14 @@ VOCAB_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "spiece.model"
 
 
 class Tokenizer:
-    """What ragen_jax needs from a tokenizer; `hf` exposes the underlying transformers tokenizer."""
+    """What ragen_jax needs from a tokenizer; `hf` exposes the underlying transformers tokenizer.
 
-    def __init__(self, hf: Any):
+    generation_eos_ids: the checkpoint's own end-of-generation ids (generation_config.json), which can name more
+    than the tokenizer's eos (Llama 3.1's `<|eom_id|>`)."""
+
+    def __init__(self, hf: Any, generation_eos_ids: Sequence[int] = ()):
         self.hf = hf
+        self.generation_eos_ids = tuple(int(i) for i in generation_eos_ids)
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike) -> "Tokenizer":
@@ -44,7 +49,7 @@ class Tokenizer:
         if not hf.encode("a", add_special_tokens=False):
             raise CheckpointError(f"The tokenizer in {folder!r} encodes 'a' to no ids (an empty vocabulary); its "
                              "tokenizer files are incomplete. Copy them from the model the weights came from.")
-        return cls(hf)
+        return cls(hf, generation_eos_ids(folder))
 
     def encode(self, text: str) -> list[int]:
         """Token ids of text, with no BOS/EOS or other special tokens added."""
@@ -70,7 +75,8 @@ class Tokenizer:
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
-        """Ids that end a turn: the tokenizer's eos plus the chat end-of-message tokens it knows."""
+        """Ids that end a turn: the tokenizer's eos, the chat end-of-message tokens it knows, then any other
+        end-of-generation id of the checkpoint's generation_config.json."""
         ids: list[int] = []
         if self.hf.eos_token_id is not None:
             ids.append(int(self.hf.eos_token_id))
@@ -78,6 +84,7 @@ class Tokenizer:
         for tok in _EOS_CANDIDATES:
             if tok in vocab and vocab[tok] not in ids:
                 ids.append(int(vocab[tok]))
+        ids += [i for i in dict.fromkeys(self.generation_eos_ids) if i not in ids]
         return tuple(ids)
 
     @property
@@ -99,3 +106,21 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return self.vocab_size
+
+
+def generation_eos_ids(folder: str | os.PathLike) -> tuple[int, ...]:
+    """`eos_token_id` (one id or a list) of folder/generation_config.json; () when the file or key is absent."""
+    path = os.path.join(os.fspath(folder), "generation_config.json")
+    if not os.path.isfile(path):
+        return ()
+    with open(path) as f:
+        try:
+            eos = json.load(f).get("eos_token_id")
+        except (ValueError, AttributeError) as e:
+            raise CheckpointError(f"{path} is not a JSON object ({e}); download it again or fix it.") from None
+    if eos is None:
+        return ()
+    ids = eos if isinstance(eos, list) else [eos]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise CheckpointError(f"{path} has eos_token_id={eos!r}; it must be an id or a list of ids.")
+    return tuple(ids)
