@@ -1,5 +1,6 @@
 """Bad checkpoint folders and options give errors that name the problem (file, tensor, expected value)."""
 
+import copy
 import json
 import shutil
 
@@ -208,6 +209,30 @@ def test_hf_config_mapping_defaults_and_legacy_keys():
                            dtype="float32")
     assert llama.num_kv_heads == 4 and llama.rope_theta == 5e5 and llama.rope_params["rope_type"] == "llama3"
     assert hash(llama) == hash(llama.replace())
+
+
+_LINEAR = {"rope_type": "linear", "factor": 4.0}
+
+
+@pytest.mark.parametrize("rope", [
+    dict(rope_theta=1e6),  # transformers 4: theta at the top level, no scaling
+    dict(rope_theta=5e5, rope_scaling={"type": "linear", "factor": 2.0}),  # legacy "type"
+    dict(rope_parameters={"rope_theta": 1e6, "rope_type": "default"}),  # transformers 5
+    dict(rope_parameters={"rope_theta": 1e6, **_LINEAR}),
+    # a transformers-5 config.json with a legacy rope_scaling added by hand (as Qwen2.5's README says for YaRN):
+    # transformers reads rope_scaling alone, with the top-level theta or its default
+    dict(rope_parameters={"rope_theta": 1e6, "rope_type": "default"}, rope_scaling={"type": "linear", "factor": 4.0}),
+    dict(rope_parameters={"rope_theta": 1e6, "rope_type": "default"}, rope_scaling=_LINEAR, rope_theta=5e5),
+])
+def test_rope_settings_are_read_as_transformers_reads_them(rope):
+    import transformers
+
+    base = dict(vocab_size=10, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+    ours = config_from_hf(dict(model_type="qwen2", **base, **copy.deepcopy(rope)))
+    ref = transformers.Qwen2Config(**base, **copy.deepcopy(rope)).rope_parameters  # it edits the dicts it gets
+    assert ours.rope_theta == ref["rope_theta"]
+    assert ours.rope_params.get("rope_type", "default") == ref["rope_type"]
+    assert ours.rope_params.get("factor") == (ref["factor"] if ref["rope_type"] != "default" else None)
 
 
 @pytest.mark.parametrize("text", ['{"model_type": "qwen2", ', "[1, 2]"])

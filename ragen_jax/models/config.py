@@ -87,6 +87,15 @@ def _freeze(value: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | No
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in value.items()))
 
 
+def _rope_parameters(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """The RoPE dict as transformers 5 reads it: a legacy `rope_scaling` replaces `rope_parameters` (it is not
+    merged into it), and its `type` names the rope_type when `rope_type` is absent."""
+    rope = dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {})
+    legacy_type = rope.pop("type", None)
+    rope.setdefault("rope_type", legacy_type or "default")
+    return rope
+
+
 def config_from_hf(hf: Mapping[str, Any], *, param_dtype: str | None = None, dtype: str | None = None) -> ModelConfig:
     """Builds a ModelConfig from a Hugging Face config.json dict (transformers 4.x and 5.x layouts)."""
     model_type = hf.get("model_type")
@@ -104,13 +113,8 @@ def config_from_hf(hf: Mapping[str, Any], *, param_dtype: str | None = None, dty
         raise ValueError("use_sliding_window=true is not supported; set it to false in config.json.")
     hidden, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
     head_dim = hf.get("head_dim") or hidden // heads
-    rope = dict(hf.get("rope_parameters") or {})
-    legacy = hf.get("rope_scaling") or {}
-    rope.update(legacy)
+    rope = _rope_parameters(hf)
     theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
-    if "type" in rope and "rope_type" not in rope:
-        rope["rope_type"] = rope.pop("type")
-    rope.pop("type", None)
     if rope.get("rope_type", "default") == "default":
         rope = {}
     torch_dtype = hf.get("torch_dtype") or hf.get("dtype") or "float32"
