@@ -235,6 +235,16 @@ def test_rope_settings_are_read_as_transformers_reads_them(rope):
     assert ours.rope_params.get("factor") == (ref["factor"] if ref["rope_type"] != "default" else None)
 
 
+@pytest.mark.parametrize("model_type", ["qwen2", "qwen3", "llama"])
+def test_head_dim_defaults_as_transformers_when_config_json_omits_it(model_type):
+    import transformers
+
+    base = dict(vocab_size=10, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+    ref = transformers.AutoConfig.for_model(model_type, **base)
+    want = getattr(ref, "head_dim", None) or ref.hidden_size // ref.num_attention_heads  # Qwen3's is 128
+    assert config_from_hf(dict(model_type=model_type, **base)).head_dim == want
+
+
 @pytest.mark.parametrize("text", ['{"model_type": "qwen2", ', "[1, 2]"])
 def test_a_config_json_that_is_not_a_json_object_names_the_file(bad, text):
     (bad / "config.json").write_text(text)

@@ -12,6 +12,8 @@ DTYPES = ("float32", "bfloat16")
 REMAT_POLICIES = ("none", "full", "dots")
 ROPE_TYPES = ("default", "llama3", "linear")
 
+# head_dim when config.json leaves it out, as transformers' config classes default it (None: hidden // heads)
+_DEFAULT_HEAD_DIM = {"qwen2": None, "qwen3": 128, "llama": None}
 _HF_CLASS = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}
 
 
@@ -112,7 +114,7 @@ def config_from_hf(hf: Mapping[str, Any], *, param_dtype: str | None = None, dty
     if hf.get("use_sliding_window", False):
         raise ValueError("use_sliding_window=true is not supported; set it to false in config.json.")
     hidden, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
-    head_dim = hf.get("head_dim") or hidden // heads
+    head_dim = hf.get("head_dim") or _DEFAULT_HEAD_DIM[model_type] or hidden // heads
     rope = _rope_parameters(hf)
     theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
     if rope.get("rope_type", "default") == "default":
