@@ -1,12 +1,16 @@
 """Logit parity with transformers' PyTorch models (random weights saved by transformers) on a padded batch."""
 
+import shutil
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import transformers
+from safetensors.numpy import load_file, save_file
 
 from tests.models_testlib import CASES, forward, hf_folder, padded_batch, torch_logits
 from ragen_jax.models import ValueModel, load_model, save_pretrained
+from ragen_jax.models import hf as hf_module
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +27,26 @@ def test_logits_match_transformers_on_left_padded_batch(case, root):
     got = forward(load_model(folder), tokens, positions, mask)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got[mask], ref[mask], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("differs", [True, False])
+def test_tied_config_with_its_own_lm_head_loads_as_transformers_does(differs, root, tmp_path, monkeypatch):
+    """config.json ties the embeddings yet the checkpoint holds an lm_head.weight: transformers uses that head
+    untied when it differs from the embedding (and ties them when equal); so do we. Compared 10 rows at a time,
+    the one differing row is in the last, shorter block."""
+    monkeypatch.setattr(hf_module, "_COMPARE_BYTES", 10 * 64 * 4)
+    shutil.copytree(hf_folder("qwen2_tied", root), tmp_path, dirs_exist_ok=True)
+    tensors = load_file(tmp_path / "model.safetensors")
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
+    if differs:
+        tensors["lm_head.weight"][-1] += 0.5
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    tokens, mask, positions = padded_batch([12, 5], 12, 256, seed=2)
+    model = load_model(tmp_path)
+    assert model.config.tie_word_embeddings is not differs
+    np.testing.assert_allclose(forward(model, tokens, positions, mask)[mask],
+                               torch_logits(ref_model, tokens, mask, positions)[mask], atol=1e-4, rtol=0)
 
 
 def test_right_padding_gives_the_same_logits_for_real_tokens(root):

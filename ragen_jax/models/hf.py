@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from contextlib import ExitStack
 from typing import Any
@@ -14,10 +15,14 @@ from flax import nnx
 from safetensors import safe_open
 
 from ragen_jax.models.config import DTYPES, ModelConfig, config_from_hf, config_to_hf
-from ragen_jax.models.hf_files import INDEX, SINGLE, CheckpointError, ExpectedTensor, check_tensors, checkpoint_tensors
+from ragen_jax.models.hf_files import (INDEX, SINGLE, CheckpointError, ExpectedTensor, TensorHeader, check_tensors,
+                                      checkpoint_tensors)
 from ragen_jax.models.tokenizer import Tokenizer
 from ragen_jax.models.transformer import CausalLM, ValueModel
 
+
+log = logging.getLogger(__name__)
+_COMPARE_BYTES = 64 * 2**20  # rows of the output head and the embedding compared at a time
 
 
 def hf_name(path: tuple[Any, ...]) -> tuple[str, bool]:
@@ -78,16 +83,21 @@ def load_model(
     Every tensor's presence, shape and dtype is checked from the safetensors headers before any
     weight is read. Dtypes default to the checkpoint's (float32 if it is not float32/bfloat16). A
     ValueModel loads the backbone and, when present, `score.weight/bias`; otherwise its head is
-    freshly initialised.
+    freshly initialised. A checkpoint whose config ties the embeddings but which holds a different
+    `lm_head.weight` loads untied, as in transformers.
     """
     folder = os.fspath(folder)
     config = read_config(folder, param_dtype=param_dtype, dtype=dtype)
     if remat is not None:
         config = config.replace(remat=remat)
+    found, listing = checkpoint_tensors(folder)
+    if config.tie_word_embeddings and head_differs_from_embedding(found):
+        log.warning("%s: tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight; "
+                    "using the checkpoint's lm_head untied, as transformers does.", folder)
+        config = config.replace(tie_word_embeddings=False)
     abstract = nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(seed)))
     graphdef, abs_state = nnx.split(abstract)
     needed = [(path, var, *hf_name(path)) for path, var in nnx.to_flat_state(abs_state)]
-    found, listing = checkpoint_tensors(folder)
     expected = {name: ExpectedTensor(_hf_shape(var.get_value(), transposed),
                                      optional=model_cls is ValueModel and path[0] == "score")
                 for path, var, name, transposed in needed}
@@ -106,6 +116,25 @@ def load_model(
             flat.append((path, var.replace(_read_tensor(handles[fname], name, spec, transposed))))
     state = nnx.from_flat_state(flat)
     return nnx.merge(graphdef, state)
+
+
+def head_differs_from_embedding(found: dict[str, TensorHeader]) -> bool:
+    """Whether the checkpoint holds an `lm_head.weight` [V, D] that is not equal to `model.embed_tokens.weight`:
+    transformers then leaves the two untied whatever config.json says. Compared a block of rows at a time from
+    the memory-mapped files (neither tensor is read whole)."""
+    head, embed = found.get("lm_head.weight"), found.get("model.embed_tokens.weight")
+    if head is None or embed is None or head.shape != embed.shape or len(head.shape) != 2:
+        return False  # nothing to untie (a head of another shape is not the embedding's)
+    rows = max(1, _COMPARE_BYTES // (4 * max(1, head.shape[1])))
+    with safe_open(head.file, framework="numpy") as h, safe_open(embed.file, framework="numpy") as e:
+        head_rows, embed_rows = h.get_slice("lm_head.weight"), e.get_slice("model.embed_tokens.weight")
+        for i in range(0, head.shape[0], rows):
+            end = min(i + rows, head.shape[0])  # safetensors refuses a slice past the end
+            a = np.asarray(head_rows[i:end], np.float32)
+            b = np.asarray(embed_rows[i:end], np.float32)
+            if not np.array_equal(a, b):
+                return True
+    return False
 
 
 def _hf_shape(spec: jax.ShapeDtypeStruct, transposed: bool) -> tuple[int, ...]:
