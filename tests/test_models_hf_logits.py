@@ -45,6 +45,7 @@ def test_tied_config_with_its_own_lm_head_loads_as_transformers_does(differs, ro
     tokens, mask, positions = padded_batch([12, 5], 12, 256, seed=2)
     model = load_model(tmp_path)
     assert model.config.tie_word_embeddings is not differs
+    assert hf_module.read_config(tmp_path) == model.config  # what the memory planner sees
     np.testing.assert_allclose(forward(model, tokens, positions, mask)[mask],
                                torch_logits(ref_model, tokens, mask, positions)[mask], atol=1e-4, rtol=0)
 

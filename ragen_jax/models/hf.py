@@ -36,7 +36,8 @@ def hf_name(path: tuple[Any, ...]) -> tuple[str, bool]:
 
 
 def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dtype: str | None = None) -> ModelConfig:
-    """ModelConfig from folder/config.json, with optional parameter/compute dtype overrides."""
+    """ModelConfig from folder/config.json, with optional parameter/compute dtype overrides (untied where the
+    checkpoint's own lm_head.weight differs from the embedding, as transformers loads it)."""
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"Checkpoint folder {folder!r} does not exist; pass a local Hugging Face model folder.")
@@ -54,11 +55,28 @@ def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dt
     if not isinstance(hf, dict):
         raise CheckpointError(f"{path} holds a {type(hf).__name__}, not a JSON object; download it again or fix it.")
     try:
-        return config_from_hf(hf, param_dtype=param_dtype, dtype=dtype)
+        config = config_from_hf(hf, param_dtype=param_dtype, dtype=dtype)
     except KeyError as e:  # CheckpointError: run.py shows the model folder's problems as one line
         raise CheckpointError(f"{path} lacks the required key {e.args[0]!r}.") from e
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from e
+    return _untie_if_the_head_differs(folder, config)
+
+
+def _untie_if_the_head_differs(folder: str, config: ModelConfig) -> ModelConfig:
+    """config untied when it ties the embeddings but the folder's checkpoint holds an lm_head.weight of its own
+    (as transformers loads it); a folder without weights is left to the loader to report."""
+    if not config.tie_word_embeddings:
+        return config
+    try:
+        found, _ = checkpoint_tensors(folder)
+    except FileNotFoundError:
+        return config
+    if not head_differs_from_embedding(found):
+        return config
+    log.warning("%s: tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight; "
+                "using the checkpoint's lm_head untied, as transformers does.", folder)
+    return config.replace(tie_word_embeddings=False)
 
 
 def _fresh_param(path: tuple[Any, ...], abstract: jax.ShapeDtypeStruct, seed: int) -> jax.Array:
@@ -91,10 +109,6 @@ def load_model(
     if remat is not None:
         config = config.replace(remat=remat)
     found, listing = checkpoint_tensors(folder)
-    if config.tie_word_embeddings and head_differs_from_embedding(found):
-        log.warning("%s: tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight; "
-                    "using the checkpoint's lm_head untied, as transformers does.", folder)
-        config = config.replace(tie_word_embeddings=False)
     abstract = nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(seed)))
     graphdef, abs_state = nnx.split(abstract)
     needed = [(path, var, *hf_name(path)) for path, var in nnx.to_flat_state(abs_state)]
