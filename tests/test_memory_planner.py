@@ -167,3 +167,18 @@ def test_logit_estimate_pads_to_the_same_evened_chunks_as_the_log_probs():
     cfg = tiny_config()
     kept = memory._logit_bytes(cfg, rows=2, global_rows=2, seq_len=301, tensor=1, chunk=256)
     assert kept == int(memory._KEPT_LOGIT_COPIES * 2 * 300 * cfg.vocab_size * 4)
+
+
+@pytest.mark.parametrize("mesh", [(1, 1, 1), (8, 1, 1), (1, 4, 2)], ids=str)
+def test_sampling_copy_counts_only_the_arrays_resharded(mesh):
+    """reshard_for_sampling's device_put leaves an array already laid out as asked in place (no copy): without
+    fsdp the sampling layout is the training one and costs nothing; with it only the fsdp-split matrices get a
+    second copy, whole along fsdp (at tensor=2, half of each per device), while norms and biases stay."""
+    config = tiny_config(**MEDIUM)
+    model = nnx.eval_shape(lambda: CausalLM(config, rngs=nnx.Rngs(0)))
+    leaves = jax.tree.leaves(nnx.state(model))
+    plan = estimate_memory(config, micro_batch_size=8, seq_len=128, rollout_batch_size=16, cache_len=256,
+                           mesh_shape=mesh)
+    data, fsdp, tensor = mesh
+    matrices = sum(x.size * x.dtype.itemsize for x in leaves if x.ndim == 2)
+    assert plan.sampling_params == (matrices // tensor if fsdp > 1 else 0)

@@ -56,7 +56,7 @@ class MemoryPlan:
     optimizer: int  # optimizer states
     activations: int  # one micro-batch's forward/backward working set
     batch: int  # the mini-batch's token arrays
-    sampling_params: int  # the policy in the sampling layout (extra copy when it differs from training)
+    sampling_params: int  # the policy's arrays the sampling layout places otherwise than training (a copy)
     kv_cache: int
     sampling_activations: int  # prefill working set and decode logits
     mesh_shape: tuple[int, int, int]
@@ -90,18 +90,43 @@ def _abstract_mesh(mesh_shape: Mapping[str, int] | Sequence[int]) -> AbstractMes
     return AbstractMesh(tuple(sizes), AXES)
 
 
+def _leaf_specs(state: Any, mesh: AbstractMesh, rules: Rules) -> list[jax.sharding.PartitionSpec]:
+    """The PartitionSpec of every leaf of `state`, in `jax.tree.leaves` order."""
+    return jax.tree.leaves(state_specs(state, mesh, rules), is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+
+
+def _split_axes(spec: jax.sharding.PartitionSpec, mesh: AbstractMesh) -> tuple[tuple[str, ...], ...]:
+    """Per dimension, the axes of `spec` that really split it (size > 1): specs equal here lay arrays out alike."""
+    entries = [() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in spec]
+    out = [tuple(a for a in axes if mesh.shape[a] > 1) for axes in entries]
+    while out and not out[-1]:
+        out.pop()
+    return tuple(out)
+
+
+def _leaf_shard_bytes(leaf: Any, spec: jax.sharding.PartitionSpec, mesh: AbstractMesh, dtype: Any | None) -> int:
+    """Bytes of one device's shard of `leaf` laid out by `spec`."""
+    shape = list(leaf.shape)
+    for i, entry in enumerate(spec):
+        axes = () if entry is None else (entry,) if isinstance(entry, str) else entry
+        shape[i] //= math.prod(mesh.shape[a] for a in axes)
+    return math.prod(shape) * jnp.dtype(dtype or leaf.dtype).itemsize
+
+
 def _shard_bytes(state: Any, mesh: AbstractMesh, rules: Rules, dtype: Any | None = None) -> int:
     """Bytes of one device's shards of every array of an abstract state."""
+    return sum(_leaf_shard_bytes(leaf, spec, mesh, dtype)
+               for leaf, spec in zip(jax.tree.leaves(state), _leaf_specs(state, mesh, rules)))
+
+
+def _resharded_bytes(state: Any, mesh: AbstractMesh, rules: Rules, target: Rules) -> int:
+    """Bytes of one device's new shards when `state`, laid out by `rules`, is placed by `target`: only the arrays
+    whose spec changes are copied (device_put returns an array already laid out as asked), e.g. none when the
+    mesh has no fsdp and `target` is the no_fsdp sampling layout."""
     leaves = jax.tree.leaves(state)
-    specs = jax.tree.leaves(state_specs(state, mesh, rules), is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-    total = 0
-    for leaf, spec in zip(leaves, specs):
-        shape = list(leaf.shape)
-        for i, entry in enumerate(spec):
-            axes = () if entry is None else (entry,) if isinstance(entry, str) else entry
-            shape[i] //= math.prod(mesh.shape[a] for a in axes)
-        total += math.prod(shape) * jnp.dtype(dtype or leaf.dtype).itemsize
-    return total
+    return sum(_leaf_shard_bytes(leaf, new, mesh, None)
+               for leaf, old, new in zip(leaves, _leaf_specs(state, mesh, rules), _leaf_specs(state, mesh, target))
+               if _split_axes(old, mesh) != _split_axes(new, mesh))
 
 
 @functools.lru_cache(maxsize=16)
@@ -229,7 +254,7 @@ def estimate_memory(
     kv_cache = 2 * c.num_layers * roll * cache_len * kv * c.head_dim * c.jnp_dtype.itemsize
     s_rules = sampling_rules(rules, sampling_layout)
     full = nnx.merge_state(trainable, frozen)
-    sampling_params = 0 if tuple(s_rules) == tuple(rules) else _shard_bytes(full, mesh, s_rules)
+    sampling_params = _resharded_bytes(full, mesh, rules, s_rules)
     if decode_weights:
         sampling_params += projection_params(c) * c.jnp_dtype.itemsize // tensor
     prefill_tokens = min(prefill_len, cache_len)
