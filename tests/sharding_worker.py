@@ -2,7 +2,8 @@
 
 Started by tests/test_sharding_devices.py in a subprocess with XLA_FLAGS set before jax is imported.
 MODE: placement (per-device shard shapes) | train | generate (results per mesh and on one device) |
-checkpoint (Orbax save of a sharded state, restore on the same and on another mesh).
+checkpoint (Orbax save of a sharded state, restore on the same and on another mesh) | config_errors
+(the Trainer's errors for batch sizes and meshes that do not fit 8 devices).
 """
 
 from __future__ import annotations
@@ -111,6 +112,34 @@ def checkpoint(directory: str) -> dict:
     return result
 
 
+def config_errors() -> dict:
+    """The Trainer's error for each bad mesh / batch setting on 8 devices, and whether it came before the model."""
+    from configs.base import apply_tiny, get_base_config
+    from ragen_jax.trainer import setup as setup_lib
+    from ragen_jax.trainer.loop import Trainer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was built before the config error")
+    setup_lib.load_policy_and_tokenizer = refuse
+    cases = {"rollout batch": dict(env=dict(groups=3, group_size=4)),
+             "mini and micro": dict(trainer=dict(mini_batch_size=12, micro_batch_size=4)),
+             "device count": dict(mesh=dict(data=3)), "two free axes": dict(mesh=dict(data=-1, fsdp=-1))}
+    out = {}
+    for name, override in cases.items():
+        c = get_base_config()
+        apply_tiny(c)
+        c.env.name, c.env.groups, c.env.group_size = "SimpleSokoban", 2, 8
+        c.trainer.mini_batch_size, c.trainer.micro_batch_size = 16, 8
+        for section, values in override.items():
+            c[section].update(values)
+        try:
+            Trainer(c, workdir="/nonexistent")
+            out[name] = "no error"
+        except Exception as e:  # noqa: BLE001 - the test reads the type and message
+            out[name] = f"{type(e).__name__}: {e}"
+    return out
+
+
 def _config():
     from ragen_jax.sampling import model_config_of
     return model_config_of(L.make_actor().graphdef)
@@ -139,6 +168,9 @@ if __name__ == "__main__":
         import os
         with open(path, "w") as f:
             json.dump(checkpoint(os.path.join(os.path.dirname(path), "ckpt")), f)
+    elif mode == "config_errors":
+        with open(path, "w") as f:
+            json.dump(config_errors(), f)
     elif mode == "generate":
         np.savez(path, **equivalence(L.generate))
     else:

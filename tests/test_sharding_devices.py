@@ -147,3 +147,19 @@ def test_orbax_checkpoint_of_sharded_state_restores_on_same_and_other_mesh(tmp_p
         assert res[mesh]["equal"] and res[mesh]["keys"] > 10, res[mesh]
         assert res[mesh]["same_layout"] and res[mesh]["meta"] == {"step": 3}
     assert "NaN" in res["nan_error"] and res["latest"] == 3
+
+
+def test_trainer_refuses_batches_and_meshes_that_do_not_fit_before_building_the_model(tmp_path):
+    """On 8 devices (data=-1): a rollout batch of 12 and mini/micro-batches of 12/4 do not split 8 ways, a mesh
+    of 3 devices or with two -1 axes does not fit; each is one ValueError naming the keys and the fix, raised
+    before the model is loaded (a batch was placed only after a whole rollout)."""
+    out = str(tmp_path / "errors.json")
+    run_worker("config_errors", out, timeout=300)
+    with open(out) as f:
+        err = json.load(f)
+    assert err["rollout batch"].startswith("ValueError") and "env.groups x env.group_size = 12" in err["rollout batch"]
+    assert "multiple of 8" in err["rollout batch"] and "trainer." not in err["rollout batch"]
+    assert "trainer.mini_batch_size = 12, trainer.micro_batch_size = 4" in err["mini and micro"]
+    assert "env.groups" not in err["mini and micro"] and "mesh.data" in err["mini and micro"]
+    assert err["device count"].startswith("ValueError") and "needs 3 devices but 8" in err["device count"]
+    assert err["two free axes"].startswith("ValueError") and "At most one mesh axis may be -1" in err["two free axes"]

@@ -69,3 +69,17 @@ def mesh_shape(mesh: Mesh) -> dict[str, int]:
 def batch_shards(mesh: Mesh) -> int:
     """How many ways a batch's rows are split: data * fsdp."""
     return math.prod(mesh.shape[a] for a in BATCH_AXES)
+
+
+def check_batch_sizes(sizes: Mapping[str, int], shape: Mapping[str, int]) -> None:
+    """Raise one ValueError naming every config key whose rows (`sizes`: key -> rows) do not split over the
+    data * fsdp devices of a mesh of `shape` ({axis: size}). Run it before anything is built: the training
+    batch is only placed after a whole rollout."""
+    shards = math.prod(shape[a] for a in BATCH_AXES)
+    bad = [f"{key} = {rows}" for key, rows in sizes.items() if rows % shards]
+    if bad:
+        raise ValueError(
+            f"Batch rows split over data*fsdp = {shards} devices (mesh {dict(shape)}), but {', '.join(bad)} "
+            f"{'is' if len(bad) == 1 else 'are'} not a multiple of {shards}: make "
+            f"{'it' if len(bad) == 1 else 'them'} a multiple of {shards}, or lower mesh.data / mesh.fsdp "
+            "(raising mesh.tensor instead).")

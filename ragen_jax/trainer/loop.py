@@ -76,6 +76,9 @@ class Trainer:
             raise ValueError(f"trainer.mini_batch_size ({t.mini_batch_size}) must be a multiple of "
                              f"trainer.micro_batch_size ({t.micro_batch_size}).")
         self.mesh = sharding.make_mesh({axis: cfg.mesh[axis] for axis in sharding.AXES})
+        sharding.check_batch_sizes({"env.groups x env.group_size": self.batch_size,
+                                    "trainer.mini_batch_size": t.mini_batch_size,
+                                    "trainer.micro_batch_size": t.micro_batch_size}, self.mesh.shape)
         # envs first: a missing service (e.g. a Lean server) fails before minutes of model loading
         self.val_names = validation_envs(cfg.val.name, cfg.env.name)
         self.val_tags = [env_tag(name) for name in self.val_names]
