@@ -32,6 +32,17 @@ def test_resolve_mesh_shape():
         resolve_mesh_shape({"model": 2}, 8)
 
 
+def test_mesh_from_the_config_section():
+    """`make_mesh(cfg.mesh)` as docs/scaling.md shows: the section's sampling_layout is a setting, not an axis."""
+    from configs.base import get_base_config
+
+    section = get_base_config().mesh
+    section.update(data=2, fsdp=-1, tensor=2)
+    assert "sampling_layout" in section and resolve_mesh_shape(section, 16) == (2, 4, 2)
+    with pytest.raises(ValueError, match="Unknown mesh axes"):
+        resolve_mesh_shape(dict(section, sampling="no_fsdp"), 16)
+
+
 def _models():
     for arch, tied, lora in itertools.product(("qwen2", "qwen3", "llama"), (True, False), (False, True)):
         cfg = tiny_config(architecture=arch, tie_word_embeddings=tied, qk_norm=arch == "qwen3",

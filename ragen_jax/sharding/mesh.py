@@ -12,9 +12,13 @@ from jax.sharding import AxisType, Mesh
 from ragen_jax.models.partitioning import AXES, BATCH_AXES  # noqa: F401  (the axis names models annotate with)
 
 
+#: Keys of the config's `mesh` section that are settings, not axes (so `make_mesh(cfg.mesh)` takes the section).
+MESH_SETTINGS = ("sampling_layout",)
+
+
 def _sizes(cfg_mesh: Mapping[str, Any] | Sequence[int]) -> list[int]:
     if isinstance(cfg_mesh, Mapping) or hasattr(cfg_mesh, "keys"):
-        unknown = set(cfg_mesh.keys()) - set(AXES)
+        unknown = set(cfg_mesh.keys()) - set(AXES) - set(MESH_SETTINGS)
         if unknown:
             raise ValueError(f"Unknown mesh axes {sorted(unknown)}; the mesh has axes {AXES}.")
         return [int(cfg_mesh.get(a, 1)) for a in AXES]

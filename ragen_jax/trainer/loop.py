@@ -75,7 +75,7 @@ class Trainer:
         if t.mini_batch_size % t.micro_batch_size:
             raise ValueError(f"trainer.mini_batch_size ({t.mini_batch_size}) must be a multiple of "
                              f"trainer.micro_batch_size ({t.micro_batch_size}).")
-        self.mesh = sharding.make_mesh({axis: cfg.mesh[axis] for axis in sharding.AXES})
+        self.mesh = sharding.make_mesh(cfg.mesh)
         sharding.check_batch_sizes({"env.groups x env.group_size": self.batch_size,
                                     "trainer.mini_batch_size": t.mini_batch_size,
                                     "trainer.micro_batch_size": t.micro_batch_size}, self.mesh.shape)

@@ -187,7 +187,7 @@ def config_report(cfg) -> str:
         parts.append("custom functions:\n" + "\n".join(f"  {k} = {v}" for k, v in custom.items()))
     try:
         model_config = model_config_for(cfg.model)
-        mesh = sharding.make_mesh({axis: cfg.mesh[axis] for axis in sharding.AXES})
+        mesh = sharding.make_mesh(cfg.mesh)
         plan = sharding.plan_from_config(cfg, model_config, mesh.shape)
         device_bytes = sharding.device_memory_bytes()
         budget = f" of {device_bytes / 2**30:.2f} GiB" if device_bytes else " (this backend reports no memory limit)"
