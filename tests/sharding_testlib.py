@@ -94,6 +94,37 @@ def train_step(mesh_shape=None, lora: bool = False, devices=None) -> dict[str, n
     return out
 
 
+def critic_step(mesh_shape=None) -> dict[str, np.ndarray]:
+    """One PPO critic update (value head on the actor's backbone, SGD, 2 micro-batches) with its scored values
+    -> updated critic params, values and metrics."""
+    from ragen_jax.models import ValueModel
+
+    actor = make_actor()
+    critic = split_model(ValueModel.from_causal_lm(nnx.merge(actor.graphdef, actor.trainable, actor.frozen),
+                                                   rngs=nnx.Rngs(2)), False)
+    tx = optax.sgd(0.5)
+    batch = synthetic_batch()
+    batch["returns"] = np.cumsum(batch["advantages"] * batch["loss_mask"], axis=1).astype(np.float32)
+    mesh = None
+    if mesh_shape is not None:
+        mesh = make_mesh(mesh_shape)
+        critic = place_for_training(critic, mesh)
+        opt = shard_state(tx.init(critic.trainable), mesh)
+        batch = shard_batch(batch, mesh)
+    else:
+        opt = tx.init(critic.trainable)
+        batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    fns = make_step_fns(actor.graphdef, critic.graphdef, algo(), None, tx, MICRO)
+    with active_mesh(mesh):
+        values = fns["score_values"](critic.trainable, critic.frozen, batch["tokens"], batch["attention_mask"])
+        mb = dict(tokens=batch["tokens"], attention_mask=batch["attention_mask"], loss_mask=batch["loss_mask"],
+                  values=values + 0.1, returns=batch["returns"])
+        trainable, _, metrics = fns["critic_update"](critic.trainable, opt, critic.frozen, mb)
+    out = {f"param/{k}": v for k, v in to_host(trainable).items()}
+    out.update({f"metric/{k}": v for k, v in to_host(metrics).items()}, values=to_host({"v": values})["v"])
+    return out
+
+
 def generate(mesh_shape=None, layout: str = "no_fsdp") -> dict[str, np.ndarray]:
     """Greedy generation of 8 new tokens for 8 prompts of different lengths."""
     actor = make_actor()

@@ -163,6 +163,8 @@ if __name__ == "__main__":
         lora = L.train_step(None, lora=True)
         res.update({f"single_lora/{k}": v for k, v in lora.items()})
         res.update({f"(2, 2, 2)_lora/{k}": v for k, v in L.train_step((2, 2, 2), lora=True).items()})
+        res.update({f"single_critic/{k}": v for k, v in L.critic_step(None).items()})
+        res.update({f"(2, 2, 2)_critic/{k}": v for k, v in L.critic_step((2, 2, 2)).items()})
         np.savez(path, **res)
     elif mode == "checkpoint":
         import os

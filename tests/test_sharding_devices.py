@@ -127,6 +127,17 @@ def test_lora_train_step_matches_single_device(trained):
 
 
 @pytest.mark.slow
+def test_critic_update_matches_single_device(trained):
+    """PPO's critic: the scored values, value loss, gradient norm and updated parameters on (2, 2, 2)."""
+    want, got = _results(trained, "single_critic"), _results(trained, "(2, 2, 2)_critic")
+    assert any(k.startswith("param/") and "score" in k for k in want) and want["metric/vf_loss"] > 0
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-4, atol=2e-5, err_msg=k)
+    assert want["metric/update_skipped"] == 0.0
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mesh", MESHES, ids=str)
 def test_generation_matches_single_device(generated, mesh):
     want, got = _results(generated, "single"), _results(generated, str(mesh))
