@@ -113,6 +113,8 @@ def main(argv):
                 sys.exit(f"FATAL {_one_line(str(e))}")  # another model's; a final checkpoint a full disk refused
             except KeyboardInterrupt:  # outside the RL steps (which stop after the step and save it)
                 _exit_interrupted(trainer.checkpointer.directory)
+            finally:  # a remote env server's sessions end now, not after its TTL
+                trainer.close()
 
 
 def _run_mode(trainer, target) -> None:

@@ -186,5 +186,7 @@ class Checkpointer:
                 shutil.rmtree(folder, ignore_errors=True)
 
     def close(self) -> None:
+        """Close the Orbax manager; a later call creates a fresh one (so closing twice, or saving after, works)."""
         if self._manager is not None:
             self._manager.close()
+            self._manager = None

@@ -159,3 +159,27 @@ def test_sampler_and_trainer_agree_on_the_sampled_tokens(tmp_path):
     assert metrics["rollout/logprob_abs_diff_mean"] < 1e-4 and metrics["rollout/logprob_abs_diff_max"] < 1e-3
     assert abs(metrics["rollout/is_weight_mean"] - 1) < 1e-4
     assert 0.999 < metrics["rollout/is_weight_min"] <= metrics["rollout/is_weight_max"] < 1.001
+
+
+class ClosedPick(FlakyPick):
+    """FlakyPick that counts its close() calls (a remote env's close ends its server session)."""
+
+    closed = 0
+
+    def close(self):
+        ClosedPick.closed += 1
+
+
+def test_closing_the_trainer_closes_every_env_once_and_twice_is_harmless(tmp_path):
+    """run.py closes the trainer at the end, so a remote env server's sessions end with the run (they waited out
+    the server's TTL, 900 s, and a sweep in one process piled them up until the server refused new ones)."""
+    FlakyPick.FAILING, FlakyPick.NAN, ClosedPick.closed = set(), set(), 0
+    cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
+    cfg.env.name = "test_trainer_faults:ClosedPick"
+    cfg.val.name = "test_trainer_faults:ClosedPick,Bandit"
+    trainer = Trainer(cfg)
+    host_envs = len(trainer.train_env.envs) + len(trainer.val_envs[0].envs)
+    trainer.close()
+    assert ClosedPick.closed == host_envs == 8 + 8
+    trainer.close()  # idempotent for the manager and monitor; envs are closed again (best effort, harmless)
+    assert trainer.checkpointer._manager is None and trainer.monitor.events is None

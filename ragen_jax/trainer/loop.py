@@ -139,6 +139,15 @@ class Trainer:
         if t.resume:
             self._maybe_restore()
 
+    def close(self) -> None:
+        """Release what the trainer holds outside this process: its env batches' resources (a remote env
+        server's sessions, which otherwise wait out the server's TTL; subprocesses) and the checkpoint manager.
+        Idempotent; call it when done with the trainer (run.py does)."""
+        for batch in {id(b): b for b in (self.train_env, *self.val_envs)}.values():
+            batch.close()
+        self.checkpointer.close()
+        self.monitor.close()
+
     def sampling_params(self):
         """The policy's full state in the sampling layout (no fsdp gathers inside the decode loop)."""
         return sharding.reshard_for_sampling(self.actor.full(), self.mesh, layout=self.cfg.mesh.sampling_layout)
