@@ -64,6 +64,34 @@ def test_process_logits_matches_reference(seed, temperature, top_k, top_p):
         np.testing.assert_allclose(got[row], ref, atol=1e-5)
 
 
+def transformers_probs(logits: np.ndarray, temperature=1.0, top_k=0, top_p=1.0) -> np.ndarray:
+    """The sampling distribution [V] by transformers' warpers (temperature, top-k, top-p, generate's order)."""
+    import torch
+    from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
+                                                        TopPLogitsWarper)
+    scores, ids = torch.tensor(logits, dtype=torch.float64)[None], torch.zeros((1, 1), dtype=torch.long)
+    warpers = [TemperatureLogitsWarper(temperature)] + [TopKLogitsWarper(top_k)] * (top_k > 0) + \
+        [TopPLogitsWarper(top_p)] * (top_p < 1.0)
+    for warp in warpers:
+        scores = warp(ids, scores)
+    return torch.softmax(scores, dim=-1)[0].numpy()
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 0.95), (0.8, 0.99), (1.0, 0.8)])
+def test_top_p_after_top_k_measures_the_ties_top_k_keeps(temperature, top_p):
+    """Top-k keeps every tie of its k-th logit (vLLM, transformers), so the nucleus after it measures mass over all
+    of them: at top_k=2 the three tied 1.0s stay with the 3.0, and their run's first token starts at mass <= 0.81 <
+    top_p of those four, so the whole run stays. Where no tie run straddles top_p, transformers' warpers give the
+    same distribution."""
+    logits = np.array([3.0, 1.0, 1.0, 1.0, 0.0, -1.0], np.float32)
+    config = SamplingConfig(max_new_tokens=1, temperature=temperature, top_k=2, top_p=top_p)
+    got = np.asarray(jax.nn.softmax(process_logits(jnp.asarray(logits)[None], config), axis=-1))[0]
+    kept = np.exp(logits[:4].astype(np.float64) / temperature)
+    np.testing.assert_allclose(got, np.concatenate([kept / kept.sum(), [0.0, 0.0]]), atol=1e-6)
+    if top_p > 0.9:  # every kept token's preceding mass is clear of top_p: no tie order to choose
+        np.testing.assert_allclose(got, transformers_probs(logits, temperature, 2, top_p), atol=1e-6)
+
+
 @pytest.mark.parametrize("kind", ["normal", "ties", "peaked", "flat", "negative"])
 @pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.99])
 def test_nucleus_without_sorting_keeps_what_sorting_keeps(kind, top_p):

@@ -10,12 +10,16 @@ import numpy as np
 from ragen_jax.sampling.config import SamplingConfig
 
 
-def _nucleus_threshold(sorted_desc: jax.Array, top_p: float) -> jax.Array:
+def _nucleus_threshold(sorted_desc: jax.Array, top_p: float, log_total: jax.Array | None = None) -> jax.Array:
     """Smallest logit kept by nucleus filtering, from logits sorted descending [B, K] -> [B, 1].
 
     A token is kept when the probability mass strictly before it is < top_p, so the top token always stays.
+    log_total [B, 1]: log of the whole candidate set's mass, when it holds more than these K logits (the ties of
+    the K-th one that top-k also keeps); default: the K logits' own.
     """
-    probs = jax.nn.softmax(sorted_desc, axis=-1)
+    if log_total is None:
+        log_total = jax.nn.logsumexp(sorted_desc, axis=-1, keepdims=True)
+    probs = jnp.exp(sorted_desc - log_total)
     mass_before = jnp.cumsum(probs, axis=-1) - probs
     n_keep = jnp.sum(mass_before < top_p, axis=-1, keepdims=True)
     return jnp.take_along_axis(sorted_desc, jnp.maximum(n_keep, 1) - 1, axis=-1)
@@ -73,10 +77,10 @@ def process_logits(logits: jax.Array, config: SamplingConfig, temperature=None) 
     vocab = x.shape[-1]
     if 0 < config.top_k < vocab:
         top_vals, _ = jax.lax.top_k(x, config.top_k)
-        if config.top_p < 1.0:
-            threshold = _nucleus_threshold(top_vals, config.top_p)
-        else:
-            threshold = top_vals[:, -1:]
+        threshold = top_vals[:, -1:]  # top-k keeps every tie of its k-th logit (as vLLM and transformers do)
+        if config.top_p < 1.0:  # the nucleus's mass is over everything top-k kept, those ties included
+            kept_mass = jax.nn.logsumexp(jnp.where(x >= threshold, x, -jnp.inf), axis=-1, keepdims=True)
+            threshold = _nucleus_threshold(top_vals, config.top_p, kept_mass)
         return jnp.where(x >= threshold, x, -jnp.inf)
     if config.top_p < 1.0:
         return jnp.where(x >= _nucleus_threshold_unsorted(x, config.top_p), x, -jnp.inf)
