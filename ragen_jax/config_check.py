@@ -145,8 +145,9 @@ def _sampling_errors(rollout, val) -> list[str]:
     if not 0 < rollout.top_p <= 1:
         errors.append(f"config.rollout.top_p must be in (0, 1] (got {rollout.top_p}); 1.0 turns nucleus "
                       "filtering off")
-    if rollout.top_k < 0:
-        errors.append(f"config.rollout.top_k must be >= 0 (0 = off) (got {rollout.top_k})")
+    if rollout.top_k < -1:
+        errors.append(f"config.rollout.top_k must be >= 0 or -1 (0 and -1, veRL's vLLM default, = off) "
+                      f"(got {rollout.top_k})")
     return errors
 
 

@@ -57,7 +57,8 @@ def test_a_model_path_beside_the_tiny_preset_is_refused_with_the_fix():
     ("val.temperature", 0.0, r"config.val.temperature must be > 0 \(got 0.0\).*--config.val.greedy=True"),
     ("rollout.top_p", 0.0, r"config.rollout.top_p must be in \(0, 1\] \(got 0.0\)"),
     ("rollout.top_p", 1.5, r"config.rollout.top_p must be in \(0, 1\] \(got 1.5\)"),
-    ("rollout.top_k", -1, r"config.rollout.top_k must be >= 0 \(0 = off\) \(got -1\)"),
+    ("rollout.top_k", -2, r"config.rollout.top_k must be >= 0 or -1 \(0 and -1, veRL's vLLM default, = off\) "
+                          r"\(got -2\)"),
 ])
 def test_impossible_sampling_settings_fail_before_anything_is_built(key, value, message):
     """A zero temperature used to pass the config check and stop the run with a traceback at its first RL step,
@@ -69,6 +70,13 @@ def test_impossible_sampling_settings_fail_before_anything_is_built(key, value, 
         validate_config(cfg)
     with pytest.raises(ValueError, match=message):
         validate_config(cfg, mode="eval")
+
+
+def test_top_k_minus_one_is_off_as_in_vllm_and_verl():
+    """veRL's vLLM rollouts default to top_k=-1 (off); a RAGEN config carrying it must run, untruncated."""
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.rollout.top_k = -1
+    validate_config(cfg)
 
 
 def test_greedy_validation_at_a_positive_temperature_is_valid():

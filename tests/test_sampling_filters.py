@@ -64,6 +64,14 @@ def test_process_logits_matches_reference(seed, temperature, top_k, top_p):
         np.testing.assert_allclose(got[row], ref, atol=1e-5)
 
 
+def test_top_k_minus_one_is_off_and_other_negatives_are_refused():
+    """-1 is vLLM's and veRL's "no top-k" (veRL's rollout default): the same config, and program, as 0."""
+    config = SamplingConfig(max_new_tokens=4, top_k=-1)
+    assert config == SamplingConfig(max_new_tokens=4, top_k=0) and not config.truncates
+    with pytest.raises(ValueError, match=r"top_k must be >= 0 or -1 \(0 and -1 = off\), got -2"):
+        SamplingConfig(max_new_tokens=4, top_k=-2)
+
+
 def transformers_probs(logits: np.ndarray, temperature=1.0, top_k=0, top_p=1.0) -> np.ndarray:
     """The sampling distribution [V] by transformers' warpers (temperature, top-k, top-p, generate's order)."""
     import torch

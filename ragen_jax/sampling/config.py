@@ -14,7 +14,7 @@ class SamplingConfig:
     max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = 0  # 0 = off
+    top_k: int = 0  # 0 or -1 (vLLM's and veRL's "off") = off; -1 is stored as 0
     greedy: bool = False
     eos_ids: tuple[int, ...] = ()
     stop_sequences: tuple[tuple[int, ...], ...] = ()  # e.g. the token ids of "</answer>"
@@ -22,6 +22,8 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "eos_ids", tuple(int(t) for t in self.eos_ids))
         object.__setattr__(self, "stop_sequences", tuple(tuple(int(t) for t in s) for s in self.stop_sequences))
+        if self.top_k == -1:  # one program for both spellings of "off"
+            object.__setattr__(self, "top_k", 0)
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}.")
         if not self.temperature > 0:
@@ -29,7 +31,7 @@ class SamplingConfig:
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}; 1.0 turns nucleus filtering off.")
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}.")
+            raise ValueError(f"top_k must be >= 0 or -1 (0 and -1 = off), got {self.top_k}.")
         if any(len(s) == 0 for s in self.stop_sequences):
             raise ValueError("stop_sequences must not contain an empty sequence.")
 
