@@ -58,12 +58,31 @@ class RolloutConfig:
     reward_norm_grouping: str = "state"  # state | inductive | batch
 
     def sampling(self, tokenizer, *, temperature: float | None = None, greedy: bool = False) -> SamplingConfig:
-        stops = (tuple(tokenizer.encode("</answer>")),) if self.stop_at_answer else ()
+        stops = stop_sequences_for(tokenizer, "</answer>") if self.stop_at_answer else ()
         return SamplingConfig(
             max_new_tokens=self.response_length,
             temperature=self.temperature if temperature is None else temperature,
             top_p=self.top_p, top_k=self.top_k, greedy=greedy,
             eos_ids=tuple(tokenizer.eos_token_ids), stop_sequences=stops)
+
+
+STOP_CONTEXTS = (("", ""), (" ", ""), ("\n", ""), ("", "\n"), (" ", "\n"), ("\n", "\n"))
+
+
+def stop_sequences_for(tokenizer, text: str) -> tuple[tuple[int, ...], ...]:
+    """The token sequences that end a response with `text`: its own tokens first, then its tokens after a space or
+    a newline and before a newline, each the shortest run of tokens whose text holds `text`. A byte-level BPE
+    merges a space into the punctuation after it (Qwen's " </" is one token, not " " + "</"), so `<answer> Up
+    </answer>` never ends in the tokens of "</answer>" alone; vLLM's stop strings match the decoded text instead."""
+    found: dict[tuple[int, ...], None] = {}
+    for before, after in STOP_CONTEXTS:
+        ids = list(tokenizer.encode(before + text + after))
+        start = max((i for i in range(len(ids)) if text in tokenizer.decode(ids[i:])), default=None)
+        if start is None:  # the context changed how `text` itself decodes; nothing to match on
+            continue
+        end = next(j for j in range(start + 1, len(ids) + 1) if text in tokenizer.decode(ids[start:j]))
+        found[tuple(ids[start:end])] = None
+    return tuple(found)
 
 
 class RolloutEngine:
