@@ -1,23 +1,34 @@
-"""Run a grid of flag overrides, one workdir per run, comparable in one TensorBoard.
+"""Run a grid of flag overrides, one workdir per run, comparable in one TensorBoard and one table.
 
   python experiments/sweep.py --config configs/sokoban.py:tiny --root runs/sweep \
       --grid filter.value=1.0,0.9 --grid trainer.seed=0,1,2 --parallel 2 \
       -- --config.trainer.total_steps=20
 
 Each run is `python run.py --config CONFIG --config.KEY=VALUE ... --workdir ROOT/KEY=VALUE,...`;
-then `tensorboard --logdir ROOT` shows them side by side. A run's log is ROOT/<name>/log.txt.
+then `tensorboard --logdir ROOT` shows them side by side (its HPARAMS tab: each run's config, the keys that
+differ first). A run's log is ROOT/<name>/log.txt (a later attempt appends to it). At the end a table compares
+the runs' summary.json figures (also written to ROOT/results.csv), and a failed run's last log line says why it
+failed. Running the same sweep again skips the runs it finished with the same command and retries the others
+(one interrupted after a checkpoint: add `-- --config.trainer.resume=True`).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import itertools
+import json
 import os
 import subprocess
 import sys
 import time
 
 RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run.py")
+RECORD = "sweep.json"  # per run folder: the run's command line and exit code, what a rerun of the sweep checks
+COLUMNS = (  # (column, summary.json key): the figures a sweep compares
+    ("val start", "val_success_start"), ("val warm", "val_success_after_warmstart"),
+    ("val final", "val_success_final"), ("val best", "val_success_best"), ("steps", "steps_run"),
+    ("kept", "mean_kept_ratio"), ("wall s", "wall_time_s"))
 
 
 def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
@@ -43,38 +54,133 @@ def run_commands(config: str, root: str, grid, extra: list[str]) -> list[tuple[s
     return runs
 
 
-def main() -> int:
+def _record(folder: str) -> dict:
+    try:
+        with open(os.path.join(folder, RECORD)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def finished_before(folder: str, argv: list[str]) -> bool:
+    """Whether an earlier sweep ran this exact command (the interpreter aside) into `folder` to a successful end."""
+    record = _record(folder)
+    return (record.get("returncode") == 0 and record.get("args") == argv[2:]
+            and os.path.isfile(os.path.join(folder, "summary.json")))
+
+
+def last_line(path: str) -> str:
+    """The last non-empty line of a log (progress bars' carriage returns cut), "" if there is none."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.rsplit("\r", 1)[-1].strip() for line in f.read().splitlines()]
+    except OSError:
+        return ""
+    return next((line for line in reversed(lines) if line), "")
+
+
+def _cell(key: str, value) -> str:
+    if value is None:
+        return "-"
+    if key.startswith("val_success") or key == "mean_kept_ratio":
+        return f"{100 * value:.1f}%"
+    return f"{value:.0f}" if isinstance(value, float) else str(value)
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def results(root: str, names: list[str], status: dict[str, str],
+            earlier: dict[str, int | None]) -> list[dict[str, str]]:
+    """One row per run: its name, status and the COLUMNS of its summary.json ("-" where it has none, or where a run
+    started in this sweep left the summary.json of an earlier run, whose time was `earlier[name]`, as it was)."""
+    rows = []
+    for name in names:
+        path = os.path.join(root, name, "summary.json")
+        try:
+            if name in earlier and _mtime(path) == earlier[name]:
+                raise OSError("not this run's summary")
+            with open(path) as f:
+                summary = json.load(f)
+        except (OSError, ValueError):
+            summary = {}
+        row = {"run": name, "status": status[name]}
+        row.update({column: _cell(key, summary.get(key)) for column, key in COLUMNS})
+        row["stop"] = summary.get("stop_reason") or ""
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict[str, str]]) -> str:
+    """The rows as aligned text columns (the last column, the early-stop reason, left unpadded)."""
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in columns).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True)
     parser.add_argument("--root", default="runs/sweep")
     parser.add_argument("--grid", action="append", default=[], help="KEY=V1,V2,... (repeatable)")
     parser.add_argument("--parallel", type=int, default=1, help="runs at a time")
     parser.add_argument("--dry-run", action="store_true")
-    args, extra = parser.parse_known_args()
+    args, extra = parser.parse_known_args(argv)
     extra = [e for e in extra if e != "--"]
     runs = run_commands(args.config, args.root, parse_grid(args.grid), extra)
     if args.dry_run:
         for name, argv in runs:
             print(name, " ".join(argv))
         return 0
-    pending, active, failed = list(runs), [], []
+    status: dict[str, str] = {}
+    earlier: dict[str, int | None] = {}  # the summary.json time of each run started here, from before it
+    pending, active = [], []
+    for name, argv in runs:
+        if finished_before(os.path.join(args.root, name), argv):
+            status[name] = "done before"
+            print(f"skipped {name}: finished by an earlier sweep with the same command", flush=True)
+        else:
+            pending.append((name, argv))
     while pending or active:
         while pending and len(active) < max(args.parallel, 1):
             name, argv = pending.pop(0)
-            os.makedirs(os.path.join(args.root, name), exist_ok=True)
-            log = open(os.path.join(args.root, name, "log.txt"), "w")
-            active.append((name, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
+            folder = os.path.join(args.root, name)
+            os.makedirs(folder, exist_ok=True)
+            earlier[name] = _mtime(os.path.join(folder, "summary.json"))
+            log = open(os.path.join(folder, "log.txt"), "a")  # an earlier attempt's log stays above
+            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n")
+            log.flush()
+            active.append((name, argv, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
             print(f"started {name}", flush=True)
         time.sleep(1.0)
         for entry in list(active):
-            name, proc, log = entry
-            if proc.poll() is not None:
-                log.close()
-                active.remove(entry)
-                print(f"finished {name}: exit {proc.returncode}", flush=True)
-                if proc.returncode:
-                    failed.append(name)
-    print(f"{len(runs) - len(failed)}/{len(runs)} runs succeeded; tensorboard --logdir {args.root}")
+            name, argv, proc, log = entry
+            if proc.poll() is None:
+                continue
+            log.close()
+            active.remove(entry)
+            folder = os.path.join(args.root, name)
+            with open(os.path.join(folder, RECORD), "w") as f:
+                json.dump({"args": argv[2:], "returncode": proc.returncode}, f, indent=2)
+            status[name] = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+            why = "" if proc.returncode == 0 else f" ({last_line(os.path.join(folder, 'log.txt'))})"
+            print(f"finished {name}: exit {proc.returncode}{why}", flush=True)
+    rows = results(args.root, [name for name, _ in runs], status, earlier)
+    print("\n" + table(rows))
+    with open(os.path.join(args.root, "results.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    failed = [name for name, s in status.items() if s not in ("ok", "done before")]
+    print(f"\n{len(runs) - len(failed)}/{len(runs)} runs succeeded; results.csv and tensorboard --logdir {args.root}")
+    for name in failed:
+        print(f"failed: {name} (log: {os.path.join(args.root, name, 'log.txt')})")
     return 1 if failed else 0
 
 

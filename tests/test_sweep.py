@@ -25,3 +25,54 @@ def test_grid_product_and_overrides():
 def test_bad_grid_item():
     with pytest.raises(SystemExit):
         sweep.parse_grid(["novalue"])
+
+
+FAKE_RUN = """
+import json, os, sys
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+workdir = args["workdir"]
+with open(os.path.join(os.path.dirname(workdir), "calls.txt"), "a") as f:
+    f.write(os.path.basename(workdir) + "\\n")
+if args.get("config.trainer.seed") == "1":
+    print("progress\\rFATAL boom: the reason")
+    sys.exit(3)
+with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump({"val_success_start": 0.1, "val_success_final": 0.625, "val_success_best": 0.75, "steps_run": 2,
+               "wall_time_s": 12.3, "stop_reason": None}, f)
+print("trained")
+"""
+
+
+def _sweep(root, extra, capsys):
+    code = sweep.main(["--config", "configs/sokoban.py:tiny", "--root", str(root), "--grid", "trainer.seed=0,1",
+                       "--", *extra])
+    return code, capsys.readouterr().out
+
+
+def test_sweep_reports_failures_compares_runs_and_reruns_only_what_did_not_finish(tmp_path, monkeypatch, capsys):
+    """A failed point does not stop the sweep and says why; the end table compares the points' summaries; a rerun
+    skips the finished point (same command), retries the failed one and keeps its earlier log."""
+    fake = tmp_path / "fake_run.py"
+    fake.write_text(FAKE_RUN)
+    monkeypatch.setattr(sweep, "RUN_PY", str(fake))
+    root = tmp_path / "sweep"
+    code, out = _sweep(root, ["--config.trainer.total_steps=2"], capsys)
+    assert code == 1
+    assert "finished trainer.seed=1: exit 3 (FATAL boom: the reason)" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("trainer.seed=")}
+    assert rows["trainer.seed=0"][1:6] == ["ok", "10.0%", "-", "62.5%", "75.0%"]
+    assert rows["trainer.seed=1"][1:4] == ["exit", "3", "-"]
+    assert "1/2 runs succeeded" in out
+    assert (root / "results.csv").read_text().splitlines()[1].startswith("trainer.seed=0,ok,10.0%,-,62.5%")
+
+    (root / "trainer.seed=1" / "summary.json").write_text('{"val_success_final": 0.5}')  # an earlier run's
+    code, out = _sweep(root, ["--config.trainer.total_steps=2"], capsys)
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("trainer.seed=")}
+    assert rows["trainer.seed=0"][1:4] == ["done", "before", "10.0%"]
+    assert rows["trainer.seed=1"][1:7] == ["exit", "3", "-", "-", "-", "-"]  # not the earlier run's figures
+    assert code == 1 and "skipped trainer.seed=0" in out and "started trainer.seed=0" not in out
+    assert (root / "calls.txt").read_text().split() == ["trainer.seed=0", "trainer.seed=1", "trainer.seed=1"]
+    assert (root / "trainer.seed=1" / "log.txt").read_text().count("FATAL boom") == 2  # both attempts kept
+
+    code, out = _sweep(root, ["--config.trainer.total_steps=3"], capsys)  # another command: not the run done before
+    assert "started trainer.seed=0" in out and "skipped" not in out
