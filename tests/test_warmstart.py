@@ -346,6 +346,34 @@ def test_fewer_demo_rows_than_a_micro_batch_still_train(tok):
     assert metrics["sft/steps"] == 2 and np.isfinite(metrics["sft/loss"])
 
 
+def test_sft_metrics_are_logged_once_per_logged_step(tok, monkeypatch):
+    """The SFT scalars go to TensorBoard at step 1, every `log_every` steps and the last step, each step once (the
+    last step was logged twice when it was also a `log_every` step: two points at one step in every sft/* curve).
+    What is logged, not the update, is under test: the jitted step is replaced by one that changes nothing."""
+    import types
+
+    from ragen_jax.monitoring import Monitor
+    from ragen_jax.trainer.settings import rollout_config
+    from ragen_jax.trainer.setup import split_model
+
+    def step_fn(trainable, opt_state, frozen, prefix, batch):
+        return trainable, opt_state, {"loss": 1.0, "token_accuracy": 0.5, "grad_norm": 1.0, "update_skipped": 0.0}
+
+    monkeypatch.setattr(ws, "make_sft_step", lambda graphdef, tx, micro: step_fn)
+    c = _bandit_config()
+    c.warmstart.update(batch_size=8, micro_batch_size=8, warmup_steps=0)
+    eps = oracle_demo_episodes("Bandit", 8, tok, rollout_config(c), seed=99, batch_size=8)
+    data = ws.prepare_sft_data(demo_rows(eps, tok, rollout_config(c)))
+    actor = split_model(make_tiny_model(seed=0, **dict(c.model.tiny))[0], lora=False)
+    monitor = Monitor("", enabled=False)
+    trainer = types.SimpleNamespace(cfg=c, actor=actor, monitor=monitor)
+    for steps, log_every, expected in ((4, 2, [1, 2, 4]), (5, 2, [1, 2, 4, 5]), (3, 1, [1, 2, 3]), (1, 10, [1])):
+        logged = []
+        monitor.scalars = lambda m, step: logged.append(step)
+        metrics = ws.train_sft(trainer, data, steps=steps, log_every=log_every)
+        assert logged == expected and metrics["sft/steps"] == steps
+
+
 def test_an_sft_step_whose_new_weights_overflow_changes_nothing(tok):
     """The warm start's step has the RL update's guard: finite loss and gradient but infinite new weights (an
     enormous learning rate) leave the weights and the optimizer state as they were, and the step says so."""

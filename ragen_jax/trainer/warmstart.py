@@ -261,7 +261,7 @@ def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, l
     order, cursor = rng.permutation(data.num_rows), 0
     spent, tokens_seen, targets_seen, compile_s = 0.0, 0.0, 0.0, 0.0
     metrics: dict[str, float] = {}
-    step = 0
+    step, logged = 0, False
     bar = tqdm(range(1, steps + 1), desc="warm start", leave=False, dynamic_ncols=True,
                disable=not getattr(trainer, "is_main", True))
     for step in bar:
@@ -284,14 +284,16 @@ def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, l
         metrics = {f"sft/{k}": float(v) for k, v in out.items()}
         metrics["sft/lr"] = float(schedule(step - 1))
         bar.set_postfix(loss=f"{metrics.get('sft/loss', float('nan')):.3f}")
-        if step % log_every == 0 or step == 1:
+        logged = step % log_every == 0 or step == 1
+        if logged:
             trainer.monitor.scalars(metrics, step)
         if callback is not None:
             callback(step, spent + compile_s)
         if max_seconds and sharding.agree_any(spent + compile_s >= max_seconds):  # all hosts stop together
             break
     bar.close()
-    trainer.monitor.scalars(metrics, step)
+    if step and not logged:  # the last step's metrics, unless its step logged them (one point per step)
+        trainer.monitor.scalars(metrics, step)
     metrics.update({"sft/steps": float(step), "sft/train_seconds": spent + compile_s,
                     "sft/compile_seconds": compile_s,
                     "sft/tokens_per_s": tokens_seen / max(spent, 1e-9),
