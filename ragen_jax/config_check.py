@@ -206,12 +206,18 @@ def _warmstart_errors(warmstart, spec, mode: str) -> list[str]:
     """An oracle or random warm start plays its demos in a JAX env batch, whose states the policy reads;
     `spec.kind` is what envs.batch.make_env_batch builds the batch from. A host env needs a JSONL of demos."""
     runs = mode == "sft" or (mode == "train" and warmstart.enabled)
-    if not runs or spec.kind == "jax" or warmstart.source not in PLAYED_DEMO_SOURCES:
+    if not runs:
         return []
+    errors = []
+    if warmstart.steps == 0:  # the warm start would validate twice, then fail on the metrics of no step
+        errors.append("config.warmstart.steps=0 trains nothing: set it > 0"
+                      + ("" if mode == "sft" else ", or config.warmstart.enabled=False"))
+    if spec.kind == "jax" or warmstart.source not in PLAYED_DEMO_SOURCES:
+        return errors
     jsonl = "config.warmstart.source to a JSONL file of demonstrations"
     fix = f"set {jsonl}" if mode == "sft" else f"set config.warmstart.enabled=False, or {jsonl}"
-    return [f"config.warmstart.source={warmstart.source!r} plays demonstrations in a JAX env batch, but "
-            f"config.env.name={spec.name!r} is a host env: {fix}"]
+    return errors + [f"config.warmstart.source={warmstart.source!r} plays demonstrations in a JAX env batch, but "
+                     f"config.env.name={spec.name!r} is a host env: {fix}"]
 
 
 def _algo_contract_errors(cfg) -> list[str]:

@@ -39,6 +39,19 @@ def test_host_envs_accept_a_jsonl_warm_start_or_none_and_jax_envs_the_oracle(tmp
     validate_config(_config("SimpleSokoban", warmstart=False), mode="sft")
 
 
+def test_a_warm_start_of_no_steps_is_refused_where_it_runs():
+    """warmstart.steps=0 validated the policy twice, then stopped with a KeyError ('sft/loss') and a traceback."""
+    cfg = _config("SimpleSokoban", warmstart=True)
+    cfg.warmstart.steps = 0
+    with pytest.raises(ValueError, match=r"config.warmstart.steps=0 trains nothing: set it > 0, or "
+                                         r"config.warmstart.enabled=False"):
+        validate_config(cfg)
+    cfg.warmstart.enabled = False
+    validate_config(cfg)  # no warm start: its step count does not matter
+    with pytest.raises(ValueError, match=r"config.warmstart.steps=0 trains nothing: set it > 0$"):
+        validate_config(cfg, mode="sft")
+
+
 def test_a_model_path_beside_the_tiny_preset_is_refused_with_the_fix():
     """The tiny preset builds its own model, so a --config.model.path next to it would be ignored silently."""
     cfg = _config("SimpleSokoban", warmstart=False)
