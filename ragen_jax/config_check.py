@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 CHOICES = {
     ("rollout", "context_mode"): ("full", "limited_multi_turn", "single_turn"),
@@ -212,6 +213,10 @@ def _warmstart_errors(warmstart, spec, mode: str) -> list[str]:
     if warmstart.steps == 0:  # the warm start would validate twice, then fail on the metrics of no step
         errors.append("config.warmstart.steps=0 trains nothing: set it > 0"
                       + ("" if mode == "sft" else ", or config.warmstart.enabled=False"))
+    if warmstart.source not in PLAYED_DEMO_SOURCES and not os.path.isfile(warmstart.source):
+        # found out after the model was built and validated, with a traceback
+        errors.append(f"config.warmstart.source={warmstart.source!r} is neither 'oracle', 'random' nor an existing "
+                      f"JSONL file of demonstrations (looked from {os.getcwd()})")
     if spec.kind == "jax" or warmstart.source not in PLAYED_DEMO_SOURCES:
         return errors
     jsonl = "config.warmstart.source to a JSONL file of demonstrations"

@@ -52,6 +52,18 @@ def test_a_warm_start_of_no_steps_is_refused_where_it_runs():
         validate_config(cfg, mode="sft")
 
 
+@pytest.mark.parametrize("env_name", ["SimpleSokoban", "Countdown"])
+def test_a_warm_start_from_a_missing_jsonl_is_refused_where_it_runs(env_name, tmp_path):
+    """A demonstration file that is not there failed after the model was built and validated, with a traceback."""
+    missing = str(tmp_path / "demos.jsonl")
+    with pytest.raises(ValueError, match=r"config.warmstart.source='.*demos.jsonl' is neither 'oracle', 'random' "
+                                         r"nor an existing JSONL file"):
+        validate_config(_config(env_name, warmstart=True, source=missing))
+    with pytest.raises(ValueError, match="nor an existing JSONL file"):
+        validate_config(_config(env_name, warmstart=False, source=missing), mode="sft")
+    validate_config(_config(env_name, warmstart=False, source=missing))  # no warm start: the file is not read
+
+
 def test_a_model_path_beside_the_tiny_preset_is_refused_with_the_fix():
     """The tiny preset builds its own model, so a --config.model.path next to it would be ignored silently."""
     cfg = _config("SimpleSokoban", warmstart=False)
