@@ -213,6 +213,9 @@ def _warmstart_errors(warmstart, spec, mode: str) -> list[str]:
     if warmstart.steps == 0:  # the warm start would validate twice, then fail on the metrics of no step
         errors.append("config.warmstart.steps=0 trains nothing: set it > 0"
                       + ("" if mode == "sft" else ", or config.warmstart.enabled=False"))
+    if warmstart.micro_batch_size > 0 and warmstart.batch_size % warmstart.micro_batch_size:  # was cut silently
+        errors.append(f"config.warmstart.batch_size ({warmstart.batch_size}) must be a multiple of "
+                      f"config.warmstart.micro_batch_size ({warmstart.micro_batch_size})")
     if warmstart.source not in PLAYED_DEMO_SOURCES and not os.path.isfile(warmstart.source):
         # found out after the model was built and validated, with a traceback
         errors.append(f"config.warmstart.source={warmstart.source!r} is neither 'oracle', 'random' nor an existing "

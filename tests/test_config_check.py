@@ -64,6 +64,19 @@ def test_a_warm_start_from_a_missing_jsonl_is_refused_where_it_runs(env_name, tm
     validate_config(_config(env_name, warmstart=False, source=missing))  # no warm start: the file is not read
 
 
+def test_a_warm_start_batch_that_micro_batches_do_not_split_is_refused():
+    """The warm start trained on 48 rows a step when asked for 64 in micro-batches of 48, and said nothing (the RL
+    update's mini-batch has the same rule)."""
+    cfg = _config("SimpleSokoban", warmstart=True)
+    cfg.warmstart.batch_size, cfg.warmstart.micro_batch_size = 64, 48
+    with pytest.raises(ValueError, match=r"config.warmstart.batch_size \(64\) must be a multiple of "
+                                         r"config.warmstart.micro_batch_size \(48\)"):
+        validate_config(cfg)
+    for micro in (0, 16, 64):
+        cfg.warmstart.micro_batch_size = micro
+        validate_config(cfg)
+
+
 def test_a_model_path_beside_the_tiny_preset_is_refused_with_the_fix():
     """The tiny preset builds its own model, so a --config.model.path next to it would be ignored silently."""
     cfg = _config("SimpleSokoban", warmstart=False)
