@@ -220,12 +220,31 @@ def _warmstart_errors(warmstart, spec, mode: str) -> list[str]:
         # found out after the model was built and validated, with a traceback
         errors.append(f"config.warmstart.source={warmstart.source!r} is neither 'oracle', 'random' nor an existing "
                       f"JSONL file of demonstrations (looked from {os.getcwd()})")
+    if spec.kind == "jax" and warmstart.source == "oracle" and (env_class := _without_oracle(spec)):
+        fix = "" if mode == "sft" else ", or config.warmstart.enabled=False"
+        errors.append(f"config.warmstart.source='oracle' plays the env's solver, but config.env.name={spec.name!r} "
+                      f"({env_class}) has no oracle_actions(state): set config.warmstart.source='random' (the answer "
+                      f"format only) or to a JSONL file of demonstrations{fix}")
     if spec.kind == "jax" or warmstart.source not in PLAYED_DEMO_SOURCES:
         return errors
     jsonl = "config.warmstart.source to a JSONL file of demonstrations"
     fix = f"set {jsonl}" if mode == "sft" else f"set config.warmstart.enabled=False, or {jsonl}"
     return errors + [f"config.warmstart.source={warmstart.source!r} plays demonstrations in a JAX env batch, but "
                      f"config.env.name={spec.name!r} is a host env: {fix}"]
+
+
+def _without_oracle(spec) -> str | None:
+    """The name of the JAX env class `spec` builds when it has no oracle for demonstrations (what
+    rollout.demos.oracle_policy looks for), else None; a factory that is not a class is not judged here."""
+    from envs.bandit.env import Bandit
+
+    try:
+        factory = spec.resolve_factory()
+    except (ImportError, AttributeError):
+        return None
+    if not isinstance(factory, type) or issubclass(factory, Bandit):
+        return None
+    return None if callable(getattr(factory, "oracle_actions", None)) else factory.__name__
 
 
 def _algo_contract_errors(cfg) -> list[str]:

@@ -77,6 +77,25 @@ def test_a_warm_start_batch_that_micro_batches_do_not_split_is_refused():
         validate_config(cfg)
 
 
+def test_an_oracle_warm_start_on_a_jax_env_without_an_oracle_is_refused(monkeypatch):
+    """A user's JAX env with no oracle_actions(state) failed with a traceback once the model was built; the built-in
+    JAX envs all have one (Bandit's is its high arm), and 'random' demos need none."""
+    from envs import registry
+    from envs.frozenlake.env import FrozenLake
+
+    class NoSolver(FrozenLake):
+        oracle_actions = None
+
+    monkeypatch.setitem(registry._REGISTRY, "NoSolverLake", registry.EnvSpec("NoSolverLake", NoSolver, kind="jax"))
+    with pytest.raises(ValueError, match=r"config.env.name='NoSolverLake' \(NoSolver\) has no oracle_actions\(state\): "
+                                         r"set config.warmstart.source='random' .*, or config.warmstart.enabled=False"):
+        validate_config(_config("NoSolverLake", warmstart=True))
+    validate_config(_config("NoSolverLake", warmstart=True, source="random"))
+    validate_config(_config("NoSolverLake", warmstart=False))
+    for env_name in ("SimpleSokoban", "FrozenLake", "Bandit"):
+        validate_config(_config(env_name, warmstart=True))
+
+
 def test_a_model_path_beside_the_tiny_preset_is_refused_with_the_fix():
     """The tiny preset builds its own model, so a --config.model.path next to it would be ignored silently."""
     cfg = _config("SimpleSokoban", warmstart=False)
