@@ -111,6 +111,33 @@ def _two_checkpoints(folder):
     return {"w": jax.ShapeDtypeStruct((3,), np.float32)}
 
 
+def test_resuming_the_warm_start_of_mode_sft_is_refused_with_the_way_to_rl_from_it(tmp_path):
+    """`--mode=sft` saves checkpoint 0 after no RL step; a resume (what a fresh run into that workdir advises) took
+    it for RL step 1: it skipped that step and every validation before it, and reported "after 2 RL steps" after 1."""
+    import types
+
+    import jax.numpy as jnp
+
+    from ragen_jax.checkpoint import Checkpointer
+    from ragen_jax.trainer.loop import Trainer
+
+    workdir = str(tmp_path / "sft")
+    folder = os.path.join(workdir, "checkpoints")
+    Checkpointer(folder).save(0, {"w": jnp.ones(3)}, {"step": 0, "counters": {"steps_run": 0},
+                                                        "warmstart": {"val_success_after_warmstart": 0.5}})
+    restored = []
+    trainer = types.SimpleNamespace(checkpointer=Checkpointer(folder), workdir=workdir,
+                                    restore=lambda directory, step: restored.append(step))
+    with pytest.raises(FileExistsError, match=r"checkpoints/0 is the warm start of `--mode=sft`, not an RL step: "
+                                              r".*--config.model.path=.*/sft/hf_export --config.warmstart.enabled=False"):
+        Trainer._maybe_restore(trainer)
+    assert restored == []
+    Checkpointer(folder).save(1, {"w": jnp.ones(3)}, {"step": 1, "counters": {"steps_run": 2}})  # an RL run's
+    trainer.checkpointer = Checkpointer(folder)
+    Trainer._maybe_restore(trainer)
+    assert restored == [1]
+
+
 def test_a_damaged_checkpoint_names_the_one_before_it_instead_of_an_orbax_traceback(tmp_path):
     """A step cut short (a crash or a full disk while writing) is a CheckpointError naming it and the way on."""
     import shutil

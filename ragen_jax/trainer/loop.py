@@ -60,6 +60,15 @@ def _local_rows(mesh, batch_size: int) -> int:
     return rows.stop - rows.start
 
 
+def warm_start_only_error(directory: str, workdir: str, step: int) -> str:
+    """Why a resume of `--mode=sft`'s checkpoint is refused (it would count the warm start as RL step `step` + 1),
+    and how to train RL from that warm start."""
+    return (f"{directory}/{step} is the warm start of `--mode=sft`, not an RL step: resuming it would skip RL step "
+            f"{step + 1} and every validation before it. Train RL from the warm-started policy in another workdir: "
+            f"--config.model.path={os.path.join(workdir, 'hf_export')} --config.warmstart.enabled=False "
+            "(and --config.model.preset='' with a :tiny config) --workdir=OTHER.")
+
+
 class Trainer:
     """Owns the models, optimizers, engines and env batches of one run."""
 
@@ -204,6 +213,8 @@ class Trainer:
         if step is None:
             logger.info("No checkpoint in %s; starting fresh.", self.checkpointer.directory)
             return
+        if self.checkpointer.restore_meta(step).get("counters", {}).get("steps_run", 1) == 0:
+            raise FileExistsError(warm_start_only_error(self.checkpointer.directory, self.workdir, step))
         self.restore(self.checkpointer.directory, step)
 
     def restore(self, directory: str, step: int) -> None:
