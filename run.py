@@ -127,11 +127,16 @@ def _run_mode(trainer, target) -> None:
     if _MODE.value == "sft":
         from ragen_jax.trainer.warmstart import run_warmstart
 
+        trainer.record_config()
         metrics = run_warmstart(trainer)
         trainer.save(0)
         folder = trainer.export(os.path.join(trainer.workdir, "hf_export"))
         print(json.dumps({k: v for k, v in metrics.items() if not k.startswith("val_after")}, indent=2))
         print(f"Warm-started policy: checkpoint {trainer.checkpointer.directory}/0, Hugging Face folder {folder}")
+        preset = " --config.model.preset=''" if trainer.cfg.model.preset else ""
+        print(f"RL from it (with your other overrides): python run.py --config={_config_arg(sys.argv, variants=True)}"
+              f"{preset} --config.model.path={folder} --config.warmstart.enabled=False "
+              f"--workdir={os.path.normpath(trainer.workdir)}_rl")
         if getattr(trainer, "warmstart_jsonl", None):
             print(f"Validation rollouts after the warm start: {trainer.warmstart_jsonl}")
         return

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -299,3 +300,30 @@ def test_a_remote_env_without_its_server_is_one_fatal_line_before_any_model_work
     for needle in (f"{url}/spec", "is the server running", "python -m envs.serve --env", "docs/remote_envs.md"):
         assert needle in fatal[0], fatal[0]
     assert "compiling" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_mode_sft_records_its_config_and_the_rl_command_it_prints_runs(tmp_path):
+    """`--mode=sft` writes config.json and the TensorBoard hparams as a training run does (it wrote neither), and
+    prints the command that trains RL from its export, which runs (about 1 min)."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+
+    small = ["--config.warmstart.steps=2", "--config.warmstart.num_demos=8", "--config.val.groups=4",
+             "--config.val.batch_size=4", "--config.env.groups=2", "--config.trainer.mini_batch_size=16",
+             "--config.trainer.micro_batch_size=16", "--config.diagnostics.every=0", "--config.trainer.export_hf=False"]
+    wd = tmp_path / "sft"
+    proc = run_cli("--config=configs/sokoban.py:tiny", *small, workdir=wd, mode="sft")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with open(wd / "config.json") as f:
+        assert json.load(f)["warmstart"]["steps"] == 2
+    acc = plugin_event_accumulator.EventAccumulator(str(wd / "tb"))
+    acc.Reload()
+    assert "hparams" in acc.ActivePlugins() and "config/text_summary" in acc.Tags()["tensors"]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RL from it"))
+    command = shlex.split(line[line.index("python run.py "):])[2:]  # a shell command line
+    assert f"--config.model.path={wd}/hf_export" in command and f"--workdir={wd}_rl" in command
+    rl = subprocess.run([sys.executable, "run.py", *command, *small, "--config.trainer.total_steps=1"], cwd=ROOT,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert rl.returncode == 0, rl.stdout + rl.stderr
+    with open(f"{wd}_rl/summary.json") as f:
+        assert json.load(f)["steps_run"] == 1

@@ -517,9 +517,7 @@ class Trainer:
         if self.start_step == 0 and (error := earlier_run_error(self.checkpointer.directory)):
             raise FileExistsError(error)  # before any work: a fresh run never mixes with an earlier one
         wall0 = time.perf_counter()
-        if self.is_main:
-            write_config_json(self.workdir, cfg)
-        self.monitor.config(flatten_config(cfg.to_dict()))
+        self.record_config()
         if cfg.warmstart.enabled and self.start_step == 0:
             from ragen_jax.trainer.warmstart import run_warmstart
 
@@ -581,6 +579,12 @@ class Trainer:
         if failures:
             raise CheckpointWriteError(" ".join(failures))
         return summary
+
+    def record_config(self) -> None:
+        """The resolved config to the workdir's config.json (process 0) and to TensorBoard (hparams and text)."""
+        if self.is_main:
+            write_config_json(self.workdir, self.cfg)
+        self.monitor.config(flatten_config(self.cfg.to_dict()))
 
     def _rl_steps(self, bar, stops: StopRequests) -> tuple[int, str | None, int | None, float]:
         """The RL steps of `bar` until the end, an early stop or a stop request -> (last step run, stop reason,
