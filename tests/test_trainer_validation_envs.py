@@ -68,3 +68,14 @@ def test_the_low_success_stop_counts_each_env(tmp_path):
 def test_validation_env_names_are_checked(tmp_path):
     with pytest.raises(ValueError, match="several distinct ones separated by commas"):
         Trainer(_config(tmp_path, "Bandit,Bandit"))
+
+
+def test_a_run_that_never_validated_ends_with_a_validation(tmp_path):
+    """val.at_start=False and val.every beyond total_steps: the final validation still runs (it was skipped
+    because the history was empty, and the summary showed no validation figure at all)."""
+    cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
+    cfg.val.at_start, cfg.val.every = False, 5
+    cfg.trainer.save_every, cfg.diagnostics.every = 0, 0
+    summary = Trainer(cfg).train()
+    assert [h["step"] for h in summary["val_history"]] == [cfg.trainer.total_steps]
+    assert summary["val_success_final"] is not None

@@ -550,7 +550,7 @@ class Trainer:
                 logger.warning("Stopped by %s after step %d; checkpoint %s/%d saved. Continue with "
                                "--config.trainer.resume=True and the same --workdir.", signal_name, last + 1,
                                self.checkpointer.directory, last)
-        elif self.history and self.history[-1]["step"] != last + 1 and cfg.val.every:
+        elif cfg.val.every and (not self.history or self.history[-1]["step"] != last + 1):
             vm = self.validate(last + 1)
             self._record_val(last + 1, vm)
             self.monitor.scalars(vm, last + 1)
