@@ -38,7 +38,8 @@ def test_a_turn_stops_at_answer_however_its_tokens_fall(bpe, response):
     """RAGEN's format "<answer> [your answer] </answer>" puts a space before "</answer>"; a byte-level BPE then
     spells it " </" "answer" ">", not the "</" "answer" ">" of the text alone, and the turn used to run on to EOS."""
     assert bpe.encode(" </answer>")[0] not in bpe.encode("</answer>")  # the premise: " </" is one token
-    config = RolloutConfig(response_length=64).sampling(bpe)
+    rollout = RolloutConfig(response_length=64)
+    config = rollout.sampling(bpe, rollout.stop_sequences(bpe))
     ids = bpe.encode(response)
     assert _stops_at(config, ids) == [len(ids) - 1]
     assert _stops_at(config, bpe.encode("<think> </think> <answer> Up")) == []
@@ -47,6 +48,5 @@ def test_a_turn_stops_at_answer_however_its_tokens_fall(bpe, response):
 def test_an_answer_token_of_its_own_keeps_one_stop_sequence():
     """The tiny tokenizer holds "</answer>" as one token: its one stop sequence, whatever precedes it."""
     tokenizer = load_tiny_tokenizer()
-    config = RolloutConfig(response_length=8).sampling(tokenizer)
-    assert config.stop_sequences == (tuple(tokenizer.encode("</answer>")),)
-    assert RolloutConfig(response_length=8, stop_at_answer=False).sampling(tokenizer).stop_sequences == ()
+    assert RolloutConfig(response_length=8).stop_sequences(tokenizer) == (tuple(tokenizer.encode("</answer>")),)
+    assert RolloutConfig(response_length=8, stop_at_answer=False).stop_sequences(tokenizer) == ()

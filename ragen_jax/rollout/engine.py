@@ -57,13 +57,17 @@ class RolloutConfig:
     reward_norm_method: str = "identity"  # identity | mean_std | mean | asym_clip
     reward_norm_grouping: str = "state"  # state | inductive | batch
 
-    def sampling(self, tokenizer, *, temperature: float | None = None, greedy: bool = False) -> SamplingConfig:
-        stops = stop_sequences_for(tokenizer, "</answer>") if self.stop_at_answer else ()
+    def stop_sequences(self, tokenizer) -> tuple[tuple[int, ...], ...]:
+        """The token sequences that end a response besides the end-of-turn ids (an engine computes them once)."""
+        return stop_sequences_for(tokenizer, "</answer>") if self.stop_at_answer else ()
+
+    def sampling(self, tokenizer, stop_sequences: tuple[tuple[int, ...], ...], *, temperature: float | None = None,
+                 greedy: bool = False) -> SamplingConfig:
         return SamplingConfig(
             max_new_tokens=self.response_length,
             temperature=self.temperature if temperature is None else temperature,
             top_p=self.top_p, top_k=self.top_k, greedy=greedy,
-            eos_ids=tuple(tokenizer.eos_token_ids), stop_sequences=stops)
+            eos_ids=tuple(tokenizer.eos_token_ids), stop_sequences=stop_sequences)
 
 
 STOP_CONTEXTS = (("", ""), (" ", ""), ("\n", ""), ("", "\n"), (" ", "\n"), ("\n", "\n"))
@@ -97,6 +101,7 @@ class RolloutEngine:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
+        self.stop_sequences = config.stop_sequences(tokenizer)
         self.sampler = Sampler(graphdef, cache_size=config.max_model_len,
                                pad_id=tokenizer.pad_token_id, batch_size=batch_size, mesh=mesh, lanes=lanes or None)
         self.rows = self.sampler.rows
@@ -113,7 +118,7 @@ class RolloutEngine:
         cfg = self.config
         B = self.local_batch_size
         play = EpisodeBook.start(self, env, seeds, group_ids, tag, first_episode=self.rows.start)
-        sampling = cfg.sampling(self.tokenizer, temperature=temperature, greedy=greedy)
+        sampling = cfg.sampling(self.tokenizer, self.stop_sequences, temperature=temperature, greedy=greedy)
         cache, cache_lens = self.sampler.init_cache()
         cache_lens = np.array(cache_lens, np.int32)
         active = play.opened.copy()
