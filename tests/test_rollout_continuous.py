@@ -46,8 +46,8 @@ def ragged_turns(monkeypatch):
     """Sampled turns of uneven length (a random tiny model rarely writes </answer>): one token in ~12 ends a turn."""
     original = RolloutConfig.sampling
 
-    def sampling(self, tokenizer, **kw):
-        cfg = original(self, tokenizer, **kw)
+    def sampling(self, tokenizer, *args, **kw):
+        cfg = original(self, tokenizer, *args, **kw)
         return dataclasses.replace(cfg, eos_ids=cfg.eos_ids + tuple(range(40, 130)))
 
     monkeypatch.setattr(RolloutConfig, "sampling", sampling)
