@@ -104,3 +104,22 @@ def test_custom_correction_without_bound_keyword():
         assert np.all(np.asarray(weights) == 0.5)
     finally:
         algos.ROLLOUT_CORRECTIONS.unregister("test_halve")
+
+
+def test_a_correction_over_truncated_sampling_is_warned_about():
+    """With top-p/top-k the sampler's log-probs are the truncated distribution's, so rho is the kept mass on every
+    token: a correction would drop or down-weight tokens for the truncation itself."""
+    from configs.base import get_base_config
+    from ragen_jax.trainer.settings import truncated_sampling_warning
+
+    cfg = get_base_config()
+    assert truncated_sampling_warning(cfg) is None  # the defaults: no correction, no truncation
+    cfg.algo.rollout_correction = "icepop"
+    assert truncated_sampling_warning(cfg) is None  # a correction alone measures real drift
+    cfg.rollout.top_p = 0.9
+    warning = truncated_sampling_warning(cfg)
+    assert "algo.rollout_correction='icepop' with rollout.top_p=0.9" in warning and "rollout.top_k=-1" in warning
+    cfg.algo.rollout_correction, cfg.algo.tis_cap, cfg.rollout.top_p, cfg.rollout.top_k = "none", 2.0, 1.0, 20
+    assert "algo.tis_cap=2.0 with rollout.top_k=20" in truncated_sampling_warning(cfg)
+    cfg.rollout.top_k = -1  # off, as vLLM's default
+    assert truncated_sampling_warning(cfg) is None

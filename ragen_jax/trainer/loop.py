@@ -33,7 +33,8 @@ from ragen_jax.trainer.diagnose import CollapseMonitor
 from ragen_jax.trainer.early_stop import early_stop_reason, reward_collapse
 from ragen_jax.trainer.interrupt import StopRequests, stop_message
 from ragen_jax.trainer.optim import make_optimizer
-from ragen_jax.trainer.settings import algo_settings, env_tag, rollout_config, validation_envs, write_config_json
+from ragen_jax.trainer.settings import (algo_settings, env_tag, rollout_config, truncated_sampling_warning,
+                                        validation_envs, write_config_json)
 from ragen_jax.trainer.steps import (make_step_fns, masked_means, row_total_stats, sampler_agreement, scored_positions,
                                      take_rows)
 
@@ -129,6 +130,8 @@ class Trainer:
             self.critic_opt = sharding.shard_state(self.critic_tx.init(self.critic.trainable), self.mesh)
         else:
             self.critic_tx = self.critic_lr = self.critic_opt = None
+        if warning := truncated_sampling_warning(cfg):
+            logger.warning(warning)
         self.fns = make_step_fns(self.actor.graphdef, self.critic.graphdef if self.critic else None,
                                  algo_settings(cfg), self.actor_tx, self.critic_tx, t.micro_batch_size)
         self.filter_cfg = FilterConfig.from_mapping(dict(cfg.filter))

@@ -24,6 +24,24 @@ def rollout_config(cfg) -> RolloutConfig:
         reward_norm_method=r.reward_norm_method, reward_norm_grouping=r.reward_norm_grouping)
 
 
+def truncated_sampling_warning(cfg) -> str | None:
+    """Why a sampler-mismatch correction (or the TIS cap) misreads a run whose rollouts sample with top-p/top-k,
+    else None. The sampler's log-probs are of the truncated distribution (vLLM's processed_logprobs, as veRL asks
+    for), the recomputed ones of the whole one, so rho = pi_old / pi_sampler is the kept mass (< 1) on every token
+    even with no policy drift: icepop / seq_geo_mask drop tokens and TIS down-weights them for the truncation."""
+    a, r = cfg.algo, cfg.rollout
+    correcting = [f"algo.rollout_correction={a.rollout_correction!r}"] if a.rollout_correction != "none" else []
+    correcting += [f"algo.tis_cap={a.tis_cap}"] if a.tis_cap else []
+    truncating = ([f"rollout.top_p={r.top_p}"] if r.top_p < 1.0 else []) + (
+        [f"rollout.top_k={r.top_k}"] if r.top_k > 0 else [])
+    if not (correcting and truncating):
+        return None
+    return (f"{' and '.join(correcting)} with {' and '.join(truncating)}: the sampler's log-probs are of the "
+            "truncated distribution and the update's of the whole one, so the correction sees the kept mass as a "
+            "mismatch on every token and drops or down-weights them for it. Sample training rollouts with "
+            "rollout.top_p=1.0 and rollout.top_k=-1, or turn the correction off.")
+
+
 def algo_settings(cfg) -> AlgoSettings:
     a = cfg.algo
     return AlgoSettings(
