@@ -88,16 +88,16 @@ class EventFile:
 
     def __init__(self, logdir: str, flush_secs: float = 10.0):
         from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event
 
+        self._event = Event
         self._writer = EventsWriter(os.path.join(logdir, "events"))
         self._flush_secs = flush_secs
         self._flushed_at = time.monotonic()
 
     def add(self, summary: Any, step: int) -> None:
         """Append a tensorboardX `Summary` proto at `step`."""
-        from tensorboardX.proto import event_pb2
-
-        self._writer.write_event(event_pb2.Event(summary=summary, step=int(step), wall_time=time.time()))
+        self._writer.write_event(self._event(summary=summary, step=int(step), wall_time=time.time()))
         if time.monotonic() - self._flushed_at > self._flush_secs:
             self.flush()
 

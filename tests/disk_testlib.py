@@ -9,7 +9,7 @@ import signal
 def full_disk():
     """Every write that grows a file fails with EFBIG (RLIMIT_FSIZE 0), as on a full disk; SIGXFSZ is ignored so
     the write returns the error instead of killing the process. The limit is the process's: keep the block short
-    and write nothing else meanwhile (pytest's capture files are written only after the test)."""
+    and print nothing in it (a print to pytest's capture file fails too)."""
     limits = resource.getrlimit(resource.RLIMIT_FSIZE)
     handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, limits[1]))

@@ -72,20 +72,22 @@ def active_mesh(mesh):
     return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
 
 
+def placed(model, tx, batch: dict, mesh_shape=None, devices=None):
+    """`model` (split), its optimizer state and `batch` as the trainer places them on a `mesh_shape` mesh, or on
+    one device when None -> (model, opt_state, batch of arrays, mesh or None)."""
+    if mesh_shape is None:
+        return model, tx.init(model.trainable), {k: jnp.asarray(v) for k, v in batch.items()}, None
+    mesh = make_mesh(mesh_shape, devices)
+    model = place_for_training(model, mesh)
+    return model, shard_state(tx.init(model.trainable), mesh), shard_batch(batch, mesh), mesh
+
+
 def train_step(mesh_shape=None, lora: bool = False, devices=None) -> dict[str, np.ndarray]:
     """One actor update (SGD, 2 micro-batches) on the mesh -> updated trainable params and metrics."""
     actor = make_actor(lora)
     tx = optax.sgd(0.5)
     batch = synthetic_batch()
-    mesh = None
-    if mesh_shape is not None:
-        mesh = make_mesh(mesh_shape, devices)
-        actor = place_for_training(actor, mesh)
-        opt = shard_state(tx.init(actor.trainable), mesh)
-        batch = shard_batch(batch, mesh)
-    else:
-        opt = tx.init(actor.trainable)
-        batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    actor, opt, batch, mesh = placed(actor, tx, batch, mesh_shape, devices)
     fns = make_step_fns(actor.graphdef, None, algo(), tx, None, MICRO)
     with active_mesh(mesh):  # as the trainer runs: the model's activation hints apply
         trainable, _, metrics = fns["actor_update"](actor.trainable, opt, actor.frozen, batch)
@@ -105,15 +107,7 @@ def critic_step(mesh_shape=None) -> dict[str, np.ndarray]:
     tx = optax.sgd(0.5)
     batch = synthetic_batch()
     batch["returns"] = np.cumsum(batch["advantages"] * batch["loss_mask"], axis=1).astype(np.float32)
-    mesh = None
-    if mesh_shape is not None:
-        mesh = make_mesh(mesh_shape)
-        critic = place_for_training(critic, mesh)
-        opt = shard_state(tx.init(critic.trainable), mesh)
-        batch = shard_batch(batch, mesh)
-    else:
-        opt = tx.init(critic.trainable)
-        batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    critic, opt, batch, mesh = placed(critic, tx, batch, mesh_shape)
     fns = make_step_fns(actor.graphdef, critic.graphdef, algo(), None, tx, MICRO)
     with active_mesh(mesh):
         values = fns["score_values"](critic.trainable, critic.frozen, batch["tokens"], batch["attention_mask"])

@@ -184,6 +184,15 @@ def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
         Checkpointer(folder).restore(1, lora)
 
 
+def grpo_without_validation(workdir, **trainer):
+    """Bandit GRPO without validation or diagnostics (the fault tests need only steps and checkpoints), with these
+    `config.trainer` values."""
+    cfg = bandit_config(workdir, use_critic=False, adv_estimator="grpo")
+    cfg.val.every, cfg.diagnostics.every = 0, 0
+    cfg.trainer.update(trainer)
+    return cfg
+
+
 class Killed(Exception):
     """What the process's own SIGTERM handler (the default one kills it) stands in for."""
 
@@ -200,9 +209,7 @@ def test_a_signal_mid_run_stops_after_the_step_saves_it_and_resumes(tmp_path, mo
 
     previous = signal.signal(signal.SIGTERM, kill)
     try:
-        cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
-        cfg.trainer.total_steps, cfg.trainer.save_every, cfg.trainer.export_hf = 4, 0, True
-        cfg.val.every, cfg.diagnostics.every = 0, 0
+        cfg = grpo_without_validation(tmp_path, total_steps=4, save_every=0, export_hf=True)
         trainer = Trainer(cfg)
         step_fn = trainer.train_step
 
@@ -242,9 +249,7 @@ def test_a_checkpoint_the_disk_refuses_is_reported_and_the_run_goes_on(tmp_path,
     and the latest checkpoint, the run trains on, and the next save (a fresh Orbax manager state) succeeds."""
     from ragen_jax.checkpoint import finished_steps
 
-    cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
-    cfg.trainer.total_steps, cfg.trainer.save_every, cfg.trainer.keep_checkpoints = 3, 1, 3
-    cfg.val.every, cfg.diagnostics.every = 0, 0
+    cfg = grpo_without_validation(tmp_path, total_steps=3, save_every=1, keep_checkpoints=3)
     trainer = Trainer(cfg)
     refuse_checkpoint(monkeypatch, trainer.checkpointer, refused_step=1)
     with caplog.at_level("ERROR"):
@@ -265,9 +270,7 @@ def test_a_final_checkpoint_the_disk_refuses_ends_the_run_with_the_reason(tmp_pa
     state is lost, why, what is on disk and how to go on (run.py prints it as its FATAL line)."""
     from ragen_jax.checkpoint import CheckpointWriteError, finished_steps
 
-    cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
-    cfg.trainer.total_steps, cfg.trainer.save_every = 2, 0
-    cfg.val.every, cfg.diagnostics.every = 0, 0
+    cfg = grpo_without_validation(tmp_path, total_steps=2, save_every=0)
     trainer = Trainer(cfg)
     refuse_checkpoint(monkeypatch, trainer.checkpointer, refused_step=1)
     with pytest.raises(CheckpointWriteError) as failure:
@@ -287,9 +290,7 @@ def test_an_export_the_disk_refuses_is_written_by_resuming_the_finished_run(tmp_
     error, and the fix it names (the same command with resume=True) writes the export without training again."""
     from ragen_jax.checkpoint import CheckpointWriteError, finished_steps
 
-    cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
-    cfg.trainer.total_steps, cfg.trainer.save_every, cfg.trainer.export_hf = 2, 0, True
-    cfg.val.every, cfg.diagnostics.every = 0, 0
+    cfg = grpo_without_validation(tmp_path, total_steps=2, save_every=0, export_hf=True)
     trainer = Trainer(cfg)
     export = trainer.export
 
