@@ -31,14 +31,39 @@ COLUMNS = (  # (column, summary.json key): the figures a sweep compares
     ("kept", "mean_kept_ratio"), ("wall s", "wall_time_s"))
 
 
+def split_values(text: str) -> list[str]:
+    """"1,(6,6),[1, 2],'a,b'" -> ["1", "(6,6)", "[1, 2]", "a,b"]: commas inside brackets or quotes stay (a
+    value wholly in quotes loses them: it is passed to run.py as one argument, not through a shell)."""
+    values, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            values.append(text[start:i].strip())
+            start = i + 1
+    if depth or quote:
+        raise SystemExit(f"--grid values {text!r} have an unclosed bracket or quote")
+    values.append(text[start:].strip())
+    return [v[1:-1] if len(v) > 1 and v[0] == v[-1] and v[0] in "'\"" else v for v in values]
+
+
 def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
-    """["a.b=1,2", "c=x"] -> [("a.b", ["1", "2"]), ("c", ["x"])]."""
+    """["a.b=1,2", "c=(6,6),(8,8)"] -> [("a.b", ["1", "2"]), ("c", ["(6,6)", "(8,8)"])]."""
     grid = []
     for item in items:
         key, sep, values = item.partition("=")
         if not sep or not key or not values:
             raise SystemExit(f"--grid takes KEY=V1,V2,...; got {item!r}")
-        grid.append((key.strip(), [v.strip() for v in values.split(",")]))
+        split = split_values(values)
+        if "" in split:
+            raise SystemExit(f"--grid {item!r} has an empty value (a stray comma?)")
+        grid.append((key.strip(), split))
     return grid
 
 
@@ -128,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True)
     parser.add_argument("--root", default="runs/sweep")
-    parser.add_argument("--grid", action="append", default=[], help="KEY=V1,V2,... (repeatable)")
+    parser.add_argument("--grid", action="append", default=[],
+                        help="KEY=V1,V2,... (repeatable; a value holds commas inside quotes or brackets: "
+                             "model.lora.target_modules='\"q_proj,v_proj\",\"q_proj,k_proj,v_proj,o_proj\"')")
     parser.add_argument("--parallel", type=int, default=1, help="runs at a time")
     parser.add_argument("--dry-run", action="store_true")
     args, extra = parser.parse_known_args(argv)

@@ -25,6 +25,19 @@ def test_grid_product_and_overrides():
 def test_bad_grid_item():
     with pytest.raises(SystemExit):
         sweep.parse_grid(["novalue"])
+    for item in ("a=1,,2", "a=1,", "a=(6,6", "a='x,y"):
+        with pytest.raises(SystemExit, match="empty value|unclosed"):
+            sweep.parse_grid([item])
+
+
+def test_grid_values_keep_commas_inside_quotes_and_brackets():
+    grid = sweep.parse_grid(["model.lora.target_modules=\"q_proj,v_proj\",'q_proj,k_proj,v_proj,o_proj'",
+                             "a=(6,6),[1, 2],3"])
+    assert grid == [("model.lora.target_modules", ["q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj"]),
+                    ("a", ["(6,6)", "[1, 2]", "3"])]
+    runs = sweep.run_commands("configs/sokoban.py:tiny", "/r", grid[:1], [])
+    assert [argv[-1] for _, argv in runs] == ["--config.model.lora.target_modules=q_proj,v_proj",
+                                            "--config.model.lora.target_modules=q_proj,k_proj,v_proj,o_proj"]
 
 
 FAKE_RUN = """
