@@ -235,6 +235,24 @@ def test_rope_settings_are_read_as_transformers_reads_them(rope):
     assert ours.rope_params.get("factor") == (ref["factor"] if ref["rope_type"] != "default" else None)
 
 
+@pytest.mark.parametrize("where", ["top", "rope_parameters"])
+def test_scaled_rope_over_part_of_head_dim_is_refused_and_plain_rope_ignores_the_factor(where):
+    """transformers' Qwen2/Llama fail on a scaled RoPE with partial_rotary_factor < 1 (its frequencies cover part of
+    head_dim) and ignore the factor for plain RoPE; we computed full-width scaled RoPE without a word."""
+    base = dict(model_type="qwen2", vocab_size=10, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4)
+
+    def config(rope):
+        if where == "top":
+            return dict(base, rope_parameters=rope, partial_rotary_factor=0.5)
+        return dict(base, rope_parameters={**rope, "partial_rotary_factor": 0.5})
+
+    with pytest.raises(ValueError, match=r"'linear' RoPE scaling with partial_rotary_factor=0.5.*set it to 1.0"):
+        config_from_hf(config({"rope_theta": 1e6, **_LINEAR}))
+    plain = config_from_hf(config({"rope_theta": 1e6, "rope_type": "default"}))
+    assert plain.rope_scaling is None and plain.rope_theta == 1e6
+
+
 @pytest.mark.parametrize("model_type", ["qwen2", "qwen3", "llama"])
 def test_head_dim_defaults_as_transformers_when_config_json_omits_it(model_type):
     import transformers

@@ -117,8 +117,14 @@ def config_from_hf(hf: Mapping[str, Any], *, param_dtype: str | None = None, dty
     head_dim = hf.get("head_dim") or _DEFAULT_HEAD_DIM[model_type] or hidden // heads
     rope = _rope_parameters(hf)
     theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
+    partial = float(rope.pop("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)) or 1.0)
     if rope.get("rope_type", "default") == "default":
-        rope = {}
+        rope = {}  # transformers' default RoPE for these families rotates the whole head_dim whatever the factor
+    elif partial != 1.0:
+        raise ValueError(
+            f"config.json asks for {rope['rope_type']!r} RoPE scaling with partial_rotary_factor={partial:g}: the "
+            f"scaled frequencies would cover {partial:g} of head_dim, which {model_type} attention does not support "
+            "(transformers fails on it too). Remove partial_rotary_factor from config.json or set it to 1.0.")
     torch_dtype = hf.get("torch_dtype") or hf.get("dtype") or "float32"
     native = torch_dtype if torch_dtype in DTYPES else "float32"
     return ModelConfig(
