@@ -413,3 +413,25 @@ def test_an_observation_too_long_for_the_context_fails_only_its_episode(tiny, ki
     # every episode overflowing at its first turn is the config's lengths, not an env: a clear error
     with pytest.raises(ValueError, match="Raise rollout.max_model_len"):
         engine.run(params, FloodEnv(3, flood_all=True), [1, 1, 2], [0, 0, 1], jax.random.PRNGKey(0), tag="Line")
+
+
+def test_the_logged_sample_shows_a_success_and_a_failure_each_with_a_header():
+    from ragen_jax.rollout.dump import sample_episodes, trajectory_sample_text
+    from ragen_jax.rollout.prompts import TurnRecord
+    from ragen_jax.rollout.types import Episode
+
+    def episode(seed, success, error=""):
+        turn = TurnRecord("S", 3, response_text="<answer>Up</answer>", response_tokens=[1], reward=1.0 * success)
+        return Episode("Sokoban", seed, seed // 2, [turn], "sys", num_actions=1, success=success, error=error,
+                       terminated=success)
+
+    episodes = [episode(0, False), episode(1, False, error="EnvError: boom"), episode(2, True), episode(3, True)]
+    assert sample_episodes(episodes) == [0, 2]
+    assert sample_episodes(episodes[2:]) == [0] and sample_episodes(episodes[1:2]) == [0]
+    text = trajectory_sample_text(episodes, max_tokens=16, enable_think=True, format_penalty=-0.1)
+    first, second = text.split("\n\n---\n\n")
+    assert first.startswith("### Episode 0 of 4 (Sokoban, seed 0, group 0): reward 0 ") and "no success" in first
+    assert second.startswith("### Episode 2 of 4 (Sokoban, seed 2, group 1): reward 1 ") and "terminated" in second
+    assert "**assistant**:\n```\n<answer>Up</answer>\n```" in second
+    assert "failed: EnvError: boom" in trajectory_sample_text(episodes[1:2], max_tokens=16, enable_think=True,
+                                                              format_penalty=-0.1)

@@ -42,6 +42,35 @@ def episode_record(ep: Episode, index: int, **prompt_kwargs: Any) -> dict:
     }
 
 
+def episode_header(ep: Episode, index: int, count: int) -> str:
+    """One line saying which episode a shown conversation is and how it went."""
+    outcome = "success" if ep.success else "no success"
+    ending = "failed: " + ep.error if ep.error else (
+        "terminated" if ep.terminated else "truncated" if ep.truncated else "ran out of turns")
+    return (f"Episode {index} of {count} ({ep.env_tag}, seed {ep.seed}, group {ep.group_id}): reward "
+            f"{ep.total_reward:.3g} (env {ep.env_reward:.3g}, penalty {ep.penalty:.3g}), {outcome}, "
+            f"{ep.num_turns} turns, {ep.num_actions} actions, {ending}")
+
+
+def sample_episodes(episodes: list[Episode]) -> list[int]:
+    """Which episodes to show as a rollout's sample: the first that succeeded and the first that did not (one of
+    them when every episode went the same way)."""
+    first = {}
+    for i, ep in enumerate(episodes):
+        first.setdefault(bool(ep.success), i)
+    return sorted(first.values())
+
+
+def trajectory_sample_text(episodes: list[Episode], **prompt_kwargs: Any) -> str:
+    """Markdown for TensorBoard's text tab: each of `sample_episodes` with its header, then its messages."""
+    parts = []
+    for i in sample_episodes(episodes):
+        messages = episode_messages(episodes[i], **prompt_kwargs)
+        body = "\n\n".join(f"**{m['role']}**:\n```\n{m['content']}\n```" for m in messages)
+        parts.append(f"### {episode_header(episodes[i], i, len(episodes))}\n\n{body}")
+    return "\n\n---\n\n".join(parts)
+
+
 def write_jsonl(path: str, episodes: list[Episode], **prompt_kwargs: Any) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:

@@ -486,12 +486,9 @@ class Trainer:
             self.counters["skipped_in_a_row"] = 0
 
     def _log_sample(self, res, step: int) -> None:
-        from ragen_jax.rollout.dump import episode_messages
+        from ragen_jax.rollout.dump import trajectory_sample_text
 
-        ep = res.episodes[0]
-        msgs = episode_messages(ep, **self._dump_kwargs())
-        text = "\n\n".join(f"**{m['role']}**:\n```\n{m['content']}\n```" for m in msgs)
-        self.monitor.text("samples/trajectory", text, step)
+        self.monitor.text("samples/trajectory", trajectory_sample_text(res.episodes, **self._dump_kwargs()), step)
 
     # ------------------------------------------------------------------ the run
     def _early_stop(self, metrics: dict) -> str | None:
