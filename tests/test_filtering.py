@@ -49,6 +49,17 @@ def test_more_ragen_top_p_cases_excluding_zero(scores, value, mode, expected):
     assert kept.tolist() == expected
 
 
+@pytest.mark.parametrize("num_tied, value, expected", [(10, 0.7, 7), (10, 0.9, 9), (5, 0.6, 3), (20, 0.35, 7)])
+def test_softmax_top_p_stops_where_tied_groups_reach_the_value_exactly(num_tied, value, expected):
+    # equal scores (common: groups with the same reward mix) put the cumulative mass exactly on the value; RAGEN's
+    # float32 softmax + cumsum keep `expected` groups, the mathematical answer (a float32 ratio fell one ulp short
+    # and kept one group more)
+    kept = select_groups(np.full(num_tied, 0.57735), "top_p", value, prob_mode="softmax")
+    assert kept.tolist() == list(range(expected))
+    with_zeros = np.concatenate([np.full(num_tied, 0.7071), np.zeros(3)])
+    assert select_groups(with_zeros, "top_p", value, include_zero=False, prob_mode="softmax").size == expected
+
+
 def test_value_one_keeps_all_listed_in_any_order():
     for scores in ([0.0, 0.0, 0.0], [1.0, 3.0, 2.0]):
         assert select_groups(np.array(scores), "top_p", 1.0).tolist() == list(range(len(scores)))

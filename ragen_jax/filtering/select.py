@@ -33,11 +33,18 @@ def _top_p_linear(scores: np.ndarray, value: float, eps: float, largest: bool) -
 
 
 def _top_p_softmax(scores: np.ndarray, value: float, largest: bool) -> np.ndarray:
-    """Smallest prefix of softmax(scores) (sorted desc) whose cumulative mass reaches value."""
+    """Smallest prefix of softmax(scores) (sorted desc) whose cumulative mass reaches value.
+
+    As RAGEN's tensors: float32 probabilities, their running sum accumulated exactly and rounded to float32,
+    compared with float32(value). Tied groups put the mass exactly on the value (10 equal groups at 0.7:
+    7 groups), where a float32 running sum or ratio can land one ulp short and keep a group more.
+    """
     logits = scores if largest else -scores
     order = np.argsort(-logits, kind="stable")
-    weights = np.exp(logits[order] - logits[order[0]])  # normalised in sorted order: order-free
-    k = int(np.searchsorted(np.cumsum(weights) / weights.sum(), value, side="left")) + 1
+    weights = np.exp(logits[order] - logits[order[0]])  # float32, normalised in sorted order: order-free
+    probs = (weights / np.float32(weights.sum(dtype=np.float64))).astype(np.float32)
+    mass = np.cumsum(probs, dtype=np.float64).astype(np.float32)
+    k = int(np.searchsorted(mass, np.float32(value), side="left")) + 1
     return order[: min(k, scores.size)]
 
 
