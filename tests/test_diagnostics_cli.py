@@ -107,3 +107,53 @@ def test_an_empty_report_says_why_even_with_timings():
 
     text = summary({"timing_s/collapse_first_turn_step": 0.0, "timing_s/collapse_multi_turn_step": 0.01})
     assert text.startswith("No sampling had two or more prompts with reasoning") and "tiny_reasoning" in text
+
+
+_CHAT = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>a</think>"}]
+_BAD_DUMPS = [
+    ("empty.jsonl", b"", "holds no trajectories"),
+    ("blank.jsonl", b"\n \n", "holds no trajectories"),
+    ("badline.jsonl", json.dumps({"messages": _CHAT}).encode() + b"\n{not json\n", "Line 2 of .* is not JSON"),
+    ("binary.jsonl", bytes(range(256)), "not UTF-8 text"),
+    ("cut.pkl", pickle.dumps([{"messages": _CHAT}])[:12], "not a readable pickle .*cut short"),
+    ("empty.pkl", pickle.dumps({"episodes": []}), "holds no trajectories"),
+    ("nocontent.jsonl", json.dumps({"messages": [{"role": "assistant"}]}).encode(), "Message 0 of record 0"),
+    ("nullcontent.jsonl", json.dumps({"messages": [_CHAT[0], {"role": "assistant", "content": None}]}).encode(),
+     "Message 1 of record 0"),
+    ("strings.jsonl", json.dumps({"messages": ["hi", "there"]}).encode(), "not a chat message"),
+    ("gid.jsonl", json.dumps({"messages": _CHAT, "metadata": {"group_id": "g1"}}).encode(),
+     "group_id 'g1', not an integer"),
+]
+
+
+@pytest.mark.parametrize("name, data, message", _BAD_DUMPS, ids=[case[0] for case in _BAD_DUMPS])
+def test_a_malformed_dump_is_named_before_the_model_loads(tmp_path, capsys, name, data, message):
+    """Each bad dump gives one line naming the file (and line / record) instead of a traceback or a bare
+    "Expecting value"; the checkpoint is never touched (here it does not even exist)."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match=message):
+        load_rollouts(str(path))
+    assert main([str(path), "--checkpoint", str(tmp_path / "no_model")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and name in err and "no_model" not in err
+
+
+def test_integer_group_ids_written_as_text_still_group(checkpoint):
+    from ragen_jax.models import load_tokenizer
+
+    records = [{"messages": _CHAT, "metadata": {"group_id": "3"}}, {"messages": _CHAT, "metadata": {}}]
+    assert record_pairs(records, load_tokenizer(checkpoint)).group_ids == [3, 0]
+
+
+def test_out_is_checked_before_the_work_and_never_overwrites_the_dump(checkpoint, rollouts, tmp_path, capsys):
+    path, _ = rollouts
+    before = path.read_bytes()
+    assert main([str(path), "--checkpoint", checkpoint, "--out", str(path)]) == 2
+    assert "overwrite the rollouts" in capsys.readouterr().err and path.read_bytes() == before
+    assert main([str(path), "--checkpoint", checkpoint, "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    # a report in a folder that does not exist yet is written there (it was lost after the whole run)
+    out = tmp_path / "reports" / "run1.json"
+    assert main([str(path), "--checkpoint", checkpoint, "--out", str(out), "--sampling", "first_turn"]) == 0
+    assert "collapse_first_turn_sample/mi_estimate" in json.loads(out.read_text())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -92,6 +93,25 @@ def settings_from(args: argparse.Namespace) -> dict:
             "thresholds": thresholds, "temperature": temperature, "std_eps": std_eps}
 
 
+def check_out(out: str, rollouts: str) -> None:
+    """Before any work: --out must be a writable file path that is not the rollout dump (writing the report
+    there would replace the rollouts), in a folder that exists (created if missing)."""
+    same = os.path.abspath(out) == os.path.abspath(rollouts) or (
+        os.path.exists(out) and os.path.exists(rollouts) and os.path.samefile(out, rollouts))
+    if same:
+        raise ValueError(f"--out {out!r} is the rollout dump itself; the report would overwrite the rollouts. "
+                         "Name another file, e.g. report.json.")
+    if os.path.isdir(out):
+        raise ValueError(f"--out {out!r} is a folder; name a file in it, e.g. {os.path.join(out, 'report.json')}.")
+    folder = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--out {out!r}: its folder cannot be created ({e}).") from e
+    if not os.access(folder, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
+        raise ValueError(f"--out {out!r} is not writable; name a file in a folder you can write to.")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -99,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ragen_jax.diagnostics.offline import offline_report
 
     try:
+        if args.out:
+            check_out(args.out, args.rollouts)
         metrics = offline_report(args.rollouts, args.checkpoint, seed=args.seed, step=args.step,
                                  batch_size=args.batch_size, **settings_from(args))
     except (FileNotFoundError, ValueError) as e:

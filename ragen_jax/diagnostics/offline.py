@@ -36,10 +36,13 @@ def load_dump(path: str) -> tuple[str, list[Any]]:
     if not os.path.exists(path):
         raise FileNotFoundError(f"Rollout file {path!r} does not exist.")
     if not path.endswith((".pkl", ".pickle")):
-        with open(path) as f:
-            return "records", _checked_records([json.loads(line) for line in f if line.strip()], path)
-    with open(path, "rb") as f:
-        data = pickle.load(f)
+        return "records", _checked_records(_read_jsonl(path), path)
+    try:
+        with open(path, "rb") as f:
+            data = pickle.load(f)
+    except Exception as e:  # noqa: BLE001 - cut short, not a pickle, or another program's classes: one advice
+        raise ValueError(f"{path!r} is not a readable pickle ({type(e).__name__}: {e}); it may be cut short. Pass "
+                         "run.py --mode=eval's rollouts.pkl, or a .jsonl dump.") from e
     if isinstance(data, Mapping) and "episodes" in data:
         data = data["episodes"]
     elif isinstance(data, Mapping):
@@ -52,11 +55,48 @@ def load_dump(path: str) -> tuple[str, list[Any]]:
     return "records", _checked_records(data, path)
 
 
+def _read_jsonl(path: str) -> list[Any]:
+    """One JSON value per non-blank line of a UTF-8 file; a bad line is named by its number."""
+    records = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        records.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"Line {number} of {path!r} is not JSON ({e}); a JSONL dump holds one "
+                                         "trajectory object per line.") from e
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path!r} is not UTF-8 text ({e}); pass a .jsonl dump, or a pickle named .pkl.") from e
+    return records
+
+
 def _checked_records(records: list, path: str) -> list[dict[str, Any]]:
+    """The trajectory dicts of a dump, each checked: a 'messages' list of {'role': str, 'content': str} chat
+    messages and an integer metadata.group_id if any; an empty dump is an error (before the model loads)."""
+    if not records:
+        raise ValueError(f"{path!r} holds no trajectories; nothing to diagnose.")
     for n, rec in enumerate(records):
         if not isinstance(rec, Mapping) or not isinstance(rec.get("messages"), list):
             raise ValueError(f"Record {n} of {path!r} has no 'messages' list (OpenAI chat messages).")
+        for i, m in enumerate(rec["messages"]):
+            if not (isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise ValueError(f"Message {i} of record {n} of {path!r} is not a chat message with string 'role' "
+                                 f"and 'content': {str(m)[:120]}")
+        meta = rec.get("metadata")
+        gid = meta.get("group_id") if isinstance(meta, Mapping) else None
+        if gid is not None and not _is_int(gid):
+            raise ValueError(f"Record {n} of {path!r} has metadata.group_id {gid!r}, not an integer; give integer "
+                             "group ids, or none to group trajectories by their first prompt.")
     return records
+
+
+def _is_int(value: Any) -> bool:
+    try:
+        return int(value) == float(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def load_rollouts(path: str) -> list[dict[str, Any]]:
