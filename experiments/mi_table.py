@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
 import os
 import sys
 
@@ -52,7 +53,7 @@ def run_table(run_dir: str, prefix: str, thresholds: dict | None = None) -> list
     for step in sorted(mi):
         row = dict(step=step, mi=mi[step], train=train.get(step, float("nan")), val=_latest(val, step))
         row.update({name: series.get(step, float("nan")) for name, series in cols.items()})
-        if thresholds is not None and row["h"] == row["h"] and row["bound"] > 0:
+        if thresholds is not None and math.isfinite(row["h"]) and math.isfinite(row["mi"]) and row["bound"] > 0:
             row["regime"] = REGIMES.index(classify(row["h"], row["mi"], thresholds, row["bound"]))
         rows.append(row)
     return rows

@@ -192,3 +192,36 @@ def test_start_and_now_labels_never_overlap(h, mi):
     if len(labels) == 2:
         a, b = (t.get_window_extent(renderer) for t in labels)
         assert not a.overlaps(b)
+
+
+@pytest.mark.parametrize("h, mi", [(math.nan, 0.5), (1.0, math.nan), (math.inf, 0.0), (math.nan, math.nan)])
+def test_a_non_finite_point_has_no_regime(h, mi):
+    """NaN log-probs (a broken policy) compared below every threshold and were logged and printed as a confident
+    regime (NaN H(Z|X) with MI 0.5 read as "compressed"); now the regime is NaN, no one-hot is set, and the
+    printed report says why."""
+    from ragen_jax.diagnostics.__main__ import summary
+
+    with pytest.raises(ValueError, match="non-finite"):
+        classify(h, mi, mi_upper_bound=math.log(8))
+    p = FIRST_TURN
+    metrics = {f"{p}/conditional_entropy_est": h, f"{p}/mi_estimate": mi, f"{p}/mi_upper_bound": math.log(8)}
+    out = regime_metrics(metrics, p)
+    assert math.isnan(out[f"{p}/regime"]) and not any(v for k, v in out.items() if "/regime_" in k)
+    full = {**metrics, **out, **{f"{p}/{k}": 0.0 for k in (
+        "num_samples", "num_prompts", "reasoning_entropy_est", "retrieval_accuracy", "retrieval_chance_level",
+        "retrieval_accuracy_at_8", "retrieval_chance_level_at_8", "mi_zscore", "mi_seq_estimate")}}
+    assert "regime             undefined" in summary(full)
+
+
+def test_the_regime_plane_leaves_out_non_finite_points():
+    """One step of data, NaN and infinite steps: an image (an infinite point set infinite axis limits, a
+    ValueError inside the training step's diagnostics)."""
+    from ragen_jax.diagnostics.plots import regime_plane_figure
+
+    for h, mi in (([0.5], [0.02]), ([0.5, math.inf, 0.7], [0.02, 0.01, math.nan]), ([math.nan], [0.1]),
+                  ([0.4, 0.6], [-math.inf, 0.05])):
+        img = regime_plane_image(h, mi, steps=list(range(1, len(h) + 1)), mi_upper_bound=math.log(8))
+        assert img.ndim == 3 and img.std() > 10
+    fig = regime_plane_figure([0.5, math.inf, 0.7], [0.02, 0.01, 0.03], steps=[1, 5, 10])
+    (points,) = fig.axes[0].collections[-1:]
+    assert len(points.get_offsets()) == 2 and np.isfinite(fig.axes[0].get_xlim()).all()

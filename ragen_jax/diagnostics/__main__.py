@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from typing import Sequence
@@ -48,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _regime_name(index: float) -> str:
+    return REGIMES[int(index)] if math.isfinite(index) else "undefined (H(Z|X) or MI is not finite: NaN log-probs?)"
+
+
 def summary(metrics: dict[str, float]) -> str:
     """The printed report: per sampling, MI, H(Z|X), retrieval, z-score and regime."""
     lines = []
@@ -63,7 +68,7 @@ def summary(metrics: dict[str, float]) -> str:
             f"  retrieval_at_1     {g('retrieval_accuracy'):.3f} (chance {g('retrieval_chance_level'):.3f})"
             f"   _at_8 {g('retrieval_accuracy_at_8'):.3f} (chance {g('retrieval_chance_level_at_8'):.3f})",
             f"  MI z-score         {g('mi_zscore'):.3f}   seq MI {g('mi_seq_estimate'):.3f}",
-            f"  regime             {REGIMES[int(g('regime'))]}",
+            f"  regime             {_regime_name(g('regime'))}",
         ]
     if not lines:
         return ("No sampling had two or more prompts with reasoning: the responses' <think> parts are empty or the "

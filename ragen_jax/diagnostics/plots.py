@@ -44,11 +44,16 @@ def regime_plane_figure(
     mi_upper_bound: float | None = None,
     title: str = "reasoning regimes",
 ):
-    """Matplotlib figure of the (H(Z|X), MI) path over training, quadrants shaded by regime."""
+    """Matplotlib figure of the (H(Z|X), MI) path over training, quadrants shaded by regime. Non-finite points
+    (a step whose log-probs were NaN) are left out: an infinite one set infinite axis limits, an error."""
     h = np.asarray(conditional_entropy, dtype=float)
     m = np.asarray(mi, dtype=float)
     if h.shape != m.shape or h.ndim != 1:
         raise ValueError("conditional_entropy and mi must be 1-D histories of equal length.")
+    finite = np.isfinite(h) & np.isfinite(m)
+    if steps is not None and len(steps) == h.size:
+        steps = [s for s, keep in zip(steps, finite) if keep]
+    h, m = h[finite], m[finite]
     th = thresholds_from(thresholds)
     mi_cut = th["mi"] * (mi_upper_bound or 1.0) if th["mi_relative"] else th["mi"]
     h_cut = th["conditional_entropy"]

@@ -15,6 +15,7 @@ geometric middle for H(Z|X)); all 96 points land in their built regime. (Sokoban
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 REGIMES = ("diverse", "template_collapse", "compressed", "low_entropy_collapse")
@@ -41,7 +42,10 @@ def classify(
     thresholds: Mapping[str, Any] | None = None,
     mi_upper_bound: float | None = None,
 ) -> str:
-    """Regime name for one (H(Z|X), MI) point."""
+    """Regime name for one (H(Z|X), MI) point; both must be finite (a NaN compared below every threshold and
+    read as a confident low-entropy collapse)."""
+    if not (math.isfinite(conditional_entropy) and math.isfinite(mi)):
+        raise ValueError(f"No regime for a non-finite point: H(Z|X)={conditional_entropy}, MI={mi}.")
     th = thresholds_from(thresholds)
     if th["mi_relative"]:
         if not mi_upper_bound or mi_upper_bound <= 0:
@@ -60,13 +64,16 @@ def regime_metrics(
     """`{prefix}/regime` (index into REGIMES) and one-hot `{prefix}/regime_<name>` as scalars.
 
     Reads `{prefix}/conditional_entropy_est`, `{prefix}/mi_estimate`, `{prefix}/mi_upper_bound`;
-    returns {} when they are absent (MI not computed this step).
+    returns {} when they are absent (MI not computed this step). A non-finite H(Z|X) or MI (NaN log-probs of a
+    broken policy) has no regime: `regime` is NaN and every one-hot 0.
     """
     try:
         h = metrics[f"{prefix}/conditional_entropy_est"]
         mi = metrics[f"{prefix}/mi_estimate"]
     except KeyError:
         return {}
+    if not (math.isfinite(h) and math.isfinite(mi)):
+        return {f"{prefix}/regime": math.nan, **{f"{prefix}/regime_{r}": 0.0 for r in REGIMES}}
     name = classify(h, mi, thresholds, metrics.get(f"{prefix}/mi_upper_bound"))
     out = {f"{prefix}/regime": float(REGIMES.index(name))}
     out.update({f"{prefix}/regime_{r}": float(r == name) for r in REGIMES})
