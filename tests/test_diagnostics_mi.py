@@ -175,3 +175,23 @@ def test_whitespace_only_reasoning_is_empty_as_ragen_strips_it():
     metrics, _ = collapse_metrics(pairs, never, config, np.random.default_rng(0))
     assert metrics["collapse/valid_thinking_rate"] == 0.5  # 2 of 4 turns think something
     assert metrics["collapse/first_turn_num_valid"] == 1.0
+
+
+def test_reasoning_ends_where_the_text_closes_the_tag_even_when_bpe_merged_its_first_piece():
+    """Byte-level BPE merges the start of "</think>" with what precedes it: cl100k-style vocabularies (Qwen2.5's
+    among them) have " </" and ".</" tokens, so a response "... up </think>" holds none of the tokens of a
+    standalone "</think>" and the token match found no reasoning at all (every MI step silently skipped). Ids: 1 =
+    "I", 2 = " move", 3 = " up", 4 = " </", 5 = "think", 6 = ">", 7 = "</", 8 = ".</", 9 = " <", 10 = "answer"."""
+    from ragen_jax.diagnostics.pairs import reasoning_tokens
+
+    text = {1: "I", 2: " move", 3: " up", 4: " </", 5: "think", 6: ">", 7: "</", 8: ".</", 9: " <", 10: "answer"}
+    decode = lambda ids: "".join(text[i] for i in ids)  # noqa: E731
+    close = [7, 5, 6]
+    assert reasoning_tokens([1, 2, 3, 7, 5, 6, 9, 10, 6], close, decode) == [1, 2, 3]  # as standalone
+    assert reasoning_tokens([1, 2, 3, 4, 5, 6, 9, 10, 6], close, decode) == [1, 2, 3]  # " </" merged
+    assert reasoning_tokens([1, 2, 3, 8, 5, 6], close, decode) == [1, 2, 3]  # ".</": the period goes with the tag
+    assert reasoning_tokens([4, 5, 6, 1], close, decode) == []  # closed at once
+    assert reasoning_tokens([1, 2, 3, 9, 10, 6], close, decode) == []  # never closed
+    # the first close counts, even when a later one is tokenized as the standalone tag
+    assert reasoning_tokens([1, 4, 5, 6, 2, 7, 5, 6], close, decode) == [1]
+    assert reasoning_tokens(np.array([1, 2, 7, 5, 6]), close) == [1, 2]  # no decode: the tag's tokens

@@ -30,15 +30,41 @@ def _find(seq: Sequence[int], pattern: Sequence[int]) -> int:
     return -1
 
 
+def _close_at(response: list[int], think_close: Sequence[int],
+              decode: Callable[[list[int]], str] | None) -> int:
+    """Index of the response token where "</think>" starts (-1 if it never closes).
+
+    With `decode` the tag is found in the text: byte-level BPE merges the tag's first piece with what comes before
+    it (cl100k-style vocabularies such as Qwen2.5's have " </" and ".</" tokens), so "I move up </think>" holds
+    none of the tokens of a standalone "</think>". The cut is then before the token holding the tag's "<"; the text
+    that token also holds (a space, a period) is left out of the reasoning. Without `decode`: the tag's tokens.
+    """
+    if decode is None:
+        return _find(response, think_close)
+    pos = decode(response).find(decode(list(think_close)))
+    if pos < 0:
+        return -1
+    lo, hi = 0, len(response)  # the most tokens whose text ends at or before the tag (decoded length grows)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(decode(response[:mid])) <= pos:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def reasoning_tokens(response: Sequence[int], think_close: Sequence[int],
                      decode: Callable[[list[int]], str] | None = None) -> list[int]:
     """The sampled tokens between the prompt's "<think>" and "</think>" ([] if never closed).
 
-    With `decode` (token ids -> text), tokens that decode to whitespace only are dropped from both ends, as
-    RAGEN strips the reasoning text: a reasoning of whitespace alone is empty (skipped, and not valid thinking).
+    With `decode` (token ids -> text), "</think>" is found in the text (see `_close_at`), and tokens that decode to
+    whitespace only are dropped from both ends, as RAGEN strips the reasoning text: a reasoning of whitespace
+    alone is empty (skipped, and not valid thinking).
     """
-    end = _find(response, think_close)
-    tokens = list(map(int, response[:end])) if end >= 0 else []
+    response = list(map(int, response))
+    end = _close_at(response, think_close, decode)
+    tokens = response[:end] if end >= 0 else []
     if decode is not None:
         lo, hi = 0, len(tokens)
         while lo < hi and not decode([tokens[lo]]).strip():
