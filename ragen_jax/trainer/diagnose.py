@@ -1,7 +1,7 @@
 """RAGEN-2 diagnostics in the training loop: MI / H(Z|X) by cross-scoring, regimes, Echo-Trap warnings.
 
-Reasoning tokens are cut from the sampled response buffers (everything before the tokens of
-"</think>"), and prompts are the exact contexts the responses were sampled after: nothing is
+Reasoning tokens are cut from the sampled response buffers (everything before the token where the
+decoded text closes "</think>"), and prompts are the exact contexts the responses were sampled after: nothing is
 re-tokenized.
 """
 
