@@ -435,3 +435,45 @@ def test_the_logged_sample_shows_a_success_and_a_failure_each_with_a_header():
     assert "**assistant**:\n```\n<answer>Up</answer>\n```" in second
     assert "failed: EnvError: boom" in trajectory_sample_text(episodes[1:2], max_tokens=16, enable_think=True,
                                                               format_penalty=-0.1)
+
+
+# A Qwen3-shaped template: the assistant message after the last user message (the conversation's final answer)
+# is rendered after an empty think block, as Qwen3's template does; earlier ones and the generation prompt are not.
+FINAL_ANSWER_THINK_TEMPLATE = (
+    "{%- set ns = namespace(last_query=-1) %}"
+    "{%- for message in messages %}{%- if message.role == 'user' %}{%- set ns.last_query = loop.index0 %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' and loop.index0 > ns.last_query %}"
+    "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+@pytest.mark.parametrize("mode", ["full", "limited_multi_turn", "single_turn"])
+def test_every_trained_response_follows_the_exact_context_it_was_sampled_after(tiny, mode):
+    """Token-in/token-out with a template that renders a conversation's final assistant message differently
+    (Qwen3's empty think block): in every row, each trained response sits right after the very tokens it was
+    sampled after, never after template text the policy did not see."""
+    from ragen_jax.models.tiny import load_tiny_tokenizer
+
+    graphdef, params, _ = tiny
+    tok = load_tiny_tokenizer()
+    tok.hf.chat_template = FINAL_ANSWER_THINK_TEMPLATE
+    cfg = _cfg(max_turn=3, context_mode=mode, context_window=2)
+    engine = RolloutEngine(graphdef, tok, cfg, batch_size=2)
+    script = [["</think><answer>Right</answer><|im_end|>", "</think><answer>Left</answer>"]] * 3
+    engine.sampler = ScriptedSampler(engine.sampler, tok, script)
+    res = engine.run(params, LineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
+    _assert_sampled_after_recorded_contexts(engine.sampler, res.episodes)
+    batch, checked = res.batch, 0
+    for row in range(batch.num_samples):
+        ep = res.episodes[batch.episode_ids[row]]
+        for turn in np.unique(batch.turn_ids[row][batch.loss_mask[row] > 0]):
+            record = ep.history[turn]
+            pos = np.nonzero(batch.turn_ids[row] == turn)[0]
+            assert batch.tokens[row, pos].tolist() == record.response_tokens
+            assert batch.tokens[row, : pos[0]].tolist() == record.context_tokens.tolist(), (mode, row, turn)
+            checked += 1
+    assert checked == 6  # two episodes x three turns, each trained once

@@ -47,7 +47,8 @@ class ContextBuilder:
                 content = _SENTINEL.format(k)
                 k += 1
             render_messages.append({"role": m["role"], "content": content})
-        text = self.tokenizer.apply_chat_template(render_messages, add_generation_prompt=add_generation_prompt)
+        text = self._render(render_messages, add_generation_prompt=add_generation_prompt,
+                            sampled_last=bool(assistant) and messages[-1] is assistant[-1])
         tokens: list[int] = []
         turns: list[int] = []
         rest = text
@@ -69,6 +70,20 @@ class ContextBuilder:
         if add_generation_prompt:
             self._append_text(tokens, turns, self.generation_suffix)
         return np.asarray(tokens, np.int32), np.asarray(turns, np.int32)
+
+    def _render(self, messages: list[dict], *, add_generation_prompt: bool, sampled_last: bool) -> str:
+        """The chat text with sentinels in the assistant slots. A conversation that ends with a sampled assistant
+        message renders it after its turn's generation prompt, as it was sampled: a template may render a final
+        assistant message differently (Qwen3 puts an empty "<think>\\n\\n</think>\\n\\n" before the one after the
+        last user message), which would train the response after tokens the policy never saw."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+        if add_generation_prompt or not sampled_last:
+            return text
+        sentinel = messages[-1]["content"]
+        _, sep, closing = text.rpartition(sentinel)
+        if not sep:
+            return text  # the template altered the content: `assemble` says so
+        return self.tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True) + sentinel + closing
 
     def _append_text(self, tokens: list[int], turns: list[int], text: str) -> None:
         if text:
