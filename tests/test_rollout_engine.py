@@ -477,3 +477,20 @@ def test_every_trained_response_follows_the_exact_context_it_was_sampled_after(t
             assert batch.tokens[row, : pos[0]].tolist() == record.context_tokens.tolist(), (mode, row, turn)
             checked += 1
     assert checked == 6  # two episodes x three turns, each trained once
+
+
+def test_an_env_lookup_spelled_in_capitals_still_matches_names_case_insensitively(tiny):
+    """RAGEN lower-cases its env's action names before matching; an env declaring {"Left": 0, "Right": 1} (the
+    spelling of RAGEN's configs) must not turn every action of every turn into a penalised miss."""
+    graphdef, params, tok = tiny
+
+    class CapitalLineEnv(LineEnv):
+        action_lookup = {"Left": 0, "Right": 1}
+
+    engine = RolloutEngine(graphdef, tok, _cfg(max_turn=1), batch_size=2)
+    engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>right || RIGHT</answer>",
+                                                            "</think><answer>Right || Jump</answer>"]])
+    res = engine.run(params, CapitalLineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
+    clean, mixed = res.episodes
+    assert clean.num_actions == 2 and clean.penalty == 0.0 and clean.env_reward == pytest.approx(2.0)
+    assert mixed.num_actions == 1 and mixed.penalty == pytest.approx(-0.1)  # "Jump" is still not an action

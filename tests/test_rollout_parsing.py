@@ -141,3 +141,13 @@ def test_single_turn_mode_summarises_recent_turns():
 
 def test_format_reward_prints_like_python():
     assert [format_reward(x) for x in (10.9, -0.1, 1, 0.0, -0.2000001)] == ["10.9", "-0.1", "1.0", "0.0", "-0.2"]
+
+
+def test_lookups_match_case_insensitively_and_refuse_ambiguous_names():
+    from ragen_jax.rollout.parsing import case_insensitive_lookup
+
+    lookup = case_insensitive_lookup({"Up": 0, "DOWN": 1, "up": 0})
+    assert lookup == {"up": 0, "down": 1} and case_insensitive_lookup(None) is None
+    assert parse_response("<think></think><answer>uP || Down</answer>", action_lookup=lookup, max_actions=2).actions == (0, 1)
+    with pytest.raises(ValueError, match="'up' twice with different ids"):
+        case_insensitive_lookup({"Up": 0, "up": 1})

@@ -24,7 +24,7 @@ from envs.protocols import EnvBatch
 from ragen_jax.rollout import metrics as metrics_lib
 from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.context import ContextBuilder, common_prefix_length
-from ragen_jax.rollout.parsing import parse_response
+from ragen_jax.rollout.parsing import case_insensitive_lookup, parse_response
 from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
 from ragen_jax.rollout.types import Episode, RolloutResult
 from ragen_jax.sampling import Sampler, SamplingConfig, episode_turn_keys
@@ -402,11 +402,12 @@ def finish_rollout(builder: ContextBuilder, cfg: RolloutConfig, tokenizer, episo
 
 
 def _row_lookups(env: EnvBatch, batch_size: int) -> list:
-    """Per-episode action lookups (an env may name its actions per episode, e.g. Bandit arms)."""
+    """Per-episode action lookups keyed by lower-case names (an env may name its actions per episode, e.g. Bandit
+    arms)."""
     per_row = getattr(env, "row_action_lookups", None)
     if callable(per_row):
-        return list(per_row())
-    return [env.action_lookup] * batch_size
+        return [case_insensitive_lookup(lookup) for lookup in per_row()]
+    return [case_insensitive_lookup(env.action_lookup)] * batch_size
 
 
 def strip_end_of_turn(text: str, eos_texts: Sequence[str]) -> str:

@@ -44,6 +44,20 @@ class ParsedResponse:
         return bool(self.actions) and self.num_invalid == 0
 
 
+def case_insensitive_lookup(lookup: dict[str, int] | None) -> dict[str, int] | None:
+    """An env's action lookup keyed by lower-case names, as `parse_response` reads it. RAGEN matches action names
+    case-insensitively however its env config spells them, so an env declaring {"Up": 0} must still take "up"."""
+    if lookup is None:
+        return None
+    lowered: dict[str, int] = {}
+    for name, action_id in lookup.items():
+        key = str(name).lower()
+        if lowered.setdefault(key, action_id) != action_id:
+            raise ValueError(f"The action lookup names {key!r} twice with different ids ({lowered[key]} and "
+                             f"{action_id}): action names are matched case-insensitively; rename one of them.")
+    return lowered
+
+
 def _match_think_answer(text: str) -> tuple[str, str] | None:
     """(think, answer) exactly as `THINK_ANSWER_PATTERN.search` would find them, in O(len).
 
