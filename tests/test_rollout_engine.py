@@ -494,3 +494,37 @@ def test_an_env_lookup_spelled_in_capitals_still_matches_names_case_insensitivel
     clean, mixed = res.episodes
     assert clean.num_actions == 2 and clean.penalty == 0.0 and clean.env_reward == pytest.approx(2.0)
     assert mixed.num_actions == 1 and mixed.penalty == pytest.approx(-0.1)  # "Jump" is still not an action
+
+
+@pytest.mark.parametrize("mode", ["full", "limited_multi_turn"])
+def test_rows_of_truncated_histories_train_only_kept_turns_at_their_positions(tiny, mode):
+    """Past max_model_len the oldest turns leave the context; the rows then train only the kept turns, each
+    response at the positions of its own sampled tokens, the newest one right after the context it was sampled
+    after, and each turn's score on its own last token."""
+    graphdef, params, tok = tiny
+    probe = RolloutEngine(graphdef, tok, _cfg(max_turn=4), batch_size=1)
+    probe.sampler = ScriptedSampler(probe.sampler, tok, [["</think><answer>Left</answer>"]] * 4)
+    two_turns = len(probe.run(params, LineEnv(1), [1], [0], jax.random.PRNGKey(0), tag="Line")
+                    .episodes[0].history[1].context_tokens)
+    cfg = _cfg(max_turn=4, max_model_len=two_turns + 16 + 8, context_mode=mode, context_window=-1,
+               use_turn_scores=True)
+    engine = RolloutEngine(graphdef, tok, cfg, batch_size=2)
+    engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Left</answer>", "bad"]] * 4)
+    res = engine.run(params, LineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
+    batch = res.batch
+    assert all(r.history_start > 0 for ep in res.episodes for r in ep.history[2:])  # turns were dropped
+    for row in range(batch.num_samples):
+        ep = res.episodes[batch.episode_ids[row]]
+        trained = np.unique(batch.turn_ids[row][batch.loss_mask[row] > 0]).tolist()
+        newest = ep.history[trained[-1]]
+        kept = range(ep.history_start if mode == "full" else newest.history_start, trained[-1] + 1)
+        assert trained == (list(kept) if mode == "full" else [trained[-1]])
+        assert (batch.loss_mask[row] > 0).sum() == sum(len(ep.history[t].response_tokens) for t in trained)
+        for turn in trained:
+            pos = np.nonzero(batch.turn_ids[row] == turn)[0]
+            assert batch.tokens[row, pos].tolist() == ep.history[turn].response_tokens
+            expected = ep.history[turn].reward + (cfg.format_penalty if ep.history[turn].invalid else 0.0)
+            assert batch.token_rewards[row, pos[-1]] == pytest.approx(expected)
+        first = np.nonzero(batch.turn_ids[row] == trained[-1])[0][0]
+        assert batch.tokens[row, :first].tolist() == newest.context_tokens.tolist()
+        assert np.count_nonzero(batch.token_rewards[row]) <= len(trained)
