@@ -63,6 +63,7 @@ def get_base_config() -> ml_collections.ConfigDict:
         top_k=0,
         enable_think=True,
         stop_at_answer=True,
+        action_sep="||",  # between the actions of one answer, as the system prompt states it (agent_proxy.action_sep)
         context_mode="full",  # full | limited_multi_turn | single_turn
         context_window=-1,  # turns a non-full mode shows: the last N, -1 = every turn (RAGEN's max_context_window)
         prompt_style="ragen",  # ragen (the original's prompts) | compact (actions + state only; small models)

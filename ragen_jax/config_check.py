@@ -186,6 +186,8 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     "trainer.early_stop.reward_collapse_window": _AT_LEAST_0, "trainer.early_stop.reward_collapse_ratio": _AT_LEAST_0,
     "rollout.prompt_max_tokens": (lambda v: v >= 0, "must be >= 0 (0 = the env's, else rollout.response_length)"),
     "rollout.lanes": (lambda v: v >= 0, "must be >= 0 (0 = the sampler's default)"),
+    "rollout.action_sep": (lambda v: bool(v.strip()) and not set("<>") & set(v),
+                           "must hold a visible character and no '<' or '>' (it sits inside <answer>...</answer>)"),
 }
 
 

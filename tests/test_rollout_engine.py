@@ -528,3 +528,27 @@ def test_rows_of_truncated_histories_train_only_kept_turns_at_their_positions(ti
         first = np.nonzero(batch.turn_ids[row] == trained[-1])[0][0]
         assert batch.tokens[row, :first].tolist() == newest.context_tokens.tolist()
         assert np.count_nonzero(batch.token_rewards[row]) <= len(trained)
+
+
+def test_rollout_action_sep_is_what_the_prompt_states_and_the_parser_splits_on(tiny):
+    """RAGEN's agent_proxy.action_sep: the system prompt names it and answers are split on it (fixed "||" before)."""
+    graphdef, params, tok = tiny
+    engine = RolloutEngine(graphdef, tok, _cfg(max_turn=1, action_sep=";"), batch_size=2)
+    engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Right ; Right</answer>",
+                                                            "</think><answer>Right || Right</answer>"]])
+    res = engine.run(params, LineEnv(2), [1, 1], [0, 1], jax.random.PRNGKey(0), tag="Line")
+    split, unsplit = res.episodes
+    assert 'separated by the action separator " ; "' in split.system
+    assert split.num_actions == 2 and split.penalty == 0
+    assert unsplit.num_actions == 0 and unsplit.penalty == pytest.approx(-0.1)  # "Right || Right" names no action
+
+
+@pytest.mark.parametrize("sep", ["", "  ", "</a>"])
+def test_an_action_sep_that_cannot_separate_answers_is_refused(sep):
+    from configs import sokoban
+    from ragen_jax.config_check import validate_config
+
+    cfg = sokoban.get_config("tiny")
+    cfg.rollout.action_sep = sep
+    with pytest.raises(ValueError, match="rollout.action_sep must hold a visible character"):
+        validate_config(cfg)

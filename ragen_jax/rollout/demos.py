@@ -24,7 +24,7 @@ from envs.protocols import EnvBatch
 from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.context import ContextBuilder
 from ragen_jax.rollout.engine import RolloutConfig, book_turn, fit_context, open_episodes, strip_end_of_turn
-from ragen_jax.rollout.parsing import parse_response
+from ragen_jax.rollout.parsing import ACTION_SEP, parse_response
 from ragen_jax.rollout.prompts import build_messages
 from ragen_jax.rollout.types import Episode
 
@@ -100,7 +100,7 @@ def random_policy(env: Any, seed: int) -> OraclePolicy:
 
 
 def response_text(action_names: Sequence[str], *, reasoning: str = "", enable_think: bool = True,
-                  separator: str = "||") -> str:
+                  separator: str = ACTION_SEP) -> str:
     """The response after the generation prefix: "</think>{reasoning}<answer>A || B</answer>"."""
     answer = f"<answer>{f' {separator} '.join(action_names)}</answer>"
     if enable_think:
@@ -162,13 +162,14 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
             chosen = [int(a) for a in plan[:budget]]
             state = jax.tree.map(lambda x: np.asarray(x[b]), host_state)
             thinking = reasoning_text(state) if callable(reasoning_text) else reasoning_text
-            text = response_text([names[a] for a in chosen], reasoning=thinking, enable_think=cfg.enable_think)
+            text = response_text([names[a] for a in chosen], reasoning=thinking, enable_think=cfg.enable_think,
+                                 separator=cfg.action_sep)
             fit_context(builder, cfg, ep)  # records the first turn shown, exactly as the engine does
             record.response_tokens = _response_tokens(tokenizer, text, cfg)
             full = builder.generation_suffix + tokenizer.decode(record.response_tokens)
             record.response_text = strip_end_of_turn(full, builder.eos_texts)
             parsed = parse_response(full, action_lookup=lookup, max_actions=cfg.max_actions_per_turn,
-                                    enable_think=cfg.enable_think)
+                                    enable_think=cfg.enable_think, separator=cfg.action_sep)
             if list(parsed.actions) != chosen:
                 raise ValueError(f"Demo response {full!r} parses to {parsed.actions}, not the oracle's "
                                  f"{chosen}: the tokenizer does not round-trip it (check reasoning_text).")

@@ -24,7 +24,7 @@ from envs.protocols import EnvBatch
 from ragen_jax.rollout import metrics as metrics_lib
 from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.context import ContextBuilder, common_prefix_length
-from ragen_jax.rollout.parsing import case_insensitive_lookup, parse_response
+from ragen_jax.rollout.parsing import ACTION_SEP, case_insensitive_lookup, parse_response
 from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
 from ragen_jax.rollout.types import Episode, RolloutResult
 from ragen_jax.sampling import Sampler, SamplingConfig, episode_turn_keys
@@ -48,6 +48,7 @@ class RolloutConfig:
     top_k: int = 0
     enable_think: bool = True
     stop_at_answer: bool = True  # stop a turn at "</answer>" (the original has no stop strings)
+    action_sep: str = ACTION_SEP  # between an answer's actions [agent_proxy.action_sep]
     context_mode: str = "full"  # full | limited_multi_turn | single_turn
     context_window: int = 1  # turns kept by limited_multi_turn / single_turn, -1 = all [max_context_window]
     prompt_style: str = "ragen"  # ragen | compact (state only; a departure for small models)
@@ -194,7 +195,8 @@ def open_episodes(env: EnvBatch, cfg: RolloutConfig, tag: str, seeds, group_ids,
     """Episodes at their first turn: RAGEN's system prompt of `env`, and the "Max response length" the prompts
     state: `cfg.prompt_max_tokens`, else the env variant's (RAGEN's envs.yaml `max_tokens`), else response_length."""
     names = getattr(env, "prompt_action_names", env.action_names)
-    system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj, style=cfg.prompt_style)
+    system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj, cfg.action_sep,
+                           style=cfg.prompt_style)
     shown = cfg.prompt_max_tokens or getattr(env, "prompt_max_tokens", None) or cfg.response_length
     return [Episode(env_tag=tag, seed=int(s), group_id=int(g), system=system, prompt_style=cfg.prompt_style,
                     prompt_max_tokens=int(shown), history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
@@ -314,7 +316,7 @@ class EpisodeBook:
         response = np.asarray(response, np.int32)
         text = self.builder.generation_suffix + self.tokenizer.decode(response.tolist())
         parsed = parse_response(text, action_lookup=self.lookups[b], max_actions=cfg.max_actions_per_turn,
-                                enable_think=cfg.enable_think)
+                                enable_think=cfg.enable_think, separator=cfg.action_sep)
         record.response_tokens = response.tolist()
         record.context_tokens = self.contexts[b]
         record.response_text = strip_end_of_turn(text, self.builder.eos_texts)

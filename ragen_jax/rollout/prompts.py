@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ragen_jax.rollout.parsing import ACTION_SEP
+
 SYSTEM_PREFIX = "You're a helpful assistant. "
 INVALID_WARNING = (
     "No valid action provided previously. Environment state remains the same. Please try again.\n"
@@ -51,7 +53,7 @@ def system_prompt(
     legend: str,
     action_names: list[str] | None,
     max_actions_per_traj: int,
-    separator: str = "||",
+    separator: str = ACTION_SEP,
     style: str = "ragen",
 ) -> str:
     """RAGEN's system message: instruction, symbol legend, available actions and budget.
