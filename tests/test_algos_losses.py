@@ -131,3 +131,16 @@ def test_apply_kl_penalty_and_controllers(run):
     assert float(down.value) == pytest.approx(0.2 * (1 - 0.1 * 10 / 100))
     with pytest.raises(ValueError, match="fixed"):
         algos.init_kl_controller("pid")
+
+
+def test_apply_kl_penalty_current_kl_ignores_padding_rows(run):
+    # the trainer pads a filtered batch with all-zero rows; they must not pull the controller's KL towards 0
+    scores = jnp.zeros((2, 3))
+    old = jnp.array([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
+    ref = jnp.array([[-1.5, -0.5, -9.0], [-2.0, -1.0, -2.5]])
+    mask = jnp.array([[1, 1, 0], [1, 1, 1]])
+    _, kl = run(algos.apply_kl_penalty, scores, old, ref, mask, 0.1, kind="k3")
+    pad = lambda x: jnp.concatenate([x, jnp.zeros((3, 3), x.dtype)])  # noqa: E731
+    rewards, padded_kl = run(algos.apply_kl_penalty, pad(scores), pad(old), pad(ref), pad(mask), 0.1, kind="k3")
+    np.testing.assert_allclose(padded_kl, kl, rtol=1e-6)
+    assert float(kl) > 0 and np.all(np.asarray(rewards)[2:] == 0)

@@ -78,13 +78,15 @@ def apply_kl_penalty(token_level_scores: jax.Array, old_logprobs: jax.Array, ref
     """KL in the reward: rewards = scores - coef * kl on sampled tokens (veRL apply_kl_penalty).
 
     -> (token_level_rewards [B, T], current_kl scalar = mean over rows of each row's token mean),
-    current_kl being what the adaptive controller consumes.
+    current_kl being what the adaptive controller consumes. Rows without sampled tokens (the all-zero
+    rows that pad a filtered batch) are left out of that mean: they would pull it towards 0.
     """
     chex.assert_rank([token_level_scores, old_logprobs, ref_logprobs, response_mask], 2)
     chex.assert_equal_shape([token_level_scores, old_logprobs, ref_logprobs, response_mask])
     kld = jnp.where(response_mask.astype(bool), kl_penalty(old_logprobs, ref_logprobs, kind), 0.0)
     rewards = token_level_scores - kl_coef * kld
-    current_kl = jnp.mean(masked_mean(kld, response_mask, axis=-1))
+    has_tokens = response_mask.astype(bool).any(axis=-1)
+    current_kl = masked_mean(masked_mean(kld, response_mask, axis=-1), has_tokens)
     return jax.lax.stop_gradient(rewards), jax.lax.stop_gradient(current_kl)
 
 
