@@ -173,19 +173,26 @@ def _first_rows(episode_ids: jax.Array | None, n: int) -> jax.Array:
     return ~((episode_ids[:, None] == episode_ids[None, :]) & earlier).any(axis=1)
 
 
+def _row_sums(weights: jax.Array, scores: jax.Array) -> jax.Array:
+    """weights [n, n] (0/1) and scores [n] -> [n] sums of weights[i, j] * scores[j] over j, in full float32."""
+    return jnp.sum(weights * scores[None, :], axis=1)
+
+
 def group_mean_std(scores: jax.Array, group_ids: jax.Array,
                    episode_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Per-row mean, unbiased std and size of the row's group. scores/group_ids [B] -> 3 x [B].
 
     With episode_ids [B], only the first row of each episode joins its group's statistics (its score
     stands for the episode; RAGEN's `compute_grpo_outcome_advantage` with episode ids), so an episode
-    trained as several turn rows counts once, not once per turn."""
+    trained as several turn rows counts once, not once per turn. Sums are elementwise, not a matmul: a
+    float32 dot runs in TF32 / bfloat16 on GPUs / TPUs by default, and a mean off by a rounding of the
+    rewards would give a group of equal rewards advantages of about +-0.9 instead of 0."""
     chex.assert_rank([scores, group_ids], 1)
     chex.assert_equal_shape([scores, group_ids])
     counted = _first_rows(episode_ids, scores.shape[0]).astype(scores.dtype)
     same = (group_ids[:, None] == group_ids[None, :]).astype(scores.dtype) * counted[None, :]
     count = same.sum(axis=1)
-    mean = same @ scores / jnp.maximum(count, 1.0)
+    mean = _row_sums(same, scores) / jnp.maximum(count, 1.0)
     sq = same * jnp.square(scores[None, :] - mean[:, None])
     std = jnp.sqrt(sq.sum(axis=1) / jnp.maximum(count - 1.0, 1.0))
     return mean, std, count
@@ -230,8 +237,8 @@ def rloo(inputs: AdvantageInputs) -> tuple[jax.Array, jax.Array]:
     own = scores
     if inputs.episode_ids is not None:  # the score the row's episode entered its group's mean with
         first = _first_rows(inputs.episode_ids, scores.shape[0])
-        own = ((inputs.episode_ids[:, None] == inputs.episode_ids[None, :]) & first[None, :]).astype(
-            scores.dtype) @ scores
+        own = _row_sums(((inputs.episode_ids[:, None] == inputs.episode_ids[None, :]) & first[None, :]).astype(
+            scores.dtype), scores)
     others = (mean * count - own) / jnp.maximum(count - 1.0, 1.0)
     adv = jnp.where(count > 1, scores - others, scores)
     adv = jnp.broadcast_to(adv[:, None], inputs.response_mask.shape)
