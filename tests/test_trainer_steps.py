@@ -227,6 +227,29 @@ def test_micro_batch_scope_averages_each_micro_batchs_own_loss():
     assert max(np.abs(a - b).max() for a, b in zip(pairs, exact)) > 1e-4
 
 
+def _zero_rows(batch: dict, n: int) -> dict:
+    """The batch followed by n all-zero rows, as the trainer pads a filtered batch to whole mini-batches."""
+    return {k: np.concatenate([v, np.zeros((n, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("scope", ["mini_batch", "micro_batch"])
+@pytest.mark.parametrize("mode", AGG_MODES)
+def test_padding_rows_change_no_update(scope, mode):
+    """All-zero rows padding a mini-batch add no gradient, no NaN, and do not rescale the loss of the real rows
+    (RAGEN pads with copies of real rows; under loss_scope="micro_batch" empty micro-batches used to count)."""
+    batch = make_batch()
+    batch["ref_logprobs"] = batch["old_logprobs"] - 0.05 * batch["loss_mask"]
+    algo = dataclasses.replace(BASE, policy_loss="vanilla", loss_agg_mode=mode, loss_scope=scope, use_kl_loss=True,
+                               kl_loss_coef=0.3, kl_loss_type="low_var_kl", entropy_coeff=0.02)
+    before, _, alone, _, alone_metrics = actor_update(algo, batch, micro=1)
+    *_, padded, _, padded_metrics = actor_update(algo, _zero_rows(batch, ROWS), micro=1)
+    for a, b, b0 in zip(padded, alone, before):
+        assert np.isfinite(a).all()
+        np.testing.assert_allclose(a - b0, b - b0, rtol=1e-4, atol=1e-7)
+    assert max(np.abs(b - b0).max() for b, b0 in zip(alone, before)) > 1e-4
+    np.testing.assert_allclose(padded_metrics["loss"], alone_metrics["loss"], rtol=1e-5, atol=1e-7)
+
+
 def test_the_critic_aggregates_by_its_own_mode():
     """RAGEN's critic is token-mean whatever the actor's loss_agg_mode (`algo.critic_loss_agg_mode`)."""
     from ragen_jax.models import ValueModel

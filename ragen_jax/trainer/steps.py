@@ -136,15 +136,18 @@ def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int) -> jax
 
     scope "mini_batch": the mini-batch's own denominator for every micro-batch, so the summed losses are the
     mini-batch's loss whatever the split (exact accumulation). "micro_batch": each micro-batch aggregated over its
-    own rows, then averaged over micro-batches (veRL 0.4, which RAGEN runs: with one row per micro-batch its
-    token-mean weighs every sequence alike); a micro-batch with nothing to train adds nothing."""
+    own rows, then averaged over the micro-batches with something to train (veRL 0.4, which RAGEN runs: with one
+    row per micro-batch its token-mean weighs every sequence alike). A micro-batch of empty rows (the all-zero
+    rows padding a filtered batch; RAGEN pads with copies of real rows instead) adds nothing and counts for
+    nothing, so padding does not shrink the last mini-batch's loss."""
     n_micro = mask.shape[0] // micro
     if scope == "mini_batch":
         return jnp.full((n_micro,), jnp.maximum(agg_denominator(mask, mode), 1e-8))
     if scope != "micro_batch":
         raise ValueError(f"loss_scope must be 'mini_batch' or 'micro_batch', got {scope!r}.")
     parts = mask.reshape(n_micro, micro, *mask.shape[1:])
-    return jnp.maximum(jax.vmap(lambda m: agg_denominator(m, mode))(parts), 1e-8) * n_micro
+    trained = jnp.maximum(jnp.sum(parts.astype(bool).any(axis=(1, 2))), 1).astype(jnp.float32)
+    return jnp.maximum(jax.vmap(lambda m: agg_denominator(m, mode))(parts), 1e-8) * trained
 
 
 def _accumulate(loss_fn, params, micro_batches, denominators, *args):
