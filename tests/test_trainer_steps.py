@@ -247,7 +247,9 @@ def test_padding_rows_change_no_update(scope, mode):
         assert np.isfinite(a).all()
         np.testing.assert_allclose(a - b0, b - b0, rtol=1e-4, atol=1e-7)
     assert max(np.abs(b - b0).max() for b, b0 in zip(alone, before)) > 1e-4
-    np.testing.assert_allclose(padded_metrics["loss"], alone_metrics["loss"], rtol=1e-5, atol=1e-7)
+    assert alone_metrics["pg_clipfrac"] > 0.05  # the clip fractions are averages over micro-batches with tokens
+    for key in ("loss", "pg_loss", "entropy", "kl_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
+        np.testing.assert_allclose(padded_metrics[key], alone_metrics[key], rtol=1e-5, atol=1e-7, err_msg=key)
 
 
 def test_the_critic_aggregates_by_its_own_mode():

@@ -152,7 +152,7 @@ def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int) -> jax
 
 def _accumulate(loss_fn, params, micro_batches, denominators, *args):
     """Sum of value_and_grad over micro-batches (scan), micro-batch i's loss divided by denominators[i].
-    -> (loss sum, grads sum, metrics mean).
+    -> (loss sum, grads sum, metrics of each micro-batch [n_micro]).
 
     Gradients accumulate in float32 whatever the parameters' dtype (bfloat16 sums drift)."""
     def body(carry, xs):
@@ -162,7 +162,19 @@ def _accumulate(loss_fn, params, micro_batches, denominators, *args):
         return (loss_sum + loss, jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_sum, grads)), metrics
     zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
     (loss, grads), metrics = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), (micro_batches, denominators))
-    return loss, grads, jax.tree.map(jnp.mean, metrics)
+    return loss, grads, metrics
+
+
+def reduce_micro_metrics(metrics: dict[str, jax.Array], mask: jax.Array, micro: int,
+                         summed: tuple[str, ...] = ()) -> dict[str, jax.Array]:
+    """Per-micro-batch metrics [n_micro] -> scalars: the keys in `summed` (parts of the loss) added up, the others
+    (clip fractions, ppo_kl, ...) averaged over the micro-batches with tokens to train in mask [M, T]; a
+    micro-batch of padding rows has no clip fraction, and its 0 would pull the mean down."""
+    n_micro = mask.shape[0] // micro
+    trained = mask.reshape(n_micro, -1).astype(bool).any(axis=-1).astype(jnp.float32)
+    weights = trained / jnp.maximum(trained.sum(), 1.0)
+    per_micro = {k: jnp.reshape(v, (n_micro, -1)).mean(axis=-1) for k, v in metrics.items()}  # a custom loss's
+    return {k: v.sum() if k in summed else jnp.sum(v * weights) for k, v in per_micro.items()}  # may be arrays
 
 
 def advantage_hparams(algo: AlgoSettings) -> dict[str, Any]:
@@ -261,8 +273,8 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         loss, grads, metrics = _accumulate(actor_loss, trainable, _micro_batches(minibatch, micro_batch_size),
                                            denoms, frozen)
         trainable, opt_state, grad_norm, finite = guarded_apply(actor_tx, trainable, opt_state, grads, loss)
-        n_micro = minibatch["loss_mask"].shape[0] // micro_batch_size  # per-micro parts of one loss
-        metrics = {k: v * n_micro if k in ("pg_loss", "entropy", "kl_loss") else v for k, v in metrics.items()}
+        metrics = reduce_micro_metrics(metrics, minibatch["loss_mask"], micro_batch_size,
+                                       summed=("pg_loss", "entropy", "kl_loss"))  # per-micro parts of one loss
         metrics.update(correction_metrics, loss=loss, grad_norm=grad_norm,
                        update_skipped=1.0 - finite.astype(jnp.float32))
         return trainable, opt_state, metrics
@@ -280,6 +292,7 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         loss, grads, metrics = _accumulate(critic_loss, params, _micro_batches(minibatch, micro_batch_size),
                                            denoms, frozen)
         params, opt_state, grad_norm, finite = guarded_apply(critic_tx, params, opt_state, grads, loss)
+        metrics = reduce_micro_metrics(metrics, minibatch["loss_mask"], micro_batch_size)
         return params, opt_state, dict(metrics, vf_loss=loss, grad_norm=grad_norm,
                                        update_skipped=1.0 - finite.astype(jnp.float32))
 
