@@ -144,3 +144,56 @@ def test_apply_kl_penalty_current_kl_ignores_padding_rows(run):
     rewards, padded_kl = run(algos.apply_kl_penalty, pad(scores), pad(old), pad(ref), pad(mask), 0.1, kind="k3")
     np.testing.assert_allclose(padded_kl, kl, rtol=1e-6)
     assert float(kl) > 0 and np.all(np.asarray(rewards)[2:] == 0)
+
+
+def _verl_ppo_np(new, old, adv, low, high, c):
+    """veRL v0.6.1 compute_policy_loss_vanilla's per-token loss in float64."""
+    ratio = np.exp(np.clip(new - old, -20.0, 20.0))
+    clipped = np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - low, 1 + high))
+    return np.where(adv < 0, np.minimum(-adv * c, clipped), clipped)
+
+
+def _verl_agg_np(loss, mask, mode):
+    """veRL v0.6.1 agg_loss in float64 (empty rows skipped by the seq-mean modes)."""
+    rows, counts = (loss * mask).sum(-1), mask.sum(-1)
+    if mode == "token-mean":
+        return rows.sum() / counts.sum()
+    if mode == "seq-mean-token-sum-norm":
+        return rows.sum() / mask.shape[-1]
+    per_row = rows / (counts + 1e-8) if mode == "seq-mean-token-mean" else rows
+    return per_row[counts > 0].mean()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ppo_value_loss_and_aggregation_match_verl_on_ragged_masks(seed):
+    rng = np.random.default_rng(seed)
+    b, t = 6, 11
+    mask = (rng.random((b, t)) < 0.6).astype(np.float64)  # holes in the middle of rows (env tokens)
+    mask[0] = 0.0  # a filtered / failed row
+    old = -rng.uniform(0.1, 3.0, (b, t))
+    new = old + rng.normal(0.0, 0.6, (b, t))  # ratios well outside the clip range and past the dual clip
+    adv = rng.normal(0.0, 2.0, (b, t))
+    adv[0] = 1e30  # whatever sits in a masked row must not leak
+    mask[1, :3], new[1, :3], adv[1, :3] = 1.0, old[1, :3] + 1.5, -1.0  # ratio e^1.5 > c = 3 with A < 0: dual clip
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    loss, metrics = algos.ppo_clip_loss(f32(new), f32(old), f32(adv), f32(mask), clip_ratio_low=0.2,
+                                        clip_ratio_high=0.28, clip_ratio_c=3.0)
+    expected = _verl_ppo_np(new, old, adv, 0.2, 0.28, 3.0)
+    on = mask > 0
+    np.testing.assert_allclose(np.asarray(loss)[on], expected[on], rtol=1e-5, atol=1e-5)
+    assert np.all(np.asarray(loss)[~on] == 0)
+    dual = (adv < 0) & (np.maximum(-adv * np.exp(new - old), -adv * np.clip(np.exp(new - old), 0.8, 1.28)) > -3 * adv)
+    assert dual[on].any()
+    np.testing.assert_allclose(metrics["pg_clipfrac_lower"], dual[on].mean(), rtol=1e-5)
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        np.testing.assert_allclose(algos.agg_loss(loss, f32(mask), mode), _verl_agg_np(expected, mask, mode),
+                                   rtol=1e-5, err_msg=mode)
+    grad = jax.grad(lambda lp: algos.agg_loss(algos.ppo_clip_loss(lp, f32(old), f32(adv), f32(mask))[0],
+                                              f32(mask)))(f32(new))
+    assert np.isfinite(grad).all() and np.all(np.asarray(grad)[0] == 0)
+    vpreds, values, returns = (rng.normal(size=(b, t)) for _ in range(3))
+    vf, vf_metrics = algos.clipped_value_loss(f32(vpreds), f32(values), f32(returns), f32(mask), cliprange_value=0.5)
+    unclipped = (vpreds - returns) ** 2
+    clipped = (np.clip(vpreds, values - 0.5, values + 0.5) - returns) ** 2
+    np.testing.assert_allclose(np.asarray(vf)[on], 0.5 * np.maximum(unclipped, clipped)[on], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(vf_metrics["vf_clipfrac"], (clipped > unclipped)[on].mean(), rtol=1e-5)
