@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import chex
 import jax
 import jax.numpy as jnp
@@ -106,16 +104,12 @@ def first_argmax(x: jax.Array) -> jax.Array:
     return jnp.minimum(first, v - 1)
 
 
-def draw_block_size(vocab: int) -> int:
-    """Tokens per block of `inverse_cdf_categorical`'s two-stage draw: the power of two at or above sqrt(vocab)."""
-    return 1 << max(0, math.ceil(math.log2(math.sqrt(max(vocab, 1)))))
-
-
 def draw_index(u: jax.Array, weights: jax.Array) -> jax.Array:
     """The first index i with weights[i] > 0 and u * total < cdf[i], cdf the running sum of weights and total the
     largest cdf entry of a positive weight: u [B, 1] in [0, 1), weights [B, N] >= 0 -> [B] int32 (N: no positive
     weight). XLA's parallel running sum is not always nondecreasing in its last bits, so "the number of cdf entries
-    <= u * total" could land on a zero weight (a token outside top-k, at ~4e-8 per draw at 151,936 tokens)."""
+    <= u * total" could land on a zero weight (a token outside top-k or top-p, with a sampling log-prob of -inf:
+    1.4e-5 per draw in a 151,936-token row with a third of its tokens masked)."""
     chex.assert_rank([u, weights], 2)
     n = weights.shape[-1]
     cdf = jnp.cumsum(weights, axis=-1)
@@ -127,24 +121,17 @@ def draw_index(u: jax.Array, weights: jax.Array) -> jax.Array:
 def inverse_cdf_categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
     """One index per row of logits [B, V] (-inf: never drawn) with P(i) = softmax(logits)[i] -> [B] int32.
 
-    Two inverse-CDF draws over w = exp(logits - max): a block of `draw_block_size(V)` tokens by the blocks' masses,
-    then a token in that block, each with its own float32 uniform. One draw against the running sum of all V
-    weights misplaced a total variation of 3.3e-3 at Qwen's 151,936 tokens (each token gets a whole number of the
-    uniform's 2^23 grid steps, and a float32 sum over V terms drifts); two draws over ~sqrt(V) entries each cut it
-    to 1.4e-5 (measured exactly over the grid: tests/test_sampling_filters.py). `jax.random.categorical` draws V
-    Gumbel variates per row instead, which on the CPU cost 4-6x the single draw (1.11 vs 0.30 ms at 64 x 1,119;
-    14.9 vs 2.6 ms at 8 x 151,936; jitted, interleaved, quiet)."""
+    One uniform draw per row against the running sum of exp(logits - max) (`draw_index`). `jax.random.categorical`
+    draws V Gumbel variates per row instead, which on the CPU cost 4-6x this (1.11 vs 0.30 ms at 64 x 1,119; 14.9 vs
+    2.6 ms at 8 x 151,936; jitted, interleaved, quiet). Known limit: a float32 uniform has 2^23 values and a float32
+    running sum drifts, so the draw is off softmax by a total variation of 2.5e-5 at 1,119 tokens and 3.3e-3 at
+    151,936; a two-stage draw (experiments/bench_draw.py) is exact to 1.4e-5 and faster, but is not the default yet
+    (docs/performance.md: a learning test moved with it)."""
     chex.assert_rank(logits, 2)
     b, v = logits.shape
-    size = draw_block_size(v)
-    n_blocks = -(-v // size)
-    u = jax.random.uniform(key, (b, 2), jnp.float32)
+    u = jax.random.uniform(key, (b, 1), jnp.float32)
     weights = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
-    blocks = jnp.pad(weights, ((0, 0), (0, n_blocks * size - v))).reshape(b, n_blocks, size)
-    block = jnp.minimum(draw_index(u[:, :1], jnp.sum(blocks, axis=-1)), n_blocks - 1)
-    in_block = jnp.take_along_axis(blocks, block[:, None, None], axis=1)[:, 0]
-    offset = jnp.minimum(draw_index(u[:, 1:], in_block), size - 1)
-    return jnp.minimum(block * size + offset, v - 1)
+    return jnp.minimum(draw_index(u, weights), v - 1)
 
 
 def sample_step(key: jax.Array, logits: jax.Array, config: SamplingConfig,
