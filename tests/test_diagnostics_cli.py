@@ -157,3 +157,16 @@ def test_out_is_checked_before_the_work_and_never_overwrites_the_dump(checkpoint
     out = tmp_path / "reports" / "run1.json"
     assert main([str(path), "--checkpoint", checkpoint, "--out", str(out), "--sampling", "first_turn"]) == 0
     assert "collapse_first_turn_sample/mi_estimate" in json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--num-samples", "-1", "must be >= 0"), ("--batch-size", "0", "must be >= 1"),
+    ("--temperature", "0", "must be > 0"), ("--std-eps", "-1e-3", "must be > 0"), ("--num-samples", "ten", "'ten' is not an integer"),
+])
+def test_a_bad_number_is_refused_before_the_model_loads(tmp_path, capsys, flag, value, message):
+    """--num-samples -1 failed after the model load with numpy's "negative dimensions"; --batch-size 0 after it too."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "rollouts.jsonl"), "--checkpoint", str(tmp_path / "no_model"), f"{flag}={value}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: {message}" in err

@@ -22,6 +22,20 @@ from ragen_jax.diagnostics.regimes import REGIMES
 DEFAULTS = {"num_samples": 64, "sampling": "both", "std_eps": 1e-3}
 
 
+def _number(kind: type, lowest: float, inclusive: bool = True):
+    """An argparse type: `kind` (int or float) at least `lowest` (above it when not inclusive), so a bad flag is
+    refused before the model loads."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}")
+        if not (value >= lowest if inclusive else value > lowest) or value != value:
+            raise argparse.ArgumentTypeError(f"must be {'>=' if inclusive else '>'} {lowest:g}, got {text}")
+        return value
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ragen_jax.diagnostics", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,20 +44,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="Hugging Face model folder, or a run folder (hf_export/, else its latest checkpoint)")
     p.add_argument("--step", type=int, default=None,
                    help="draw the pairs with the trainer's generator of this step (the step TensorBoard shows)")
-    p.add_argument("--num-samples", type=int, default=None,
+    p.add_argument("--num-samples", type=_number(int, 0), default=None,
                    help="pairs per sampling, 0 = all (default: the run's diagnostics.max_pairs, else 64)")
     p.add_argument("--seed", type=int, default=0, help="pair-drawing seed when --step is not given")
-    p.add_argument("--batch-size", type=int, default=16, help="(reasoning, prompt) pairs per call")
+    p.add_argument("--batch-size", type=_number(int, 1), default=16, help="(reasoning, prompt) pairs per call")
     p.add_argument("--sampling", choices=("both", "first_turn", "trajectory"), default=None,
                    help="default: the run's diagnostics.first_turn / trajectory, else both")
-    p.add_argument("--temperature", type=float, default=None,
+    p.add_argument("--temperature", type=_number(float, 0, inclusive=False), default=None,
                    help="divide the logits by this when scoring (default: the run folder's rollout temperature, "
                         "else 1)")
     p.add_argument("--h-threshold", type=float, default=None, help="H(Z|X) regime threshold")
     p.add_argument("--mi-threshold", type=float, default=None, help="MI regime threshold")
     p.add_argument("--mi-relative", action=argparse.BooleanOptionalAction, default=None,
                    help="MI threshold as a fraction of log N (the default) or, with --no-mi-relative, in nats")
-    p.add_argument("--std-eps", type=float, default=None,
+    p.add_argument("--std-eps", type=_number(float, 0, inclusive=False), default=None,
                    help="eps of the MI z-score, gap / (std + eps) (default: the run's diagnostics.std_eps, else 1e-3)")
     p.add_argument("--out", default=None, help="also write all metrics to this JSON file")
     return p
