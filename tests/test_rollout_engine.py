@@ -552,3 +552,30 @@ def test_an_action_sep_that_cannot_separate_answers_is_refused(sep):
     cfg.rollout.action_sep = sep
     with pytest.raises(ValueError, match="rollout.action_sep must hold a visible character"):
         validate_config(cfg)
+
+
+class ResetFailsLineEnv(LineEnv):
+    """LineEnv whose row 1 fails to reset, reported as HostEnvBatch reports it (reset_errors, an empty observation)."""
+
+    def reset(self, seeds, instances=None):
+        observations = super().reset(seeds, instances)
+        self.reset_errors = ["", "ConnectionError: env server unreachable", ""]
+        observations[1] = ""
+        return observations
+
+
+def test_an_episode_whose_reset_failed_ends_before_any_generation(tiny):
+    """It opened on an empty observation and sampled a whole turn before the step booked the reset's error."""
+    from ragen_jax.rollout.continuous import ContinuousEngine
+
+    graphdef, params, tok = tiny
+    engine = RolloutEngine(graphdef, tok, _cfg(max_turn=1), batch_size=3)
+    engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Right</answer>"] * 3])
+    continuous = ContinuousEngine(graphdef, tok, _cfg(max_turn=1), 3)
+    for played in (engine, continuous):
+        res = played.run(params, ResetFailsLineEnv(3), [1, 1, 2], [0, 0, 1], jax.random.PRNGKey(0), tag="Line")
+        failed = res.episodes[1]
+        assert failed.error == "ConnectionError: env server unreachable" and failed.num_turns == 0
+        assert [ep.num_turns for ep in res.episodes] == [1, 0, 1]
+        assert (res.batch.loss_mask[res.batch.episode_ids == 1] == 0).all()
+    assert all(seen[1] is None for seen in engine.sampler.seen)  # never sampled

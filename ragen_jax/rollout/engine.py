@@ -275,10 +275,21 @@ class EpisodeBook:
         episodes = open_episodes(env, cfg, tag, seeds, group_ids, observations)
         book = cls(engine, env, episodes, first_episode)
         book.timing["env"] += spent
-        book.opened = np.array([book._open_turn(b) for b in range(B)], bool)
-        if B and not book.opened.any():  # every episode, so no one env's fault: the config's lengths are too small
+        reset_errors = list(getattr(env, "reset_errors", None) or [""] * B)  # HostEnvBatch reports them there
+        book.opened = np.array([book._open_turn(b) if not reset_errors[b] else book._fail_at_reset(b, reset_errors[b])
+                                for b in range(B)], bool)
+        if B and all(ep.error.startswith("ContextOverflowError") for ep in episodes):
+            # every episode, so no one env's fault: the config's lengths are too small
             raise ContextOverflowError(episodes[0].error.split(": ", 1)[1])
         return book
+
+    def _fail_at_reset(self, b: int, error: str) -> bool:
+        """Episode b's env failed to reset: the episode ends with that error before any turn is sampled (it
+        opened on an empty observation and spent a generation first). -> False (not open)."""
+        ep = self.episodes[b]
+        ep.error = error
+        ep.terminated, ep.truncated, ep.success = False, True, False
+        return False
 
     def _open_turn(self, b: int) -> bool:
         """Fit episode b's current turn into max_model_len. An observation too long for it (an env's fault) ends
