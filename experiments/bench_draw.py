@@ -1,7 +1,8 @@
 """The sampler's token draw alone: `inverse_cdf_categorical` (one inverse-CDF draw against the running sum of all
 V weights) against a two-stage candidate (a block of ~sqrt(V) tokens by mass, then a token in it, each with its own
 uniform; exact to 1.4e-5 where the single draw is off by 3.3e-3 at 151,936 tokens, not the default yet: see
-docs/performance.md) and `jax.random.categorical` (Gumbel), jitted, interleaved call by call, medians. Also prints
+docs/performance.md), the count it replaced (the number of running sums <= u * total, which can land on a
+masked token where XLA's running sum dips) and `jax.random.categorical` (Gumbel), jitted, interleaved call by call, medians. Also prints
 both inverse-CDF draws' exact error: the total variation between softmax and the distribution each draw implies
 over every float32 uniform it can get.
 
@@ -36,6 +37,13 @@ def block_size(vocab: int) -> int:
     return 1 << max(0, math.ceil(math.log2(math.sqrt(max(vocab, 1)))))
 
 
+def count_draw(key: jax.Array, logits: jax.Array) -> jax.Array:
+    """The draw before `draw_index`: the number of running sums at or below u * total."""
+    u = jax.random.uniform(key, (logits.shape[0], 1), jnp.float32)
+    cdf = jnp.cumsum(jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True)), axis=-1)
+    return jnp.minimum(jnp.sum(cdf <= u * cdf[:, -1:], axis=-1), logits.shape[1] - 1).astype(jnp.int32)
+
+
 def two_stage_draw(key: jax.Array, logits: jax.Array) -> jax.Array:
     """The candidate: a block by the blocks' masses, then a token in it (`draw_index` at both stages)."""
     b, v = logits.shape
@@ -50,7 +58,9 @@ def two_stage_draw(key: jax.Array, logits: jax.Array) -> jax.Array:
 
 
 def grid_probabilities(weights: np.ndarray, cdf: np.ndarray) -> np.ndarray:
-    """The share of UNIFORMS for which `draw_index` picks each index of weights [N] with running sum cdf [N]."""
+    """weights [N] and their running sum cdf [N] (float32, as `draw_index` computes it) -> [N] float64: the share
+    of UNIFORMS for which `draw_index` picks each index. It picks i when x = u * total lies in [m[i-1], cdf[i]), m
+    the running max of the cdf over positive weights (tests/test_sampling_filters.py checks this against the draw)."""
     positive = weights > 0
     cdf = np.where(positive, cdf, 0).astype(np.float32)
     floor = np.concatenate([[0], np.maximum.accumulate(cdf)[:-1]]).astype(np.float32)
@@ -86,7 +96,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=61)
     args = parser.parse_args()
     print(load_line())
-    draws = {"ours (single draw)": jax.jit(inverse_cdf_categorical), "two-stage": jax.jit(two_stage_draw),
+    draws = {"ours (single draw)": jax.jit(inverse_cdf_categorical), "count (before)": jax.jit(count_draw),
+             "two-stage": jax.jit(two_stage_draw),
              "jax.random.categorical": jax.jit(lambda key, x: jax.random.categorical(key, x, axis=-1))}
     for batch, vocab in CASES:
         logits = jnp.asarray(np.random.RandomState(0).randn(batch, vocab).astype(np.float32))
@@ -99,7 +110,8 @@ def main() -> None:
                     times[name].append(time_ms(fn, jax.random.key(r), logits))
         medians = {name: float(np.median(t)) for name, t in times.items()}
         print(f"{batch} x {vocab:,}: " + ", ".join(f"{n} {m:.3f} ms" for n, m in medians.items())
-              + f"; two-stage / ours {medians['two-stage'] / medians['ours (single draw)']:.2f}x  ({other.line()})")
+              + f"; ours / count {medians['ours (single draw)'] / medians['count (before)']:.2f}x, two-stage / ours "
+              f"{medians['two-stage'] / medians['ours (single draw)']:.2f}x  ({other.line()})")
         single, two = exact_tvs(np.asarray(logits[0]))
         print(f"  exact TV from softmax on row 0: ours {single:.2e}, two-stage {two:.2e}")
 

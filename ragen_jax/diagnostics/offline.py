@@ -25,6 +25,7 @@ import numpy as np
 from ragen_jax.diagnostics.collapse import CollapseConfig, RolloutPairs, collapse_metrics
 from ragen_jax.diagnostics.cross_score import cross_score
 from ragen_jax.diagnostics.pairs import rollout_pairs, step_rng
+from ragen_jax.rollout.dump import read_jsonl
 
 logger = logging.getLogger(__name__)
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -36,7 +37,7 @@ def load_dump(path: str) -> tuple[str, list[Any]]:
     if not os.path.exists(path):
         raise FileNotFoundError(f"Rollout file {path!r} does not exist.")
     if not path.endswith((".pkl", ".pickle")):
-        return "records", _checked_records(_read_jsonl(path), path)
+        return "records", _checked_records(read_jsonl(path), path)
     try:
         with open(path, "rb") as f:
             data = pickle.load(f)
@@ -53,23 +54,6 @@ def load_dump(path: str) -> tuple[str, list[Any]]:
     if data and all(hasattr(ep, "history") and hasattr(ep, "group_id") for ep in data):
         return "episodes", data
     return "records", _checked_records(data, path)
-
-
-def _read_jsonl(path: str) -> list[Any]:
-    """One JSON value per non-blank line of a UTF-8 file; a bad line is named by its number."""
-    records = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        records.append(json.loads(line))
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"Line {number} of {path!r} is not JSON ({e}); a JSONL dump holds one "
-                                         "trajectory object per line.") from e
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path!r} is not UTF-8 text ({e}); pass a .jsonl dump, or a pickle named .pkl.") from e
-    return records
 
 
 def _checked_records(records: list, path: str) -> list[dict[str, Any]]:

@@ -79,9 +79,21 @@ def write_jsonl(path: str, episodes: list[Episode], **prompt_kwargs: Any) -> str
     return path
 
 
-def read_jsonl(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_jsonl(path: str) -> list[Any]:
+    """One JSON value per non-blank line of a UTF-8 file; a bad line is named by its number."""
+    records = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        records.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"Line {number} of {path!r} is not JSON ({e}); a JSONL dump holds one "
+                                         "trajectory object per line.") from e
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path!r} is not UTF-8 text ({e}); pass a .jsonl dump, or a pickle named .pkl.") from e
+    return records
 
 
 def write_pkl(path: str, result: RolloutResult) -> str:
