@@ -180,6 +180,7 @@ def _algo_defaults(preset: str) -> dict:
     p.pop("name")
     for key in ("tis_cap", "rollout_correction_bound"):  # 0 = off / the correction's default
         p[key] = 0.0 if p[key] is None else p[key]
+    p["loss_scale_factor"] = p["loss_scale_factor"] or 0  # 0 = the padded width
     p["custom_policy_loss"] = ""  # "package.module:function" overrides policy_loss
     p["custom_adv_estimator"] = ""  # "package.module:function" overrides adv_estimator
     p["temperature_in_logprobs"] = True  # divide logits by the rollout temperature (veRL)

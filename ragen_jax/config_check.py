@@ -179,6 +179,7 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     "algo.gamma": _UNIT, "algo.lam": _UNIT, "algo.high_level_gamma": _UNIT,
     "algo.kl_loss_coef": _AT_LEAST_0, "algo.clip_ratio_low": _AT_LEAST_0, "algo.clip_ratio_high": _AT_LEAST_0,
     "algo.clip_ratio_c": (lambda v: v == 0 or v > 1, "must be 0 (off) or > 1"),  # dual-clip's lower bound, as veRL
+    "algo.loss_scale_factor": (lambda v: v >= 0, "must be >= 0 tokens (0 = the padded width)"),
     "algo.kl_ctrl_coef": _AT_LEAST_0, "algo.kl_ctrl_target": _POSITIVE, "algo.kl_ctrl_horizon": _POSITIVE,
     "trainer.logprob_chunk": _AT_LEAST_1, "rollout.chunk": _AT_LEAST_1,
     "rollout.context_window": (lambda v: v >= 1 or v == -1, "must be >= 1 or -1 (every turn)"),

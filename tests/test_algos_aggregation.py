@@ -87,3 +87,37 @@ def test_custom_agg_mode_registration():
         np.testing.assert_allclose(algos.agg_loss(LOSS, MASK, "test-position-weighted"), 9 / 3)
     finally:
         algos.AGG_MODES.unregister("test-position-weighted")
+
+
+def test_sum_norm_takes_a_constant_horizon():
+    """seq-mean-token-sum-norm divides by the padded width unless algo.loss_scale_factor fixes the horizon
+    (veRL's actor.loss_scale_factor): then widening the batch with padding columns leaves the loss alone."""
+    wide_loss = jnp.pad(LOSS, ((0, 0), (0, 4)), constant_values=7.0)
+    wide_mask = jnp.pad(MASK, ((0, 0), (0, 4)))
+    mode = "seq-mean-token-sum-norm"
+    assert float(algos.agg_loss(wide_loss, wide_mask, mode)) == pytest.approx(7 / 8)  # the width moved it
+    for loss, mask in ((LOSS, MASK), (wide_loss, wide_mask)):
+        np.testing.assert_allclose(algos.agg_loss(loss, mask, mode, loss_scale_factor=16), 7 / 16, rtol=1e-6)
+        np.testing.assert_allclose(algos.agg_parts(loss, mask, mode, loss_scale_factor=16), (7.0, 16.0))
+    for other in MODES[:3]:  # the other modes have no horizon
+        np.testing.assert_allclose(algos.agg_loss(LOSS, MASK, other, loss_scale_factor=16), EXPECTED[other])
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="loss_scale_factor must be a positive number"):
+            algos.agg_denominator(MASK, mode, loss_scale_factor=bad)
+
+
+def test_a_custom_denominator_may_take_the_loss_scale_factor():
+    seen = []
+
+    def horizon_rows(mask, loss_scale_factor=None):
+        seen.append(loss_scale_factor)
+        return (mask.sum(axis=-1) > 0).sum().astype(jnp.float32) * (loss_scale_factor or mask.shape[-1])
+
+    algos.AGG_MODES.register("test-rows-times-horizon", algos.AggMode(lambda l, m: (l * m).sum(), horizon_rows))
+    try:
+        np.testing.assert_allclose(algos.agg_loss(LOSS, MASK, "test-rows-times-horizon", loss_scale_factor=10),
+                                   7 / 20)
+        np.testing.assert_allclose(algos.agg_loss(LOSS, MASK, "test-rows-times-horizon"), 7 / 8)
+        assert seen == [10, None]
+    finally:
+        algos.AGG_MODES.unregister("test-rows-times-horizon")

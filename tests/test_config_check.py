@@ -153,6 +153,7 @@ def test_greedy_validation_at_a_positive_temperature_is_valid():
     ("algo.kl_loss_coef", -0.1, r"config.algo.kl_loss_coef must be >= 0"),
     ("algo.clip_ratio_low", -0.2, r"config.algo.clip_ratio_low must be >= 0"),
     ("algo.clip_ratio_c", 0.5, r"config.algo.clip_ratio_c must be 0 \(off\) or > 1 \(got 0.5\)"),
+    ("algo.loss_scale_factor", -1, r"config.algo.loss_scale_factor must be >= 0 tokens \(0 = the padded width\)"),
     ("trainer.logprob_chunk", 0, r"config.trainer.logprob_chunk must be >= 1"),
     ("rollout.context_window", 0, r"config.rollout.context_window must be >= 1"),
     ("rollout.chunk", 0, r"config.rollout.chunk must be >= 1"),

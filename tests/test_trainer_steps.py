@@ -300,3 +300,30 @@ def test_bi_level_turn_ends_follow_the_configured_rule(rule):
                                         turn_end_mask=turn_ends_from_mask(jnp.asarray(mask)) if rule == "reward"
                                         else None), gamma=0.95, lam=0.9, high_level_gamma=0.9)[1]
     assert np.abs(np.asarray(other) - np.asarray(ret)).max() > 1e-3  # the two rules give other returns here
+
+
+@pytest.mark.parametrize("scope", ["mini_batch", "micro_batch"])
+def test_loss_scale_factor_keeps_the_sum_norm_loss_off_the_padded_width(scope):
+    """The trainer pads rows to a bucketed width, so seq-mean-token-sum-norm's default horizon (the width, as veRL
+    and RAGEN) moves from step to step; algo.loss_scale_factor fixes it, and the same rows then train alike."""
+    batch = make_batch()
+    wider = {k: np.pad(v, ((0, 0), (0, 6))) for k, v in batch.items()}  # padding columns: nothing attended
+    algo = dataclasses.replace(BASE, policy_loss="vanilla", loss_agg_mode="seq-mean-token-sum-norm", loss_scope=scope)
+    fixed = dataclasses.replace(algo, loss_scale_factor=32)
+    before, _, narrow, _, narrow_metrics = actor_update(fixed, batch, micro=2)
+    *_, wide, _, wide_metrics = actor_update(fixed, wider, micro=2)
+    for a, b, b0 in zip(wide, narrow, before):
+        np.testing.assert_allclose(a - b0, b - b0, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(wide_metrics["loss"], narrow_metrics["loss"], rtol=1e-5)
+    *_, default_narrow = actor_update(algo, batch, micro=2)
+    *_, default_wide = actor_update(algo, wider, micro=2)
+    width = batch["loss_mask"].shape[1]
+    np.testing.assert_allclose(default_narrow["loss"], narrow_metrics["loss"] * 32 / width, rtol=1e-5)
+    np.testing.assert_allclose(default_wide["loss"], default_narrow["loss"] * width / (width + 6), rtol=1e-5)
+
+
+def test_the_config_sets_the_sum_norm_horizon():
+    cfg = get_base_config()
+    assert cfg.algo.loss_scale_factor == 0 and algo_settings(cfg).loss_scale_factor is None  # the padded width
+    cfg.algo.loss_scale_factor = cfg.rollout.max_model_len
+    assert algo_settings(cfg).loss_scale_factor == cfg.rollout.max_model_len

@@ -3,7 +3,10 @@
 ``loss = numerator(loss_mat, mask) / denominator(mask)``. Numerators add over any split of the
 batch rows, so gradient accumulation is exact: for micro-batches i of one mini-batch,
 ``sum_i grad(numerator_i) / denominator(full_mask)`` equals ``grad(loss)`` of the full batch.
-For every built-in mode but ``seq-mean-token-sum-norm`` the denominators add over rows too.
+For every built-in mode but ``seq-mean-token-sum-norm`` the denominators add over rows too; that
+mode divides by a horizon: the padded width, or a constant ``loss_scale_factor`` (veRL's knob) so
+the scale does not move with the batch's width. A denominator that takes a ``loss_scale_factor``
+keyword receives it; the others are called with the mask alone.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from ragen_jax.algos.advantages import call_with_supported
 from ragen_jax.algos.registry import AGG_MODES
 
 
@@ -52,8 +56,12 @@ def _token_sum(loss_mat: jax.Array, mask: jax.Array) -> jax.Array:
     return _masked_row_sums(loss_mat, mask).sum()
 
 
-def _horizon(mask: jax.Array) -> jax.Array:
-    return jnp.asarray(mask.shape[-1], jnp.float32)
+def _horizon(mask: jax.Array, loss_scale_factor: int | None = None) -> jax.Array:
+    """The constant ``loss_scale_factor`` when given (> 0), else the padded width T of mask [B, T]."""
+    if loss_scale_factor is not None and loss_scale_factor <= 0:
+        raise ValueError(f"loss_scale_factor must be a positive number of tokens or None (the padded width), "
+                         f"got {loss_scale_factor!r}.")
+    return jnp.asarray(loss_scale_factor or mask.shape[-1], jnp.float32)
 
 
 # token-mean: mean over all sampled tokens of the batch (PPO, DAPO).
@@ -62,7 +70,8 @@ AGG_MODES.register("token-mean", AggMode(_token_sum, _token_count))
 AGG_MODES.register("seq-mean-token-mean", AggMode(_seq_token_means, _nonempty_rows))
 # seq-mean-token-sum: mean over rows of each row's token sum (Dr.GRPO). Empty rows are skipped.
 AGG_MODES.register("seq-mean-token-sum", AggMode(_token_sum, _nonempty_rows))
-# seq-mean-token-sum-norm: total token sum / T (a constant horizon, Dr.GRPO's MAX_TOKENS).
+# seq-mean-token-sum-norm: total token sum / horizon (Dr.GRPO's MAX_TOKENS): the padded width T as veRL's
+# default and RAGEN, or the constant loss_scale_factor.
 AGG_MODES.register("seq-mean-token-sum-norm", AggMode(_token_sum, _horizon))
 
 
@@ -80,23 +89,26 @@ def agg_numerator(loss_mat: jax.Array, mask: jax.Array, mode: str | AggMode = "t
     return _mode(mode).numerator(loss_mat, mask)
 
 
-def agg_denominator(mask: jax.Array, mode: str | AggMode = "token-mean") -> jax.Array:
-    """The normaliser of the full batch (tokens, non-empty rows or horizon). mask [B, T] -> scalar."""
+def agg_denominator(mask: jax.Array, mode: str | AggMode = "token-mean",
+                    loss_scale_factor: int | None = None) -> jax.Array:
+    """The normaliser of the full batch (tokens, non-empty rows or horizon). mask [B, T] -> scalar.
+
+    ``loss_scale_factor`` goes to a denominator that accepts it (``seq-mean-token-sum-norm``'s horizon)."""
     chex.assert_rank(mask, 2)
-    return _mode(mode).denominator(mask)
+    return call_with_supported(_mode(mode).denominator, mask, loss_scale_factor=loss_scale_factor)
 
 
-def agg_parts(loss_mat: jax.Array, mask: jax.Array,
-              mode: str | AggMode = "token-mean") -> tuple[jax.Array, jax.Array]:
+def agg_parts(loss_mat: jax.Array, mask: jax.Array, mode: str | AggMode = "token-mean",
+              loss_scale_factor: int | None = None) -> tuple[jax.Array, jax.Array]:
     """(numerator, denominator) of this batch; accumulate numerators, divide by the global one."""
-    return agg_numerator(loss_mat, mask, mode), agg_denominator(mask, mode)
+    return agg_numerator(loss_mat, mask, mode), agg_denominator(mask, mode, loss_scale_factor)
 
 
 def agg_loss(loss_mat: jax.Array, mask: jax.Array, mode: str | AggMode = "token-mean",
-             denominator: jax.Array | float | None = None) -> jax.Array:
+             denominator: jax.Array | float | None = None, loss_scale_factor: int | None = None) -> jax.Array:
     """Aggregate a per-token loss into a scalar; pass the mini-batch ``denominator`` when the
     batch is one micro-batch of it (the result then sums to the mini-batch loss).
     """
     num = agg_numerator(loss_mat, mask, mode)
-    den = agg_denominator(mask, mode) if denominator is None else denominator
+    den = agg_denominator(mask, mode, loss_scale_factor) if denominator is None else denominator
     return num / jnp.maximum(den, 1e-8)

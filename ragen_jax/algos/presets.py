@@ -30,6 +30,7 @@ _BASE: dict[str, Any] = {
     "loss_agg_mode": "token-mean",
     "critic_loss_agg_mode": "token-mean",  # RAGEN's critic calls veRL's value loss without a mode: token-mean
     "loss_scope": "mini_batch",  # "micro_batch": each micro-batch aggregated alone (veRL 0.4 / RAGEN)
+    "loss_scale_factor": None,  # seq-mean-token-sum-norm's constant horizon in tokens (None: the padded width)
     "clip_ratio_low": 0.2,
     "clip_ratio_high": 0.28,
     "clip_ratio_c": 3.0,

@@ -56,7 +56,7 @@ def algo_settings(cfg) -> AlgoSettings:
         temperature=cfg.rollout.temperature if a.temperature_in_logprobs else 1.0,
         logprob_chunk=cfg.trainer.logprob_chunk, rollout_correction=a.rollout_correction,
         rollout_correction_bound=a.rollout_correction_bound or None, critic_loss_agg_mode=a.critic_loss_agg_mode,
-        loss_scope=a.loss_scope, bi_level_turn_ends=a.bi_level_turn_ends,
+        loss_scope=a.loss_scope, loss_scale_factor=a.loss_scale_factor or None, bi_level_turn_ends=a.bi_level_turn_ends,
         soft_advantage_reweight=a.soft_advantage_reweight, grpo_advantage_length_weight=a.grpo_advantage_length_weight,
         zero_task_advantage=a.zero_task_advantage)
 

@@ -116,6 +116,7 @@ class AlgoSettings:
     rollout_correction_bound: float | None = None
     critic_loss_agg_mode: str = "token-mean"
     loss_scope: str = "mini_batch"
+    loss_scale_factor: int | None = None
     bi_level_turn_ends: str = "reward"
     soft_advantage_reweight: bool = False
     grpo_advantage_length_weight: bool = False
@@ -131,7 +132,8 @@ def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Arr
     return jax.tree.map(split, batch)
 
 
-def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int) -> jax.Array:
+def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int,
+                      loss_scale_factor: int | None = None) -> jax.Array:
     """What each micro-batch's aggregated numerator is divided by. mask [M, T] -> [M // micro].
 
     scope "mini_batch": the mini-batch's own denominator for every micro-batch, so the summed losses are the
@@ -139,15 +141,16 @@ def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int) -> jax
     own rows, then averaged over the micro-batches with something to train (veRL 0.4, which RAGEN runs: with one
     row per micro-batch its token-mean weighs every sequence alike). A micro-batch of empty rows (the all-zero
     rows padding a filtered batch; RAGEN pads with copies of real rows instead) adds nothing and counts for
-    nothing, so padding does not shrink the last mini-batch's loss."""
+    nothing, so padding does not shrink the last mini-batch's loss. ``loss_scale_factor`` is the constant horizon
+    of ``seq-mean-token-sum-norm`` (None: the padded width)."""
     n_micro = mask.shape[0] // micro
     if scope == "mini_batch":
-        return jnp.full((n_micro,), jnp.maximum(agg_denominator(mask, mode), 1e-8))
+        return jnp.full((n_micro,), jnp.maximum(agg_denominator(mask, mode, loss_scale_factor), 1e-8))
     if scope != "micro_batch":
         raise ValueError(f"loss_scope must be 'mini_batch' or 'micro_batch', got {scope!r}.")
     parts = mask.reshape(n_micro, micro, *mask.shape[1:])
     trained = jnp.maximum(jnp.sum(parts.astype(bool).any(axis=(1, 2))), 1).astype(jnp.float32)
-    return jnp.maximum(jax.vmap(lambda m: agg_denominator(m, mode))(parts), 1e-8) * trained
+    return jnp.maximum(jax.vmap(lambda m: agg_denominator(m, mode, loss_scale_factor))(parts), 1e-8) * trained
 
 
 def _accumulate(loss_fn, params, micro_batches, denominators, *args):
@@ -269,7 +272,8 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
 
     def _actor_update(trainable, opt_state, frozen, minibatch):
         minibatch, correction_metrics = _corrected(minibatch)
-        denoms = loss_denominators(minibatch["loss_mask"], algo.loss_agg_mode, algo.loss_scope, micro_batch_size)
+        denoms = loss_denominators(minibatch["loss_mask"], algo.loss_agg_mode, algo.loss_scope, micro_batch_size,
+                                   algo.loss_scale_factor)
         loss, grads, metrics = _accumulate(actor_loss, trainable, _micro_batches(minibatch, micro_batch_size),
                                            denoms, frozen)
         trainable, opt_state, grad_norm, finite = guarded_apply(actor_tx, trainable, opt_state, grads, loss)
@@ -288,7 +292,7 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
 
     def _critic_update(params, opt_state, frozen, minibatch):
         denoms = loss_denominators(minibatch["loss_mask"], algo.critic_loss_agg_mode, algo.loss_scope,
-                                   micro_batch_size)
+                                   micro_batch_size, algo.loss_scale_factor)
         loss, grads, metrics = _accumulate(critic_loss, params, _micro_batches(minibatch, micro_batch_size),
                                            denoms, frozen)
         params, opt_state, grad_norm, finite = guarded_apply(critic_tx, params, opt_state, grads, loss)
