@@ -525,9 +525,14 @@ def test_rows_of_truncated_histories_train_only_kept_turns_at_their_positions(ti
             assert batch.tokens[row, pos].tolist() == ep.history[turn].response_tokens
             expected = ep.history[turn].reward + (cfg.format_penalty if ep.history[turn].invalid else 0.0)
             assert batch.token_rewards[row, pos[-1]] == pytest.approx(expected)
+            # sampled seeing turns this row dropped: its sampler log-probs are of another context
+            assert (batch.same_context[row, pos] == (ep.history[turn].history_start == kept.start)).all()
         first = np.nonzero(batch.turn_ids[row] == trained[-1])[0][0]
         assert batch.tokens[row, :first].tolist() == newest.context_tokens.tolist()
         assert np.count_nonzero(batch.token_rewards[row]) <= len(trained)
+        assert not batch.same_context[row][batch.turn_ids[row] < 0].any()
+    trained_same = batch.same_context[batch.loss_mask > 0]
+    assert trained_same.all() == (mode != "full")  # only "full" rows train turns in a shortened context
 
 
 def test_rollout_action_sep_is_what_the_prompt_states_and_the_parser_splits_on(tiny):

@@ -159,6 +159,22 @@ def test_sampler_and_trainer_agree_on_the_sampled_tokens(tmp_path):
     assert metrics["rollout/logprob_abs_diff_mean"] < 1e-4 and metrics["rollout/logprob_abs_diff_max"] < 1e-3
     assert abs(metrics["rollout/is_weight_mean"] - 1) < 1e-4
     assert 0.999 < metrics["rollout/is_weight_min"] <= metrics["rollout/is_weight_max"] < 1.001
+    assert metrics["rollout/context_changed_token_ratio"] == 0.0  # one turn: every row is its sampling context
+
+
+def test_turns_trained_in_a_truncated_context_do_not_read_as_sampler_mismatch(tmp_path):
+    """A "full" row past max_model_len drops old turns, so its earlier turns were sampled seeing more than the row
+    shows (as RAGEN). Their sampler log-probs are of that longer context: before, they read as a mismatch of
+    0.018 nats on average (0.16 at most) here, which a rollout correction would have dropped or re-weighted."""
+    cfg = bandit_config(tmp_path)
+    cfg.env.name = "FrozenLake"
+    cfg.env.max_turn, cfg.env.max_actions_per_turn, cfg.env.max_actions_per_traj = 5, 1, 5
+    cfg.rollout.prompt_style, cfg.rollout.max_model_len = "compact", 128
+    cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 0, 0, 0
+    metrics = Trainer(cfg).train_step(0)
+    assert metrics["rollout/context_changed_token_ratio"] > 0.2  # truncation did drop turns that were seen
+    assert metrics["rollout/logprob_abs_diff_mean"] < 1e-4 and metrics["rollout/logprob_abs_diff_max"] < 1e-3
+    assert 0.999 < metrics["rollout/is_weight_min"] <= metrics["rollout/is_weight_max"] < 1.001
 
 
 class ClosedPick(FlakyPick):

@@ -327,3 +327,26 @@ def test_the_config_sets_the_sum_norm_horizon():
     assert cfg.algo.loss_scale_factor == 0 and algo_settings(cfg).loss_scale_factor is None  # the padded width
     cfg.algo.loss_scale_factor = cfg.rollout.max_model_len
     assert algo_settings(cfg).loss_scale_factor == cfg.rollout.max_model_len
+
+
+def test_tokens_trained_in_a_shortened_context_leave_the_sampler_comparison():
+    """A "full" row that dropped old turns trains its earlier turns in a shorter context than they were sampled in;
+    their sampler log-probs measure that change, so they take the trainer's and read as no mismatch."""
+    from ragen_jax.algos import ROLLOUT_CORRECTIONS
+    from ragen_jax.trainer.steps import in_row_context, sampler_agreement
+
+    batch = make_batch()
+    mask, old = batch["loss_mask"], batch["old_logprobs"]
+    sample = old - 0.7 * mask  # far off: icepop drops every token whose sampler disagrees so much
+    same = np.ones_like(mask, bool)
+    same[:3] = False  # rows 0-2: sampled seeing turns the rows no longer hold
+    aligned, metrics = in_row_context(old, sample, same, mask)
+    aligned = np.asarray(aligned)
+    assert np.array_equal(aligned[:3], old[:3]) and np.array_equal(aligned[3:], sample[3:])
+    np.testing.assert_allclose(metrics["rollout/context_changed_token_ratio"], mask[:3].sum() / mask.sum(), rtol=1e-6)
+    weights, keep, _ = ROLLOUT_CORRECTIONS.get("icepop")(old, aligned, mask, bound=2.0)
+    keep, on = np.asarray(keep), mask > 0
+    assert keep[:3][on[:3]].all() and not keep[3:][on[3:]].any()
+    np.testing.assert_allclose(np.asarray(weights)[:3][mask[:3] > 0], 1.0)
+    agreement = sampler_agreement(old[:3], aligned[:3], mask[:3])
+    assert float(agreement["rollout/logprob_abs_diff_max"]) == 0.0

@@ -29,6 +29,7 @@ class _Sample:
     trained: set[int]  # history indices whose responses are trained in this sample
     episode: int
     reward_turn: int | None  # history index carrying the episode score (None: turn scores)
+    start: int  # the oldest history turn in the sample's context
 
 
 def _episode_samples(builder: ContextBuilder, ep: Episode, ep_idx: int, *, mode: str, window: int,
@@ -51,7 +52,7 @@ def _episode_samples(builder: ContextBuilder, ep: Episode, ep_idx: int, *, mode:
         turn_indices = [ep.history.index(m["record"]) for m in messages if m["role"] == "assistant"]
         trained = set(turn_indices) if mode == "full" else {t}
         samples.append(_Sample(tokens, turn_map, turn_indices, trained, ep_idx,
-                               None if use_turn_scores else t))
+                               None if use_turn_scores else t, start))
     return samples
 
 
@@ -62,7 +63,8 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
     """Assemble samples from the episodes' exact sampled tokens.
 
     logprobs: {(episode, turn): (sample_logprobs [n], raw_logprobs [n])} per response.
-    Rows are padded (all-zero masks) up to a multiple of `row_multiple`. An episode whose env failed keeps
+    Rows are padded (all-zero masks) up to a multiple of `row_multiple`. `same_context` marks the response
+    tokens sampled in exactly their row's context: the trainer replaces the others' sampler log-probs by its own. An episode whose env failed keeps
     its rows (dumps, diagnostics) with an all-zero loss mask, reward and score: it never trains.
     """
     raw_scores = np.array([ep.total_reward for ep in episodes], np.float32)
@@ -91,6 +93,7 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
         "group_ids": np.full((n_rows,), -1, np.int32),
         "episode_ids": np.full((n_rows,), -1, np.int32),
         "scores": np.zeros((n_rows,), np.float32),
+        "same_context": np.zeros((n_rows, length), bool),
     }
     for row, s in enumerate(samples):
         ep = episodes[s.episode]
@@ -108,6 +111,8 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
             sample_lp, raw_lp = logprobs[(s.episode, turn)]
             out["sample_logprobs"][row, pos] = sample_lp[: len(pos)]
             out["raw_logprobs"][row, pos] = raw_lp[: len(pos)]
+            # a "full" row drops the turns truncation dropped last: earlier turns were sampled seeing more
+            out["same_context"][row, pos] = ep.history[turn].history_start == s.start
             if turn in s.trained and ok[s.episode]:
                 out["loss_mask"][row, pos] = 1.0
                 if s.reward_turn is None:

@@ -56,7 +56,9 @@ class TrajectoryBatch:
     tokens [N, L] int32; attention_mask [N, L] bool; loss_mask [N, L] f32;
     sample_logprobs [N, L] f32 (under the sampling distribution); raw_logprobs [N, L] f32
     (temperature 1); token_rewards [N, L] f32; turn_ids [N, L] int32 (-1 off responses);
-    group_ids [N] int32; episode_ids [N] int32; scores [N] f32 (normalised episode scores).
+    group_ids [N] int32; episode_ids [N] int32; scores [N] f32 (normalised episode scores);
+    same_context [N, L] bool: True on response tokens whose row holds exactly the context they were sampled
+    in (False where a "full" row dropped old turns that the token's sampling context still showed).
     """
 
     tokens: np.ndarray
@@ -69,6 +71,7 @@ class TrajectoryBatch:
     group_ids: np.ndarray
     episode_ids: np.ndarray
     scores: np.ndarray
+    same_context: np.ndarray
 
     @property
     def num_samples(self) -> int:

@@ -35,13 +35,13 @@ from ragen_jax.trainer.interrupt import StopRequests, stop_message
 from ragen_jax.trainer.optim import make_optimizer
 from ragen_jax.trainer.settings import (algo_settings, env_tag, rollout_config, truncated_sampling_warning,
                                         validation_envs, write_config_json)
-from ragen_jax.trainer.steps import (make_step_fns, masked_means, row_total_stats, sampler_agreement, scored_positions,
-                                     take_rows)
+from ragen_jax.trainer.steps import (in_row_context, make_step_fns, masked_means, row_total_stats, sampler_agreement,
+                                     scored_positions, take_rows)
 
 logger = logging.getLogger(__name__)
 
 BATCH_KEYS = ("tokens", "attention_mask", "loss_mask", "sample_logprobs", "token_rewards", "group_ids",
-              "episode_ids")
+              "episode_ids", "same_context")
 
 
 def _join_processes(cfg) -> None:
@@ -344,6 +344,9 @@ class Trainer:
         arrays["positions"] = scored_positions(arrays["loss_mask"])  # log-probs are needed only where trained
         dev = sharding.shard_batch(arrays, self.mesh)
         dev["old_logprobs"] = self._score_rows(self.fns["score_policy"], self.actor.trainable, self.actor.frozen, dev)
+        dev["sample_logprobs"], context_metrics = in_row_context(dev["old_logprobs"], dev["sample_logprobs"],
+                                                                 dev.pop("same_context"), dev["loss_mask"])
+        metrics.update({k: float(v) for k, v in context_metrics.items()})
         metrics.update({k: float(v) for k, v in sampler_agreement(dev["old_logprobs"], dev["sample_logprobs"],
                                                                   dev["loss_mask"]).items()})
         if self.need_ref:

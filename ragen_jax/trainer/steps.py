@@ -313,6 +313,19 @@ def masked_means(arrays: dict[str, jax.Array], mask: jax.Array) -> dict[str, jax
 
 
 @jax.jit
+def in_row_context(old_logprobs: jax.Array, sample_logprobs: jax.Array, same_context: jax.Array,
+                   mask: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Sampler log-probs [B, T] where the row holds the context a token was sampled in, the trainer's elsewhere.
+
+    A "full" row whose history truncation dropped old turns trains its earlier turns in a shorter context than
+    they were sampled in (as RAGEN); their sampler log-probs measure that context change, not a sampler
+    mismatch, so the rollout correction and sampler_agreement must not read them. -> (log-probs [B, T],
+    {share of trained tokens so re-contexted})."""
+    changed = masked_mean((~same_context.astype(bool)).astype(jnp.float32), mask)
+    return jnp.where(same_context, sample_logprobs, old_logprobs), {"rollout/context_changed_token_ratio": changed}
+
+
+@jax.jit
 def sampler_agreement(old_logprobs: jax.Array, sample_logprobs: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
     """How far the trainer's log-probs of the sampled tokens are from the sampler's, over mask [B, T]:
     mean and max |difference| and the importance weight exp(trainer - sampler) (mean, min, max)."""
