@@ -336,3 +336,85 @@ def test_host_batch_records_remote_failures_as_error_episodes():
         batch.close()
     finally:
         good.stop()
+
+
+def _canned_server(answers: dict[str, bytes]):
+    """A server on 127.0.0.1 answering each path with fixed bytes (HTTP 200): an env server that misbehaves, or
+    another service at the URL."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Canned(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.do_GET()
+
+        def do_GET(self):
+            body = answers[self.path]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Canned)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return srv
+
+
+_GOOD_STEP = {"observation": "o", "reward": 0.0, "terminated": False, "truncated": False, "info": {}}
+
+
+@pytest.mark.parametrize("answer, needle", [
+    ({**_GOOD_STEP, "reward": "1.0"}, "reward str '1.0', not a number"),
+    ({**_GOOD_STEP, "terminated": "False"}, "terminated str 'False', not a bool"),
+    ({**_GOOD_STEP, "reward": None}, "reward NoneType None, not a number"),
+    ({**_GOOD_STEP, "observation": 5}, "observation int 5, not a str"),
+    ({**_GOOD_STEP, "info": [1]}, "info list [1], not a dict"),
+    ({k: v for k, v in _GOOD_STEP.items() if k != "terminated"}, "answered without 'terminated'"),
+    ("<html>proxy error</html>", "not a JSON object: '<html>proxy error</html>'"),
+    ([1, 2], "not a JSON object: '[1, 2]'"),
+])
+def test_a_malformed_step_answer_fails_only_its_episode_naming_the_field(answer, needle):
+    """A string reward is never trained on, the string "False" never ends an episode, a missing field or a page
+    that is not JSON is no bare KeyError: the episode fails with what the server sent."""
+    import json
+
+    import numpy as np
+
+    from envs.batch import HostEnvBatch
+
+    body = answer.encode() if isinstance(answer, str) else json.dumps(answer).encode()
+    bad = _canned_server({"/spec": b'{"env": "canned", "step_timeout_s": 1}', "/step": body, "/close": b"{}",
+                          "/reset": b'{"session_id": "s", "observation": "start", "info": {}}'})
+    good = EnvServer(TOY, port=0).start_background()
+    try:
+        batch = HostEnvBatch([RemoteEnv(f"http://127.0.0.1:{bad.server_address[1]}", retries=0),
+                              RemoteEnv(good.url, timeout_s=LONG_TIMEOUT_S)])
+        assert batch.reset([0, 1]) == ["start", "Value: 1"]
+        result = batch.step([["up"], ["up"]], np.ones(2, bool))
+        assert "RemoteEnvError" in result.errors[0] and needle in result.errors[0], result.errors[0]
+        assert result.terminated.tolist() == [True, False] and result.rewards.tolist() == [0.0, 0.0]
+        assert result.errors[1] == "" and result.observations[1] == "Value: 2"
+        batch.close()
+    finally:
+        good.stop()
+        bad.shutdown()
+        bad.server_close()
+
+
+@pytest.mark.parametrize("answer, needle", [(b'{"observation": "o"}', "answered without 'session_id'"),
+                                            (b'{"session_id": 7, "observation": "o"}', "session_id int '7', not a str"),
+                                            (b'{"session_id": "s", "observation": null}', "observation NoneType")])
+def test_a_malformed_reset_answer_is_a_clear_error(answer, needle):
+    bad = _canned_server({"/spec": b'{"env": "canned"}', "/reset": answer, "/close": b"{}"})
+    try:
+        env = RemoteEnv(f"http://127.0.0.1:{bad.server_address[1]}", timeout_s=LONG_TIMEOUT_S, retries=0)
+        with pytest.raises(RemoteEnvError, match=needle):
+            env.reset(0)
+        assert env.session_id is None
+    finally:
+        bad.shutdown()
+        bad.server_close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from envs.batch import step_result_problems
 from envs.protocols import HostEnv
 from envs.serve.jsonclient import JsonClient, ServiceError
 
@@ -72,15 +73,27 @@ class RemoteEnv(HostEnv):
                 raise
             self.session_id = None  # the server expired our session: start a new one
             out = self._call("POST", "/reset", {"seed": int(seed)}, idempotent=True)
-        self.session_id = out["session_id"]
-        return out["observation"], out.get("info", {})
+        session_id, observation = _fields(out, ("session_id", "observation"), f"{self.url}/reset")
+        info = out.get("info") or {}
+        problems = [f"{name} {type(value).__name__} {str(value)[:80]!r}, not a {kind}"
+                    for name, value, kind in (("session_id", session_id, "str"), ("observation", observation, "str"),
+                                              ("info", info, "dict"))
+                    if not isinstance(value, dict if kind == "dict" else str)]
+        if problems:
+            raise RemoteEnvError(f"Remote env: {self.url}/reset answered {'; '.join(problems)}.")
+        self.session_id = session_id
+        return observation, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.session_id is None:
             raise RemoteEnvError("RemoteEnv.step called before reset(seed).")
         out = self._call("POST", "/step", {"session_id": self.session_id, "action": str(action)}, idempotent=False)
-        return (out["observation"], float(out["reward"]), bool(out["terminated"]), bool(out["truncated"]),
-                out.get("info", {}))
+        fields = (*_fields(out, _STEP_FIELDS, f"{self.url}/step"), out.get("info"))
+        problems = step_result_problems(fields)  # a reward "1.0" never counts, a terminated "False" never ends it
+        if problems:
+            raise RemoteEnvError(f"Remote env: {self.url}/step answered {'; '.join(problems)}.")
+        observation, reward, terminated, truncated, info = fields
+        return observation, float(reward), bool(terminated), bool(truncated), dict(info or {})
 
     def close(self) -> None:
         """Close the server-side session (best effort) and the connection."""
@@ -91,3 +104,15 @@ class RemoteEnv(HostEnv):
                 pass
             self.session_id = None
         self._client.close()
+
+
+_STEP_FIELDS = ("observation", "reward", "terminated", "truncated")
+
+
+def _fields(answer: dict[str, Any], names: tuple[str, ...], where: str) -> list[Any]:
+    """The named fields of a server's answer, or RemoteEnvError naming the missing ones (never a bare KeyError)."""
+    missing = [name for name in names if name not in answer]
+    if missing:
+        raise RemoteEnvError(f"Remote env: {where} answered without {', '.join(map(repr, missing))} (got "
+                             f"{str(answer)[:200]}); is the URL an env server's (`python -m envs.serve`)?")
+    return [answer[name] for name in names]

@@ -64,10 +64,14 @@ class JsonClient:
         try:
             payload = json.loads(raw) if raw else {}
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-            payload = {"error": raw[:200].decode("utf-8", "replace")}
+            payload = None
+        text = raw[:200].decode("utf-8", "replace")
         if response.status >= 400:
-            message = payload.get("error", "") if isinstance(payload, dict) else str(payload)
+            message = payload.get("error", "") if isinstance(payload, dict) else text
             raise ServiceError(f"{method} {self.base_url}{path} -> HTTP {response.status}: {message}", response.status)
+        if not isinstance(payload, dict):  # never hand a caller an HTML page or a list as if it were the answer
+            raise ServiceError(f"{method} {self.base_url}{path} -> HTTP {response.status} with a body that is not a "
+                               f"JSON object: {text!r}; is the URL the service's (host, port)?", response.status)
         return payload
 
     def _apply_timeout(self, conn: http.client.HTTPConnection) -> None:
