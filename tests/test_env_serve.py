@@ -418,3 +418,66 @@ def test_a_malformed_reset_answer_is_a_clear_error(answer, needle):
     finally:
         bad.shutdown()
         bad.server_close()
+
+
+class _ClosableEnv:
+    """Records every instance and whether it was closed; reset seed 1 raises, seed 2 returns a bare string, seed 3
+    blocks until `release`; the action "hang" blocks until `release` too."""
+
+    built: list["_ClosableEnv"] = []
+    release = threading.Event()
+    action_lookup = action_names = None
+    step_timeout_s = 60.0
+
+    def __init__(self):
+        self.closed = False
+        _ClosableEnv.built.append(self)
+
+    def instruction(self):
+        return "Probe."
+
+    def legend(self):
+        return ""
+
+    def reset(self, seed):
+        if seed == 1:
+            raise RuntimeError("no such level")
+        if seed == 3:
+            self.release.wait(60)
+        return "bare string" if seed == 2 else ("start", {})
+
+    def step(self, action):
+        if action == "hang":
+            self.release.wait(60)
+        return "o", 0.0, False, False, {}
+
+    def close(self):
+        self.closed = True
+
+
+def test_an_env_no_session_keeps_is_closed():
+    """A failed or malformed first reset, a timed-out first reset and a timed-out step leave no env open for ever:
+    each is closed (a timed-out one once its call returns)."""
+    from envs.registry import register
+
+    register("ClosableProbe", _ClosableEnv, kind="host", overwrite=True)
+    _ClosableEnv.built.clear()
+    _ClosableEnv.release.clear()
+    srv = EnvServer("ClosableProbe", port=0, step_timeout_s=0.3).start_background()
+    try:
+        for seed, status in ((1, "500"), (2, "500"), (3, "504")):
+            with pytest.raises(RemoteEnvError, match=status):
+                RemoteEnv(srv.url, timeout_s=LONG_TIMEOUT_S, retries=0).reset(seed)
+        env = RemoteEnv(srv.url, timeout_s=LONG_TIMEOUT_S, retries=0)
+        env.reset(0)
+        with pytest.raises(RemoteEnvError, match="504"):
+            env.step("hang")
+        assert srv.service.sessions == {}  # the malformed reset's session is not kept either
+        _ClosableEnv.release.set()
+        deadline = time.monotonic() + NO_HANG_S
+        while not all(e.closed for e in _ClosableEnv.built[1:]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_ClosableEnv.built) == 5 and [e.closed for e in _ClosableEnv.built[1:]] == [True] * 4
+    finally:
+        _ClosableEnv.release.set()
+        srv.stop()

@@ -74,7 +74,9 @@ class EnvService:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     @staticmethod
-    def _close_env(env: HostEnv) -> None:
+    def _close_env(env: HostEnv | None) -> None:
+        if env is None:  # a session whose env is still being built
+            return
         try:
             env.close()
         except Exception:
@@ -111,6 +113,8 @@ class EnvService:
             except concurrent.futures.TimeoutError:
                 with self._lock:
                     self.sessions.pop(session_id, None)
+                # the dropped env is closed once its call returns (closing it now would race the running call)
+                future.add_done_callback(lambda _: self._close_env(session.env))
                 raise HttpError(504, f"The {self.env_name} env did not answer within {self.step_timeout_s:g} s; "
                                      f"session {session_id!r} was dropped.") from None
             except HttpError:
@@ -143,20 +147,27 @@ class EnvService:
                     raise HttpError(503, f"Too many sessions ({self.max_sessions}); close finished ones with /close.")
             session_id, session = uuid.uuid4().hex, None
 
-        def do_reset(s: _Session | None) -> tuple[_Session, Any]:
-            s = s or _Session(env=self.make_env(), last_used=self.clock())
-            return s, s.env.reset(seed)
-
-        if session is None:  # build the env inside the timeout too
-            placeholder = _Session(env=None, last_used=self.clock())  # type: ignore[arg-type]
-            session, out = self._run(session_id, placeholder, lambda: do_reset(None))
+        if session is None:  # a new session: build its env inside the timeout too
+            session = _Session(env=None, last_used=self.clock())  # type: ignore[arg-type]
+            try:
+                out = self._run(session_id, session, lambda: self._build_and_reset(session, seed))
+                observation, info = _check_reset(out)
+            except HttpError as e:
+                if e.status != 504:  # no session holds the env (a timed-out one is closed when its call returns)
+                    self._close_env(session.env)
+                raise
+            session.episode_over = False
             with self._lock:
                 self.sessions[session_id] = session
         else:
-            _, out = self._run(session_id, session, lambda: do_reset(session))
-        observation, info = _check_reset(out)
-        session.episode_over = False
+            session.episode_over = True  # no step on an env whose reset failed
+            observation, info = _check_reset(self._run(session_id, session, lambda: session.env.reset(seed)))
+            session.episode_over = False
         return 200, {"session_id": session_id, "observation": observation, "info": to_jsonable(info)}
+
+    def _build_and_reset(self, session: _Session, seed: int) -> Any:
+        session.env = self.make_env()
+        return session.env.reset(seed)
 
     def step(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         session_id = require(body, "session_id", str, "Call /reset first to get a session_id.")
