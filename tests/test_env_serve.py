@@ -481,3 +481,28 @@ def test_an_env_no_session_keeps_is_closed():
     finally:
         _ClosableEnv.release.set()
         srv.stop()
+
+
+def test_a_reset_the_server_timed_out_is_not_retried():
+    """A 504 means the env used the server's whole step timeout: retrying it (3 calls of 60 s by default) took a
+    reset past the host batch's bound (step timeout + 5 s), which then reported a bare timeout instead of the 504."""
+    calls = []
+
+    def timed_out(_body):
+        calls.append(1)
+        return 504, {"error": "The stall env did not answer within 3 s"}
+
+    routes = {("GET", "/spec"): lambda _body: (200, {"env": "stall", "step_timeout_s": 3.0}),
+              ("POST", "/reset"): timed_out}
+    srv = JsonServer("127.0.0.1", 0, routes).start_background()
+    try:
+        env = RemoteEnv(srv.url, retries=2)
+        with pytest.raises(RemoteEnvError, match="504.*did not answer within 3 s"):
+            env.reset(0)
+        assert len(calls) == 1
+        routes[("POST", "/reset")] = lambda _body: (calls.append(1), (503, {"error": "busy"}))[1]
+        with pytest.raises(RemoteEnvError, match="503"):
+            env.reset(0)
+        assert len(calls) == 1 + 3  # other 5xx on an idempotent call are still retried
+    finally:
+        srv.stop()

@@ -81,15 +81,16 @@ class JsonClient:
             conn.sock.settimeout(self.timeout_s)
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None, *, idempotent: bool) -> dict[str, Any]:
-        """Send one request; retry transport failures only when `idempotent` (5xx is never retried
-        for non-idempotent calls either). Raises ServiceError with the cause."""
+        """Send one request; retry transport failures and 5xx only when `idempotent`, never a 504 (the server
+        already waited its whole timeout: like our own timeout, a retry would multiply the wait). Raises
+        ServiceError with the cause."""
         attempts = 1 + (self.retries if idempotent else 0)
         last: BaseException | None = None
         for attempt in range(attempts):
             try:
                 return self._once(method, path, body)
             except ServiceError as e:
-                if not (idempotent and e.status is not None and e.status >= 500):
+                if not (idempotent and e.status is not None and e.status >= 500 and e.status != 504):
                     raise
                 last = e
             except (socket.timeout, TimeoutError) as e:
