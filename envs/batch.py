@@ -183,11 +183,13 @@ class JaxEnvBatch(EnvBatch):
         )
 
 
-def run_with_timeouts(calls: Sequence[Callable[[], Any] | None], timeouts: Sequence[float]) -> list[tuple[Any, str]]:
-    """Run calls concurrently in daemon threads: (result, "") or (None, error text) per call.
+def run_with_timeouts(calls: Sequence[Callable[[], Any] | None],
+                      timeouts: Sequence[float]) -> list[tuple[Any, str, bool]]:
+    """Run calls concurrently in daemon threads: (result, "", False) or (None, error text, still_running) per call.
 
-    A call that raises gives its exception text; one still running after its timeout is abandoned
-    (its thread is a daemon, so it never blocks the process) and reported as a timeout.
+    A call that raises gives its exception text (a TimeoutError it raised included); one still running after its
+    timeout is abandoned (its thread is a daemon, so it never blocks the process) and reported as a timeout with
+    still_running True: only then may its env still be busy.
     """
     boxes: list[dict] = [{} for _ in calls]
     threads: list[threading.Thread | None] = []
@@ -209,15 +211,15 @@ def run_with_timeouts(calls: Sequence[Callable[[], Any] | None], timeouts: Seque
     results = []
     for thread, box, timeout in zip(threads, boxes, timeouts):
         if thread is None:
-            results.append((None, ""))
+            results.append((None, "", False))
             continue
         thread.join(max(0.0, start + timeout - time.monotonic()))
         if thread.is_alive():
-            results.append((None, f"TimeoutError: no answer within {timeout:g} s"))
+            results.append((None, f"TimeoutError: no answer within {timeout:g} s", True))
         elif "error" in box:
-            results.append((None, box["error"]))
+            results.append((None, box["error"], False))
         else:
-            results.append((box["result"], ""))
+            results.append((box["result"], "", False))
     return results
 
 
@@ -354,13 +356,13 @@ class HostEnvBatch(EnvBatch):
                  for env, seed, broken in zip(self.envs, seeds, self._broken)]
         results = run_with_timeouts(calls, [env.step_timeout_s for env in self.envs])
         observations = []
-        for i, (result, error) in enumerate(results):
+        for i, (result, error, still_running) in enumerate(results):
             if self._broken[i]:
                 error = self._broken_reason[i] or ("env was abandoned after an earlier timeout (give HostEnvBatch a "
                                                    "factory to replace timed-out envs)")
             self.reset_errors[i] = error
             self._done[i] = bool(error)
-            if error and "Timeout" in error:
+            if still_running:
                 self._broken[i] = True
             observations.append("" if error else str(result[0]))
         self._observations = list(observations)
@@ -398,7 +400,7 @@ class HostEnvBatch(EnvBatch):
         res = TurnResult(observations=[""] * b, rewards=np.zeros(b, np.float32), terminated=np.zeros(b, bool),
                          truncated=np.zeros(b, bool), success=np.zeros(b, bool), actions_executed=np.zeros(b, np.int32),
                          action_is_effective=np.zeros(b, bool), errors=[""] * b, infos=[{} for _ in range(b)])
-        for i, (out, error) in enumerate(results):
+        for i, (out, error, still_running) in enumerate(results):
             if active[i] and self._done[i] and self.reset_errors[i]:
                 error = self.reset_errors[i]  # report a failed reset on the episode's first turn
                 self.reset_errors[i] = ""
@@ -406,7 +408,7 @@ class HostEnvBatch(EnvBatch):
                 res.terminated[i], res.errors[i] = True, error
                 res.infos[i] = {"error": error, "success": False}
                 self._done[i] = True
-                if error.startswith("TimeoutError"):
+                if still_running:  # never an env that raised TimeoutError itself: it is not busy
                     self._broken[i] = True
                 continue
             if out is None:  # no action this turn: the state is unchanged

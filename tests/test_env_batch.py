@@ -351,3 +351,43 @@ def test_an_unregistered_env_name_suggests_the_close_one_and_says_how_a_name_get
     message = info.value.args[0]
     assert "did you mean" not in message and "envs.register" in message and "import" in message, message
     assert "my_pkg.envs:MyEnv" in message, message
+
+
+class RaisesTimeoutEnv(CounterEnv):
+    """An env whose own network call timed out: it raises TimeoutError (socket.timeout) or a library's
+    ReadTimeout at once; it is not stuck."""
+
+    def __init__(self, exc: BaseException):
+        super().__init__()
+        self.exc, self.raised = exc, 0
+
+    def reset(self, seed):
+        if seed == 7:
+            self.raised += 1
+            raise self.exc
+        return super().reset(seed)
+
+    def step(self, action):
+        if self.count == 0:
+            self.raised += 1
+            raise self.exc
+        return super().step(action)
+
+
+class ReadTimeout(OSError):
+    pass
+
+
+@pytest.mark.parametrize("exc", [TimeoutError("timed out"), ReadTimeout("read timed out")])
+def test_an_env_that_raises_a_timeout_error_is_not_abandoned(exc):
+    """Only the batch's own timeout (the env still running) abandons a slot; an env that raised TimeoutError fails
+    that episode alone, and the slot's next episode runs on it (there is no factory to replace it here)."""
+    env = RaisesTimeoutEnv(exc)
+    batch = HostEnvBatch([env, CounterEnv()])
+    batch.reset([0, 0])
+    result = batch.step([[0], [0]], np.ones(2, bool))
+    assert type(exc).__name__ in result.errors[0] and result.terminated[0] and result.errors[1] == ""
+    assert batch.reset([7, 0])[0] == "" and type(exc).__name__ in batch.reset_errors[0]
+    assert batch.reset([1, 0]) == ["count=1", "count=0"] and batch.reset_errors == ["", ""]
+    result = batch.step([[0], [0]], np.ones(2, bool))
+    assert result.errors == ["", ""] and result.observations[0] == "count=2" and env.raised == 2
