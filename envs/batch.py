@@ -331,15 +331,21 @@ class HostEnvBatch(EnvBatch):
         return self.envs[0].legend()
 
     def _replace_broken(self) -> None:
-        """A fresh env in every slot whose env timed out (the old one may still be running)."""
+        """A fresh env in every slot whose env timed out (the old one may still be running). After one failed build
+        the other slots wait for the next reset: a hung env server makes every build wait its whole timeout, and
+        B of them in a row would stall the run for B timeouts."""
         if self.factory is None:
             return
+        failure = ""
         for i in np.nonzero(self._broken)[0]:
+            if failure:
+                self._broken_reason[i] = failure
+                continue
             try:
                 fresh = self.factory()
             except Exception as e:  # noqa: BLE001 - a failed rebuild fails the slot's episodes, not the run
-                self._broken_reason[i] = (f"replacing the env that timed out failed: {type(e).__name__}: {e} "
-                                          "(retried at the next reset)")
+                failure = self._broken_reason[i] = (f"replacing the env that timed out failed: {type(e).__name__}: "
+                                                    f"{e} (retried at the next reset)")
                 continue
             stuck = self.envs[i]
             threading.Thread(target=_close_quietly, args=(stuck,), daemon=True).start()

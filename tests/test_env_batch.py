@@ -391,3 +391,22 @@ def test_an_env_that_raises_a_timeout_error_is_not_abandoned(exc):
     assert batch.reset([1, 0]) == ["count=1", "count=0"] and batch.reset_errors == ["", ""]
     result = batch.step([[0], [0]], np.ones(2, bool))
     assert result.errors == ["", ""] and result.observations[0] == "count=2" and env.raised == 2
+
+
+def test_a_failing_replacement_is_tried_once_per_reset_not_once_per_slot():
+    """The env server hangs: every build of a replacement waits its whole timeout (here 0.2 s). Building the B
+    slots' envs one after another would stall each reset for B timeouts (128 x 30 s for a RemoteEnv)."""
+    builds = []
+
+    def factory():
+        builds.append(1)
+        time.sleep(0.2)
+        raise ConnectionError("env server does not answer /spec")
+
+    batch = HostEnvBatch([CounterEnv(hang_at=0, timeout=0.3) for _ in range(6)], factory=factory)
+    batch.reset([0] * 6)
+    assert all(e.startswith("TimeoutError") for e in batch.step([[0]] * 6, np.ones(6, bool)).errors)
+    assert batch.reset([1] * 6) == [""] * 6 and len(builds) == 1
+    assert all("env server does not answer /spec" in e and "retried at the next reset" in e for e in batch.reset_errors)
+    batch.reset([2] * 6)
+    assert len(builds) == 2  # tried again, once, at the next reset
