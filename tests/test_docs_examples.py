@@ -78,6 +78,8 @@ def test_custom_env_doc_example_plays_and_its_config_validates(doc_module, tmp_p
     assert env.reset(3) == ("Make a guess.", {})  # secret 4
     _, reward, terminated, truncated, info = env.step("four")  # the tiny model answers anything
     assert (reward, terminated, truncated, info["action_is_valid"]) == (0.0, False, False, False)
+    assert env.step("²")[4]["action_is_valid"] is False  # a digit int() cannot read is an invalid answer, no crash
+    env.reset(3)
     assert env.step("2")[0] == "Wrong, go higher." and env.step(" 9 ")[0] == "Wrong, go lower."
     assert env.step("4")[1:4] == (1.0, True, False)
     env.reset(3)
