@@ -290,3 +290,23 @@ def test_dense_retriever_with_a_tiny_local_encoder(tmp_path):
         srv.stop()
     with pytest.raises(ValueError, match="needs model_dir"):
         make_retriever(docs, "dense")
+
+
+@pytest.mark.parametrize("results, needle", [(["a plain string"], "a plain string"),
+                                             ([{"id": "a", "content": "x", "score": None}], "'score': None"),
+                                             ([{"id": "a", "content": "x", "score": "high"}], "'score': 'high'")])
+def test_results_of_the_wrong_shape_are_a_retrieval_error(results, needle):
+    """Another service's results (strings, or a non-numeric score) are a RetrievalError naming one, never an
+    AttributeError or TypeError out of the formatting."""
+    from envs.serve.http import JsonServer
+
+    srv = JsonServer("127.0.0.1", 0, {("POST", "/retrieve"): lambda _body: (200, {"results": results})})
+    srv.start_background()
+    try:
+        env = make("SearchQA", retrieval_url=srv.url, timeout_s=5)
+        env.reset(0)
+        with pytest.raises(RetrievalError, match="not {id, content, score} objects") as caught:
+            env.step("search[anything]")
+        assert needle in str(caught.value)
+    finally:
+        srv.stop()

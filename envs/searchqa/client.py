@@ -76,4 +76,19 @@ class RetrievalClient:
         results = payload.get("results")
         if not isinstance(results, list):
             raise RetrievalError(f"Retrieval server at {self.url} answered without a 'results' list: {str(payload)[:200]}")
+        bad = [hit for hit in results if not _is_hit(hit)]
+        if bad:
+            raise RetrievalError(f"Retrieval server at {self.url} answered results that are not {{id, content, score}} "
+                                 f"objects with a numeric score, e.g. {str(bad[0])[:200]}")
         return results
+
+
+def _is_hit(hit: Any) -> bool:
+    """A result `format_results` can show: an object whose score, when given, reads as a number."""
+    if not isinstance(hit, dict):
+        return False
+    try:
+        float(hit.get("score", 0.0))
+    except (TypeError, ValueError):
+        return False
+    return True
