@@ -444,7 +444,7 @@ class _ClosableEnv:
             raise RuntimeError("no such level")
         if seed == 3:
             self.release.wait(60)
-        return "bare string" if seed == 2 else ("start", {})
+        return "bare string" if seed == 2 else ("start", "ok" if seed == 4 else {})
 
     def step(self, action):
         if action == "hang":
@@ -456,8 +456,8 @@ class _ClosableEnv:
 
 
 def test_an_env_no_session_keeps_is_closed():
-    """A failed or malformed first reset, a timed-out first reset and a timed-out step leave no env open for ever:
-    each is closed (a timed-out one once its call returns)."""
+    """A failed or malformed first reset (a bare string, an info that is no dict), a timed-out first reset and a
+    timed-out step leave no env open for ever: each is closed (a timed-out one once its call returns)."""
     from envs.registry import register
 
     register("ClosableProbe", _ClosableEnv, kind="host", overwrite=True)
@@ -465,7 +465,7 @@ def test_an_env_no_session_keeps_is_closed():
     _ClosableEnv.release.clear()
     srv = EnvServer("ClosableProbe", port=0, step_timeout_s=0.3).start_background()
     try:
-        for seed, status in ((1, "500"), (2, "500"), (3, "504")):
+        for seed, status in ((1, "500"), (2, "500"), (4, "500.*info str 'ok', not a dict"), (3, "504")):
             with pytest.raises(RemoteEnvError, match=status):
                 RemoteEnv(srv.url, timeout_s=LONG_TIMEOUT_S, retries=0).reset(seed)
         env = RemoteEnv(srv.url, timeout_s=LONG_TIMEOUT_S, retries=0)
@@ -477,7 +477,7 @@ def test_an_env_no_session_keeps_is_closed():
         deadline = time.monotonic() + NO_HANG_S
         while not all(e.closed for e in _ClosableEnv.built[1:]) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(_ClosableEnv.built) == 5 and [e.closed for e in _ClosableEnv.built[1:]] == [True] * 4
+        assert len(_ClosableEnv.built) == 6 and [e.closed for e in _ClosableEnv.built[1:]] == [True] * 5
     finally:
         _ClosableEnv.release.set()
         srv.stop()

@@ -198,6 +198,9 @@ class EnvService:
 def _check_reset(out: Any) -> tuple[str, dict[str, Any]]:
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], str)):
         raise HttpError(500, f"env.reset must return (str, dict), got {type(out).__name__}.")
+    if out[1] is not None and not isinstance(out[1], dict):
+        raise HttpError(500, f"env.reset returned info {type(out[1]).__name__} {str(out[1])[:80]!r}, not a dict; it "
+                             "must return (str, dict).")
     return out[0], dict(out[1] or {})
 
 
