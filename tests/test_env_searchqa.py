@@ -141,6 +141,35 @@ def test_env_wrong_answer_and_fallback_and_invalid():
     assert done and reward == 1.0 and info["action_type"] == "fallback" and not info["action_is_valid"]
 
 
+def test_empty_search_is_invalid_and_searches_nothing():
+    """A deliberate difference (README "Where we deliberately differ"): RAGEN sends `search[]`'s empty query to its
+    retriever and counts the action valid; here it reaches no backend (our server answers an empty query 400), is
+    invalid and ineffective, and the episode goes on. The reward is RAGEN's: 0."""
+
+    class Recording:
+        def __init__(self):
+            self.queries = []
+
+        def search(self, query, top_k):
+            self.queries.append(query)
+            return [{"id": "d", "contents": "text", "score": 1.0}]
+
+    env = make("SearchQA")
+    env.backend = backend = Recording()
+    env.reset(0)
+    for action in ("search[]", "search[   ]"):
+        obs, reward, done, truncated, info = env.step(action)
+        assert obs == ("Search results for '':\nNo relevant documents found for the query.\n\n"
+                       "Available actions: search[<query>], finish[<answer>]")
+        assert (reward, done, truncated) == (0.0, False, False)
+        assert (info["action_is_valid"], info["action_is_effective"], info["num_hits"]) == (False, False, 0)
+    assert backend.queries == []
+    env.step("search[ town ]")
+    assert backend.queries == ["town"]
+    _, reward, done, _, _ = env.step(f"finish[{env.question.answers[0]}]")
+    assert done and reward == 1.0
+
+
 def test_env_step_cap_truncates():
     env = make("SearchQA", max_steps=2)
     env.reset(0)

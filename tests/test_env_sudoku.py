@@ -78,6 +78,19 @@ def test_parse_action_formats(text, expected):
     assert parse_action(text) == expected
 
 
+@pytest.mark.parametrize("text,expected,ragen", [
+    ("update 2,3,5", Placement(1, 2, 5), Placement(2, 4, 2)),
+    ("place 2,3,5", Placement(1, 2, 5), Placement(2, 4, 2)),
+    ("(2,3,5) at", Placement(1, 2, 5), Placement(2, 4, 2)),
+    ("that is 4,5,6", Placement(3, 4, 6), Placement(4, 5, 4)),
+])
+def test_parse_order_follows_the_matched_pattern(text, expected, ragen):
+    """A deliberate difference (envs/sudoku/README.md): a bare row,col,value triple reads as row,col,value. RAGEN reads
+    the value first whenever "place" or "at" appears anywhere in the answer (`ragen`: what it places); every answer
+    that a value-first pattern matches reads the same in both (checked against RAGEN's parser over 200k strings)."""
+    assert parse_action(text) == expected != ragen
+
+
 @pytest.mark.parametrize("text,message", [
     ("10,1,1", "Row 10 is out of range (1-9)"),
     ("1,0,1", "Column 0 is out of range (1-9)"),
