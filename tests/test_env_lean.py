@@ -1,6 +1,7 @@
 """Lean env end to end against the protocol stand-in server; client retries/auth; loader; no server."""
 
 import json
+import random
 import socket
 import time
 
@@ -9,7 +10,7 @@ import pytest
 from envs import registry
 from envs.lean.client import KiminaLeanClient, LeanServerError, LeanServerUnavailable
 from envs.lean.env import LeanEnv
-from envs.lean.problems import build_proof, load_theorems, parse_lean_file
+from envs.lean.problems import LeanTheorem, build_proof, load_theorems, parse_lean_file
 from envs.lean.testing_server import StandInLeanServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -56,6 +57,45 @@ def test_scripted_proof_rewards(server):
     last_code = server.requests[-1]["snippets"][0]["code"]
     assert last_code.startswith("import Mathlib") and last_code.endswith("  rw [h₀, h₁]\n  norm_num\n")
     assert server.requests[-1]["timeout"] == 30
+
+
+def test_observation_layout(server):
+    """Our layout (docs/lean.md, "Differences from RAGEN"), pinned: RAGEN's first line, then the theorem, the
+    informal statement, the accepted tactics, the last 5 attempts, the open goals and the last Lean messages."""
+    env, seed = make_env(server)
+    env.reset(seed)
+    env.step("linarith")
+    obs, *_ = env.step("rw [h₀, h₁]")
+    assert obs == (
+        "Steps taken: 2/100 | accepted tactics: 1\n\n"
+        "Theorem:\ntheorem ragen_mul_subst (a b : ℝ) (h₀ : a = 2) (h₁ : b = 3) : a * b = 6 := by\n\n"
+        "Informal statement:\nIf a = 2 and b = 3, show that a * b = 6.\n\n"
+        "Proof so far:\n  rw [h₀, h₁]\n\n"
+        "Recent attempts:\n  rejected: linarith\n  accepted: rw [h₀, h₁]\n\n"
+        "Current goals:\na b : ℝ\nh₀ : a = 2\nh₁ : b = 3\n⊢ 2 * 3 = 6\n\n"
+        "Last Lean feedback (accepted: True):\n"
+        "  01. [UNSOLVED GOALS 5:0] unsolved goals\na b : ℝ\nh₀ : a = 2\nh₁ : b = 3\n⊢ 2 * 3 = 6")
+    obs, *_ = env.step("norm_num")
+    assert obs.endswith("\n\nNo goals: the theorem is proved.\n\nLast Lean feedback (accepted: True):\n"
+                        "  (no Lean messages)")
+
+
+def test_build_proof_indents_every_line_of_a_tactic():
+    """docs/lean.md: each line of a multi-line tactic goes under the statement (RAGEN indents the first only)."""
+    theorem = LeanTheorem("t", "theorem t (n : ℕ) : n + 0 = n := by")
+    code = build_proof(theorem, ["induction n with\n| zero => simp\n| succ n ih => simp", "   "])
+    assert code.endswith(":= by\n  induction n with\n  | zero => simp\n  | succ n ih => simp\n")
+
+
+def test_seed_picks_ragens_theorem(server):
+    """RAGEN seeds its env's `random.Random` with the episode seed and draws `choice(dataset)`: same list, same
+    theorem per seed."""
+    theorems = [LeanTheorem(f"t{i}", f"theorem t{i} : {i} = {i} := by") for i in range(7)]
+    env = LeanEnv(server_url=server.url, theorems=theorems, show_initial_goals=False)
+    for seed in (0, 1, 2, 123, 10000, 10007):
+        ragen_rng = random.Random()
+        ragen_rng.seed(seed)
+        assert env.reset(seed)[1]["theorem"] == ragen_rng.choice(theorems).name
 
 
 def test_empty_sorry_timeout_and_max_steps(server):
