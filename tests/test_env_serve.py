@@ -193,6 +193,42 @@ def test_idle_sessions_expire_and_capacity_is_bounded():
         srv.stop()
 
 
+def test_an_abandoned_session_is_swept_by_any_call_not_only_a_reset():
+    """A client that crashed leaves its session open; before, only the next /reset swept it, so a server that
+    others only step kept every abandoned env open."""
+    clock = FakeClock()
+    srv = EnvServer(TOY, port=0, session_ttl_s=60.0, clock=clock).start_background()
+    try:
+        abandoned, live = RemoteEnv(srv.url), RemoteEnv(srv.url)
+        abandoned.reset(0), live.reset(0)
+        clock.now += 61.0
+        assert _status(srv.url, "POST", "/step", {"session_id": live.session_id, "action": "up"})[0] == 404
+        assert srv.service.sessions == {}  # both expired: the step swept the abandoned one too
+        live.reset(1)
+        clock.now += 61.0
+        assert _status(srv.url, "GET", "/health")[0] == 200
+        assert srv.service.sessions == {}
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("flag, kwargs, message", [
+    ("--step-timeout=0", {"step_timeout_s": 0.0}, "--step-timeout must be > 0 seconds"),
+    ("--session-ttl=-1", {"session_ttl_s": -1.0}, "--session-ttl must be > 0 seconds"),
+    ("--max-sessions=0", {"max_sessions": 0}, "--max-sessions must be >= 1"),
+    ("--workers=0", {"workers": 0}, "--workers must be >= 1"),
+])
+def test_server_limits_that_cannot_serve_are_refused(flag, kwargs, message, capsys):
+    """A step timeout of 0 answered every call with an immediate 504; zero workers hung every call."""
+    from envs.serve.__main__ import main
+
+    with pytest.raises(ValueError, match=message):
+        EnvService(TOY, **kwargs)
+    with pytest.raises(SystemExit):
+        main(["--env", TOY, "--port", "0", flag])
+    assert message in capsys.readouterr().err
+
+
 @pytest.fixture
 def stalling_server():
     """/spec answers at once (step_timeout_s 0, so RemoteEnv's default timeout is 5 s); /reset stalls

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from envs.serve.server import EnvServer
+from envs.serve.server import EnvServer, service_limit_problems
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--env-kwargs is not valid JSON: {e}")
     if not isinstance(env_kwargs, dict):
         parser.error("--env-kwargs must be a JSON object")
+    problems = service_limit_problems(step_timeout_s=args.step_timeout, session_ttl_s=args.session_ttl,
+                                      max_sessions=args.max_sessions, workers=args.workers)
+    if problems:
+        parser.error("; ".join(problems))
     server = EnvServer(args.env, args.host, args.port, env_kwargs=env_kwargs, verbose=args.verbose,
                        step_timeout_s=args.step_timeout, session_ttl_s=args.session_ttl,
                        max_sessions=args.max_sessions, workers=args.workers)

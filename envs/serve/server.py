@@ -50,6 +50,10 @@ class EnvService:
     def __init__(self, env: str, env_kwargs: dict[str, Any] | None = None, step_timeout_s: float = 60.0,
                  session_ttl_s: float = 900.0, max_sessions: int = 4096, workers: int = 256,
                  clock: Callable[[], float] = time.monotonic):
+        problems = service_limit_problems(step_timeout_s=step_timeout_s, session_ttl_s=session_ttl_s,
+                                          max_sessions=max_sessions, workers=workers)
+        if problems:
+            raise ValueError(f"Env server limits: {'; '.join(problems)}.")
         self.env_name = env
         self.make_env = resolve_env_factory(env, env_kwargs)
         probe = self.make_env()  # fail at start-up, not on the first request
@@ -128,6 +132,7 @@ class EnvService:
 
     # ---- routes
     def health(self, _: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self._sweep()
         return 200, {"status": "ok", "env": self.env_name, "sessions": len(self.sessions)}
 
     def get_spec(self, _: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -172,6 +177,7 @@ class EnvService:
     def step(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         session_id = require(body, "session_id", str, "Call /reset first to get a session_id.")
         action = require(body, "action", str, 'Send {"session_id": "...", "action": "..."}.')
+        self._sweep()  # abandoned sessions go on any call, not only on the next /reset
         session = self._session(session_id)
         if session.episode_over:
             raise HttpError(409, f"The episode of session {session_id!r} is over; call /reset with it.")
@@ -183,6 +189,7 @@ class EnvService:
 
     def close_session(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         session_id = require(body, "session_id", str)
+        self._sweep()
         with self._lock:
             session = self.sessions.pop(session_id, None)
         if session is None:
@@ -193,6 +200,21 @@ class EnvService:
     def routes(self) -> dict[tuple[str, str], Any]:
         return {("GET", "/health"): self.health, ("GET", "/spec"): self.get_spec, ("POST", "/reset"): self.reset,
                 ("POST", "/step"): self.step, ("POST", "/close"): self.close_session}
+
+
+def service_limit_problems(*, step_timeout_s: float, session_ttl_s: float, max_sessions: int,
+                           workers: int) -> list[str]:
+    """What is wrong with an env server's limits (each as its --flag says it), empty when nothing is."""
+    problems = []
+    if not step_timeout_s > 0:  # 0 or less answered every call with an immediate 504
+        problems.append(f"--step-timeout must be > 0 seconds (got {step_timeout_s:g})")
+    if not session_ttl_s > 0:
+        problems.append(f"--session-ttl must be > 0 seconds (got {session_ttl_s:g})")
+    if max_sessions < 1:
+        problems.append(f"--max-sessions must be >= 1 (got {max_sessions})")
+    if workers < 1:
+        problems.append(f"--workers must be >= 1 (got {workers})")
+    return problems
 
 
 def _check_reset(out: Any) -> tuple[str, dict[str, Any]]:
