@@ -1,5 +1,8 @@
 """save_pretrained writes folders that transformers loads with identical logits (single and sharded)."""
 
+import json
+import shutil
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -7,6 +10,7 @@ import transformers
 
 from tests.models_testlib import forward, hf_folder, torch_logits
 from ragen_jax.models import load_model, make_tiny_model, save_pretrained
+from ragen_jax.models.hf_files import CheckpointError
 
 
 def test_tiny_model_round_trip_through_transformers(tmp_path):
@@ -67,3 +71,34 @@ def test_bfloat16_checkpoint_loads_and_exports_in_bfloat16(tmp_path_factory):
     assert got.dtype == np.float32 and np.isfinite(got).all()
     ref = torch_logits(ref_model, tokens).astype(np.float32)
     assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("first_shard_bytes, then_shard_bytes", [(200_000, 2**31), (2**31, 200_000), (100_000, 200_000)])
+def test_exporting_over_an_earlier_export_leaves_only_the_new_weights(first_shard_bytes, then_shard_bytes, tmp_path):
+    """A second export into the same folder with another layout (single <-> sharded, fewer shards) removes the
+    first one's weight files: both our loader and transformers then read the new weights, not stale ones."""
+    old, tok = make_tiny_model(seed=1)
+    new, _ = make_tiny_model(seed=2)
+    save_pretrained(old, tmp_path, tok, max_shard_bytes=first_shard_bytes)
+    save_pretrained(new, tmp_path, tok, max_shard_bytes=then_shard_bytes)
+    weights = sorted(p.name for p in tmp_path.glob("model*.safetensors*"))
+    if then_shard_bytes > 2**30:
+        assert weights == ["model.safetensors"]
+    else:
+        index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+        assert weights == sorted(set(index["weight_map"].values())) + ["model.safetensors.index.json"]
+    tokens, pos = np.arange(12)[None] * 5, np.arange(12)[None]
+    want = forward(new, tokens, pos)
+    np.testing.assert_array_equal(forward(load_model(tmp_path), tokens, pos), want)
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    np.testing.assert_allclose(torch_logits(ref_model, tokens), want, atol=1e-4, rtol=0)
+
+
+def test_a_folder_with_both_a_single_file_and_an_index_is_refused(tmp_path):
+    """transformers would load model.safetensors, vLLM the index's shards: the loader names the ambiguity."""
+    model, tok = make_tiny_model(seed=1)
+    save_pretrained(model, tmp_path, tok, max_shard_bytes=200_000)
+    first = sorted(json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"].values())[0]
+    shutil.copy(tmp_path / first, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"both model\.safetensors and model\.safetensors\.index\.json.*Delete"):
+        load_model(tmp_path)

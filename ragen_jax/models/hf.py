@@ -16,7 +16,7 @@ from safetensors import safe_open
 
 from ragen_jax.models.config import DTYPES, ModelConfig, config_from_hf, config_to_hf
 from ragen_jax.models.hf_files import (INDEX, SINGLE, CheckpointError, ExpectedTensor, TensorHeader, check_tensors,
-                                      checkpoint_tensors)
+                                      checkpoint_tensors, stale_weight_files)
 from ragen_jax.models.tokenizer import Tokenizer
 from ragen_jax.models.transformer import CausalLM, ValueModel
 
@@ -215,7 +215,8 @@ def save_pretrained(
 ) -> None:
     """Writes config.json + safetensors (sharded above max_shard_bytes) + tokenizer files, loadable by transformers/vLLM.
 
-    LoRA adapters are merged into a copy first; the original model is left untouched.
+    LoRA adapters are merged into a copy first; the original model is left untouched. Weight files of an earlier
+    save in folder that this one does not rewrite (a single file, an index, other shards) are removed.
     """
     from safetensors.numpy import save_file
 
@@ -249,6 +250,8 @@ def save_pretrained(
     names = [SINGLE] if len(plan) == 1 else [
         f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))
     ]
+    for stale in stale_weight_files(os.listdir(folder), names + ([INDEX] if len(plan) > 1 else [])):
+        os.remove(os.path.join(folder, stale))  # an earlier save's weights, which a loader could read instead
     weight_map, total = {}, 0
     for fname, paths in zip(names, plan):
         shard = dict(_export_tensor(params[p], p, config.param_dtype) for p in paths)

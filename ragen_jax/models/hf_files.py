@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Mapping
+import re
+from typing import Iterable, Mapping
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
+_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")  # a shard's name, as transformers writes it
 # Checkpoint dtypes the loader converts (safetensors names -> numpy/JAX names).
 LOADABLE_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
 _MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
@@ -67,8 +69,14 @@ def read_header(path: str) -> dict[str, TensorHeader]:
 
 def checkpoint_tensors(folder: str) -> tuple[dict[str, TensorHeader], str]:
     """(tensor name -> header over all weight files, the file that lists them) for a single-file
-    or sharded checkpoint; a missing weights file or shard is a FileNotFoundError."""
-    index = os.path.join(folder, INDEX)
+    or sharded checkpoint; a missing weights file or shard is a FileNotFoundError, a folder holding both
+    layouts a CheckpointError (transformers would load one, vLLM the other)."""
+    index, single = os.path.join(folder, INDEX), os.path.join(folder, SINGLE)
+    if os.path.isfile(index) and os.path.isfile(single):
+        raise CheckpointError(
+            f"{folder!r} holds both {SINGLE} and {INDEX} (one is left over from an earlier save): transformers "
+            f"loads {SINGLE}, vLLM the shards {INDEX} lists, so which weights are meant is unclear. Delete the "
+            "stale one (or export again with ragen_jax's save_pretrained, which removes it).")
     if os.path.isfile(index):
         with open(index) as f:
             try:
@@ -83,13 +91,20 @@ def checkpoint_tensors(folder: str) -> tuple[dict[str, TensorHeader], str]:
         for shard in shards:
             tensors.update(read_header(shard))
         return tensors, index
-    single = os.path.join(folder, SINGLE)
     if not os.path.isfile(single):
         raise FileNotFoundError(
             f"No weights in {folder!r}: expected {SINGLE} or {INDEX} with its shards "
             "(PyTorch .bin checkpoints must be converted to safetensors first)."
         )
     return read_header(single), single
+
+
+def stale_weight_files(existing: Iterable[str], written: Iterable[str]) -> list[str]:
+    """The weight files among `existing` (names in a folder) that a save writing `written` leaves stale: the
+    single file, the index and any shard it does not rewrite (a loader would otherwise read old weights)."""
+    keep = set(written)
+    return sorted(name for name in existing
+                  if name not in keep and (name in (SINGLE, INDEX) or _SHARD.fullmatch(name)))
 
 
 def check_tensors(expected: Mapping[str, ExpectedTensor], found: Mapping[str, TensorHeader], listing: str,
