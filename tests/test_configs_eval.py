@@ -266,3 +266,36 @@ def test_countdown_eval_with_a_scripted_policy_counts_successes(tmp_path):
                 "format_penalty": 0.0}
     assert {k: metrics[f"val/Countdown/{k}"] for k in expected} == pytest.approx(expected)
     assert answers[0] in records[0]["messages"][2]["content"]
+
+
+def test_validation_in_chunks_reports_the_metrics_of_the_episodes_it_keeps(tmp_path):
+    """val.groups=3 in chunks of 2 groups: the last chunk plays a 4th group (seed 126) that is not kept. The metrics
+    are those of the 6 kept episodes (all failures here), not a mean of chunk means that counts the extra group
+    (which succeeds) and weighs the half-kept chunk as much as a full one."""
+    from envs.countdown.generator import generate_task
+    from envs.countdown.solver import solve
+    from ragen_jax.trainer.evaluate import run_eval
+    from ragen_jax.trainer.loop import Trainer
+
+    cfg = tiny_eval_config("countdown")
+    cfg.val.groups, cfg.val.group_size, cfg.val.batch_size = 3, 2, 4
+    cfg.rollout.response_length = 64
+    cfg.rollout.engine = "lockstep"
+    extra = generate_task(cfg.val.seed + 3, ops="+-")
+    calls = [["1"] * 4, ["1"] * 2 + [solve(extra.nums, extra.target, "+-")] * 2]  # one call per chunk (one turn)
+
+    class PerChunk(ScriptedSampler):
+        def generate(self, *args, **kwargs):
+            self.answers = calls.pop(0)
+            return super().generate(*args, **kwargs)
+
+    trainer = Trainer(cfg, str(tmp_path))
+    trainer.val_engine.sampler = PerChunk(trainer.val_engine.sampler, trainer.tokenizer, [])
+    metrics = run_eval(trainer)
+    records = read_jsonl(str(tmp_path / "eval" / "init" / "rollouts.jsonl"))
+    assert calls == [] and len(records) == 6 and metrics["eval/num_episodes"] == 6
+    assert [r["metadata"]["seed"] for r in records] == [123, 123, 124, 124, 125, 125]
+    assert not any(r["metadata"]["success"] for r in records)
+    expected = {"success": 0.0, "pass_at_2": 0.0,
+                "reward": sum(r["metadata"]["total_reward"] for r in records) / 6}
+    assert {k: metrics[f"val/Countdown/{k}"] for k in expected} == pytest.approx(expected)

@@ -409,8 +409,7 @@ def finish_rollout(builder: ContextBuilder, cfg: RolloutConfig, tokenizer, episo
                         norm_method=cfg.reward_norm_method, norm_grouping=cfg.reward_norm_grouping,
                         logprobs=logprobs, pad_id=tokenizer.pad_token_id, row_multiple=row_multiple)
     metrics = metrics_lib.episode_metrics(episodes, tag)
-    metrics["response_length"] = float(np.mean([len(r.response_tokens) for ep in episodes
-                                                for r in ep.history if r.response_tokens is not None]))
+    metrics["response_length"] = metrics_lib.response_length(episodes)
     return RolloutResult(episodes=episodes, batch=batch, metrics=metrics, timing=dict(timing), extras={})
 
 

@@ -33,6 +33,12 @@ def episode_metrics(episodes: list[Episode], tag: str) -> dict[str, float]:
     return out
 
 
+def response_length(episodes: list[Episode]) -> float:
+    """Mean tokens per sampled response over every turn of the episodes (RAGEN's `response_length`)."""
+    return float(np.mean([len(r.response_tokens) for ep in episodes for r in ep.history
+                          if r.response_tokens is not None]))
+
+
 def _mean(values) -> float:
     """The mean, 0 over nothing (no healthy episode)."""
     return float(np.mean(values)) if len(values) else 0.0

@@ -27,6 +27,7 @@ from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
 from ragen_jax.rollout import group_seeds
 from ragen_jax.rollout.continuous import make_engine
 from ragen_jax.rollout.dump import write_jsonl
+from ragen_jax.rollout.metrics import episode_metrics, response_length
 from ragen_jax.trainer import report
 from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer.diagnose import CollapseMonitor
@@ -249,10 +250,11 @@ class Trainer:
     # ------------------------------------------------------------------ validation
     def run_validation(self, step: int) -> tuple[dict[str, float], list]:
         """Validation episodes (seeds from val.seed, every run alike) of each validation env -> (metrics, episodes).
-        An env's metrics are under `val/{tag}/`; the untagged ones (response_length) average over every env."""
+        An env's metrics are under `val/{tag}/`, over its val.groups groups (a last chunk's extra groups are
+        played, not kept); the untagged ones (response_length) are over every env's episodes."""
         v = self.cfg.val
         per_chunk_groups = self.val_batch // v.group_size
-        results, episodes = [], []
+        kept: list[list] = [[] for _ in self.val_envs]
         firsts = range(0, v.groups, per_chunk_groups)
         chunks = [(e, first) for e in range(len(self.val_envs)) for first in firsts]
         for c, (e, first_group) in tqdm(list(enumerate(chunks)), desc="validate", leave=False,
@@ -261,10 +263,12 @@ class Trainer:
             key = jax.random.fold_in(jax.random.fold_in(self.base_key, 10_000_000 + step), c)
             res = self.val_engine.run(self.sampling_params(), self.val_envs[e], seeds, gids + first_group, key,
                                       tag=self.val_tags[e], temperature=v.temperature, greedy=v.greedy)
-            results.append(res.metrics)
-            episodes.extend(res.episodes[: v.groups * v.group_size - first_group * v.group_size])
-        keys = dict.fromkeys(k for r in results for k in r)
-        return {f"val/{k}": float(np.mean([r[k] for r in results if k in r])) for k in keys}, episodes
+            kept[e].extend(res.episodes[: v.groups * v.group_size - first_group * v.group_size])
+        metrics = {f"val/{k}": value for e, episodes in enumerate(kept)
+                   for k, value in episode_metrics(episodes, self.val_tags[e]).items()}
+        episodes = [ep for env_episodes in kept for ep in env_episodes]
+        metrics["val/response_length"] = response_length(episodes)
+        return metrics, episodes
 
     def validate(self, step: int) -> dict[str, float]:
         """Validation at TensorBoard step `step` (0: before any RL step; n: after n steps)."""
