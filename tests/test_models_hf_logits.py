@@ -75,3 +75,17 @@ def test_value_model_loads_backbone_and_exports_as_token_classifier(tmp_path, ro
     np.testing.assert_allclose(np.asarray(values)[mask], ref[mask], atol=1e-4, rtol=0)
     reloaded = load_model(tmp_path, model_cls=ValueModel)
     np.testing.assert_array_equal(np.asarray(reloaded.score.kernel[...]), np.asarray(critic.score.kernel[...]))
+
+
+def test_a_critic_from_critic_path_takes_the_model_dtypes_as_the_policy_does(root):
+    """model.param_dtype / dtype apply to a critic loaded from critic_path too (the memory plan counts it so)."""
+    from configs.bandit import get_config
+    from ragen_jax.trainer.setup import make_critic
+
+    model_cfg = get_config("tiny").model
+    model_cfg.critic_path = hf_folder("qwen2_untied", root)  # a float32 checkpoint
+    model_cfg.param_dtype, model_cfg.dtype = "bfloat16", "float32"
+    critic = make_critic(model_cfg, policy=None)
+    assert isinstance(critic, ValueModel)
+    assert (critic.config.param_dtype, critic.config.dtype) == ("bfloat16", "float32")
+    assert critic.model.embed_tokens.embedding[...].dtype == jnp.bfloat16
