@@ -194,6 +194,12 @@ def test_unsupported_features_are_refused():
         config_from_hf({**base, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
     with pytest.raises(ValueError, match="hidden_act"):
         config_from_hf({**base, "hidden_act": "gelu"})
+    # before: a KeyError at the first forward pass, long after the load
+    with pytest.raises(ValueError, match="rope_scaling of type 'llama3' lacks low_freq_factor, "
+                                         "original_max_position_embeddings"):
+        config_from_hf({**base, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0}})
+    with pytest.raises(ValueError, match="rope_scaling of type 'linear' lacks factor"):
+        config_from_hf({**base, "rope_scaling": {"type": "linear"}})
 
 
 def test_hf_config_mapping_defaults_and_legacy_keys():

@@ -92,3 +92,18 @@ def test_end_of_turn_ids_include_the_generation_config_list(tmp_path):
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": "<|eot_id|>"}')
     with pytest.raises(ValueError, match="generation_config.json has eos_token_id"):
         load_tokenizer(tmp_path)
+
+
+def test_a_tokenizer_that_names_no_end_of_turn_token_is_refused_at_load(tmp_path):
+    """Before, it loaded; generation could then never end a turn, and its pad id was an IndexError."""
+    from tokenizers import Tokenizer as RawTokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from ragen_jax.models import CheckpointError, load_tokenizer
+
+    raw = RawTokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel()
+    raw.train_from_iterator(["a plain text with no special tokens at all"] * 4, trainers.BpeTrainer(vocab_size=300))
+    PreTrainedTokenizerFast(tokenizer_object=raw).save_pretrained(tmp_path)
+    with pytest.raises(CheckpointError, match="names no end-of-turn token.*Set eos_token in tokenizer_config.json"):
+        load_tokenizer(tmp_path)

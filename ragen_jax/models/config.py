@@ -11,6 +11,9 @@ ARCHITECTURES = ("qwen2", "qwen3", "llama")
 DTYPES = ("float32", "bfloat16")
 REMAT_POLICIES = ("none", "full", "dots")
 ROPE_TYPES = ("default", "llama3", "linear")
+# the rope_scaling keys each RoPE type reads (transformers' names); a missing one is refused at load
+ROPE_KEYS = {"default": (), "linear": ("factor",),
+             "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 
 # head_dim when config.json leaves it out, as transformers' config classes default it (None: hidden // heads)
 _DEFAULT_HEAD_DIM = {"qwen2": None, "qwen3": 128, "llama": None}
@@ -59,6 +62,11 @@ class ModelConfig:
         rope_type = self.rope_params.get("rope_type", "default")
         if rope_type not in ROPE_TYPES:
             raise ValueError(f"rope_scaling type {rope_type!r} is not supported; supported: {ROPE_TYPES}.")
+        missing = [k for k in ROPE_KEYS[rope_type] if self.rope_params.get(k) is None]
+        if missing:
+            raise ValueError(f"rope_scaling of type {rope_type!r} lacks {', '.join(missing)} (it needs "
+                             f"{', '.join(ROPE_KEYS[rope_type])}); add them to config.json as the model's card gives "
+                             "them.")
 
     @property
     def o_proj_bias(self) -> bool:

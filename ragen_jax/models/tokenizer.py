@@ -49,7 +49,14 @@ class Tokenizer:
         if not hf.encode("a", add_special_tokens=False):
             raise CheckpointError(f"The tokenizer in {folder!r} encodes 'a' to no ids (an empty vocabulary); its "
                              "tokenizer files are incomplete. Copy them from the model the weights came from.")
-        return cls(hf, generation_eos_ids(folder))
+        tokenizer = cls(hf, generation_eos_ids(folder))
+        if not tokenizer.eos_token_ids:  # generation would never end a turn, and padding had no id
+            raise CheckpointError(
+                f"The tokenizer in {folder!r} names no end-of-turn token: no eos_token in tokenizer_config.json, no "
+                f"known end-of-message token ({', '.join(_EOS_CANDIDATES)}) and no eos_token_id in "
+                "generation_config.json. Set eos_token in tokenizer_config.json to the token the chat template ends "
+                "an assistant message with.")
+        return tokenizer
 
     def encode(self, text: str) -> list[int]:
         """Token ids of text, with no BOS/EOS or other special tokens added."""
