@@ -83,7 +83,7 @@ def get_base_config() -> ml_collections.ConfigDict:
     c.filter = dict(
         strategy="top_p",  # top_p | top_k | top_k_abs | min_p
         value=1.0,  # 1.0 with top_p keeps everything (RAGEN's default: no filtering)
-        metric="reward_variance",  # reward_variance | reward | reward_sum | entropy | entropy_variance | length
+        metric="reward_variance",  # reward_variance | reward(_sum) | entropy(_variance) | length | FILTER_METRICS
         include_zero=True,
         prob_mode="linear",  # top_p mode: linear | softmax
         selection_eps=0.01,

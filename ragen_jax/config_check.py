@@ -76,9 +76,11 @@ def validate_config(cfg, mode: str = "train") -> None:
         except (KeyError, ImportError, AttributeError, ValueError, TypeError) as e:
             errors.append(f"config.algo.{key}: {_message(e)}")
     try:
-        FilterConfig.from_mapping(dict(cfg.filter))
+        filter_cfg = FilterConfig.from_mapping(dict(cfg.filter))
     except ValueError as e:
         errors.append(f"config.filter: {e}")
+    else:
+        errors += _filter_metric_errors(filter_cfg.metric, cfg.env.group_size)
     errors += _range_errors(cfg)
     if cfg.trainer.micro_batch_size > 0 and cfg.trainer.mini_batch_size % cfg.trainer.micro_batch_size:
         errors.append(f"config.trainer.mini_batch_size ({cfg.trainer.mini_batch_size}) must be a multiple of "
@@ -103,6 +105,24 @@ def validate_config(cfg, mode: str = "train") -> None:
         raise ValueError(f"Invalid config: {errors[0]}")
     if errors:
         raise ValueError("Invalid config:\n  - " + "\n  - ".join(errors))
+
+
+def _filter_metric_errors(metric: str, group_size: int) -> list[str]:
+    """A user's filter metric (registered or by import path) run once on made-up groups, so a score that breaks
+    its contract (one finite score per group) stops the run before any model is built, not at the first step."""
+    import numpy as np
+
+    from ragen_jax.filtering import METRICS, group_scores
+
+    if metric in METRICS or group_size < 1:
+        return []
+    values = np.linspace(0.0, 1.0, 3 * group_size)
+    try:
+        group_scores(values, group_size, metric, entropy=values, length=values)
+    except Exception as e:  # the user's code: whatever it raises
+        return [f"config.filter.metric: {metric!r} failed on 3 made-up groups of {group_size}: "
+                f"{type(e).__name__}: {e}"]
+    return []
 
 
 def _message(error: Exception) -> str:

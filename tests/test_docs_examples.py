@@ -149,3 +149,24 @@ def test_the_docs_run_command_trains_one_step(doc, command, tag, budget, tmp_pat
         with open(tmp_path / workdir / "rollouts" / "train_step1.jsonl") as f:
             system = json.loads(f.readline())["messages"][0]["content"]
         assert "Guess the secret number" in system, system
+
+
+def test_custom_filter_metric_doc_example_scores_groups_and_validates(doc_module):
+    from configs.sokoban import get_config
+    from ragen_jax.config_check import validate_config
+    from ragen_jax.filtering import FILTER_METRICS, FilterConfig, filter_rollouts
+
+    module = doc_module("custom_losses.md", "my_filters")
+    try:
+        rewards = np.array([0.0, 1.0, 3.0, 5.0, 5.0, 5.0, -2.0, 9.0])
+        valid = np.array([1, 1, 1, 1, 1, 1, 1, 0], bool)  # the last group's 9.0 failed: it does not count
+        res = filter_rollouts(rewards, 2, FilterConfig(metric="my_filters:reward_range", strategy="top_k",
+                                                       value=0.5), valid=valid)
+        np.testing.assert_allclose(res.scores, [1.0, 2.0, 0.0, 0.0])
+        assert res.kept_groups.tolist() == [0, 1]
+        assert FILTER_METRICS.get("reward_range") is module.reward_range
+        cfg = get_config("tiny")
+        cfg.filter.metric = "my_filters:reward_range"
+        validate_config(cfg)
+    finally:
+        FILTER_METRICS.unregister("reward_range")

@@ -264,3 +264,58 @@ def test_non_empty_step_logs_the_reset_streak():
     streak, stop, m = update_empty_streak(3, full, 5)
     assert (streak, stop) == (0, False)
     assert m == {"rollout/empty_after_filter": 0.0, "rollout/consecutive_empty_after_filter_steps": 0.0}
+
+
+# --- user metrics (FILTER_METRICS) ---
+def test_a_registered_filter_metric_scores_groups_by_its_quantity():
+    from ragen_jax.filtering import FILTER_METRICS, FilterMetric, metric_quantity
+
+    seen = {}
+
+    def longest_member(stats):
+        seen.update(stats)
+        return np.where(stats["valid"], stats["values"], 0.0).max(axis=1)
+
+    FILTER_METRICS.register("LongestMember", FilterMetric("length", longest_member))
+    try:
+        cfg = FilterConfig(metric="LongestMember", strategy="top_k", value=0.5)
+        assert cfg.metric == "LongestMember" and metric_quantity(cfg.metric) == "length"  # kept as written
+        length, valid = np.array([3.0, 9.0, 4.0, 5.0]), np.array([True, False, True, True])
+        res = filter_rollouts(np.zeros(4), 2, cfg, length=length, valid=valid)
+        np.testing.assert_allclose(res.scores, [3.0, 5.0])  # the failed member's 9 does not count
+        assert res.kept_groups.tolist() == [1]
+        assert seen["values"].shape == (2, 2) and seen["valid"].tolist() == [[True, False], [True, True]]
+        np.testing.assert_allclose(seen["mean"], [3.0, 4.5])
+        assert res.metrics["rollout/in_group_length_mean"] == pytest.approx(3.75)
+    finally:
+        FILTER_METRICS.unregister("LongestMember")
+
+
+@pytest.mark.parametrize("metric, message", [
+    ("tests_missing_module:score", "filter metric 'tests_missing_module:score': Cannot import module"),
+    ("numpy:mean", "is <function mean.*not a FilterMetric"),
+    ("rewrd_variance", r"Unknown filter metric 'rewrd_variance'; choose one of \[.*'reward_variance'"),
+])
+def test_a_filter_metric_that_is_not_one_is_refused_by_name(metric, message):
+    with pytest.raises(ValueError, match=message):
+        FilterConfig(metric=metric)
+
+
+@pytest.mark.parametrize("score, message", [
+    (lambda stats: stats["mean"][:1], r"one finite score per group \[3\]; got shape \(1,\)"),
+    (lambda stats: np.full_like(stats["mean"], np.nan), "with 3 not finite"),
+    (lambda stats: 1 / 0, "ZeroDivisionError"),
+])
+def test_a_filter_metric_breaking_its_contract_stops_the_run_before_any_model_is_built(score, message):
+    from configs.sokoban import get_config
+    from ragen_jax.config_check import validate_config
+    from ragen_jax.filtering import FILTER_METRICS, FilterMetric
+
+    FILTER_METRICS.register("test_broken_metric", FilterMetric("reward", score))
+    try:
+        cfg = get_config("tiny")
+        cfg.filter.metric = "test_broken_metric"
+        with pytest.raises(ValueError, match=f"config.filter.metric: 'test_broken_metric' failed.*{message}"):
+            validate_config(cfg)
+    finally:
+        FILTER_METRICS.unregister("test_broken_metric")

@@ -21,12 +21,16 @@ from ragen_jax.filtering.filter import (
     groups_to_rows,
     update_empty_streak,
 )
-from ragen_jax.filtering.scores import METRICS, episode_values, group_scores, group_stats, metric_quantity
+from ragen_jax.filtering.scores import (FILTER_METRICS, METRICS, QUANTITIES, FilterMetric, episode_values, group_scores,
+                                       group_stats, metric_quantity)
 from ragen_jax.filtering.select import PROB_MODES, STRATEGIES, select_groups
 
 __all__ = [
+    "FILTER_METRICS",
     "LOSS_SCALINGS",
     "METRICS",
+    "QUANTITIES",
+    "FilterMetric",
     "PROB_MODES",
     "STRATEGIES",
     "FilterConfig",

@@ -7,11 +7,31 @@ unbiased (ddof=1), as RAGEN computes them; a group of one trajectory has std 0 b
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Callable
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
-# metric name -> (per-trajectory quantity, per-group statistic used as the selection score)
+from ragen_jax.algos.registry import Registry
+
+# the per-trajectory quantities the trainer measures for a filter metric
+QUANTITIES = ("reward", "entropy", "length")
+
+
+class FilterMetric(NamedTuple):
+    """A group selection score: the per-trajectory `quantity` it reads (one of QUANTITIES) and
+    score(stats) -> [G], where stats holds `group_stats` of that quantity ("std", "mean", "max", "sum",
+    "count", each [G]) plus "values" [G, K] (the quantity per member) and "valid" [G, K] bool (members that
+    count: an episode whose env failed does not). Register one in FILTER_METRICS, or name it by import path
+    ("package.module:attr") in config.filter.metric."""
+
+    quantity: str
+    score: Callable[[Mapping[str, np.ndarray]], np.ndarray]
+
+
+FILTER_METRICS: Registry = Registry("filter metric", "ragen_jax.filtering.FILTER_METRICS")
+
+# RAGEN's metrics: name -> (per-trajectory quantity, per-group statistic used as the selection score)
 METRICS: Mapping[str, tuple[str, str]] = {
     "reward_variance": ("reward", "std"),
     "reward": ("reward", "mean"),
@@ -23,6 +43,17 @@ METRICS: Mapping[str, tuple[str, str]] = {
 }
 # other spellings RAGEN's build_rollout_filter accepts for a metric
 METRIC_ALIASES: Mapping[str, str] = {"reward_std": "reward_variance", "entropy_std": "entropy_variance"}
+
+
+def _statistic(name: str) -> Callable[[Mapping[str, np.ndarray]], np.ndarray]:
+    def score(stats: Mapping[str, np.ndarray]) -> np.ndarray:
+        return stats[name]
+    score.__name__ = f"group_{name}"
+    return score
+
+
+for _name, (_quantity, _stat) in METRICS.items():
+    FILTER_METRICS.register(_name, FilterMetric(_quantity, _statistic(_stat)))
 
 
 def _as_groups(values: np.ndarray, group_size: int, name: str) -> np.ndarray:
@@ -59,19 +90,36 @@ def group_stats(values: np.ndarray, group_size: int, name: str = "values",
 
 
 def canonical_metric(metric: str | None) -> str:
-    """The METRICS key for a metric name as RAGEN resolves it: case-insensitive, None -> "reward_variance",
-    "reward_std" / "entropy_std" -> "reward_variance" / "entropy_variance"."""
+    """The FILTER_METRICS name for a metric as RAGEN resolves its own: case-insensitive, None ->
+    "reward_variance", "reward_std" / "entropy_std" -> "reward_variance" / "entropy_variance". A name
+    registered by a user, or an import path "package.module:attr", is kept as written (and checked)."""
+    if metric in FILTER_METRICS or (isinstance(metric, str) and ":" in metric):
+        resolve_metric(metric)
+        return metric
     name = (metric or "reward_variance").lower()
     name = METRIC_ALIASES.get(name, name)
-    if name not in METRICS:
-        known = sorted(set(METRICS) | set(METRIC_ALIASES))
-        raise ValueError(f"Unknown filter metric {metric!r}; choose one of {known}.")
+    if name not in FILTER_METRICS:
+        known = sorted(set(FILTER_METRICS.names()) | set(METRIC_ALIASES))
+        raise ValueError(f"Unknown filter metric {metric!r}; choose one of {known}, register your own in "
+                         "ragen_jax.filtering.FILTER_METRICS, or name one by import path 'package.module:attr'.")
     return name
+
+
+def resolve_metric(metric: str) -> FilterMetric:
+    """The FilterMetric a registered name or import path names, with a clear error when it is not one."""
+    try:
+        found = FILTER_METRICS.get(metric)
+    except (ImportError, AttributeError, KeyError) as e:
+        raise ValueError(f"filter metric {metric!r}: {e.args[0] if e.args else e}") from e
+    if not (isinstance(found, tuple) and len(found) == 2 and found[0] in QUANTITIES and callable(found[1])):
+        raise ValueError(f"filter metric {metric!r} is {found!r}, not a FilterMetric(quantity, score) with quantity "
+                         f"one of {QUANTITIES} (ragen_jax.filtering.FilterMetric).")
+    return FilterMetric(*found)
 
 
 def metric_quantity(metric: str) -> str:
     """Which per-trajectory quantity ("reward", "entropy", "length") a metric reads."""
-    return METRICS[canonical_metric(metric)][0]
+    return resolve_metric(canonical_metric(metric)).quantity
 
 
 def episode_values(row_values: np.ndarray, episode_ids: np.ndarray, num_episodes: int,
@@ -109,10 +157,19 @@ def group_scores(
     length); only the one the metric reads is required. valid [N]: see `group_stats`.
     """
     metric = canonical_metric(metric)
-    quantity = metric_quantity(metric)
+    quantity, score = resolve_metric(metric)
     values = {"reward": rewards, "entropy": entropy, "length": length}[quantity]
     if values is None:
         arg = "rewards" if quantity == "reward" else quantity
         raise ValueError(f"Filter metric {metric!r} needs per-trajectory `{arg}` [N].")
     stats = group_stats(values, group_size, name=quantity, valid=valid)
-    return stats[METRICS[metric][1]], stats
+    members = {"values": _as_groups(values, group_size, quantity),
+               "valid": np.ones((stats["std"].size, group_size), bool) if valid is None
+               else _as_groups(valid, group_size, "valid") > 0}
+    scores = np.asarray(score({**stats, **members}), np.float64)
+    if scores.shape != stats["std"].shape or not np.isfinite(scores).all():
+        raise ValueError(f"Filter metric {metric!r} must give one finite score per group [{stats['std'].size}]; "
+                         f"got shape {scores.shape}" + ("" if scores.shape != stats["std"].shape else
+                                                        f" with {int((~np.isfinite(scores)).sum())} not finite") +
+                         ".")
+    return scores, stats
