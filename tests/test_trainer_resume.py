@@ -309,3 +309,30 @@ def test_an_export_the_disk_refuses_is_written_by_resuming_the_finished_run(tmp_
     assert resumed.counters["steps_run"] == steps_run == 2 and summary["failures"] == []
     assert os.path.exists(tmp_path / "hf_export" / "config.json")
     assert finished_steps(str(tmp_path / "checkpoints")) == [1]
+
+
+def test_a_run_that_stopped_early_is_not_trained_on_by_its_resume(tmp_path, caplog):
+    """A run that stopped early (here: updates skipped for overflow) and is resumed (a requeued job, or the fix an
+    export on a full disk names) stays stopped: it trained further steps, as the run itself had refused to, and the
+    stop's counters only re-triggered it a step later. Turning the stop off lets the resume train on."""
+    from ragen_jax.checkpoint import finished_steps
+
+    cfg = grpo_without_validation(tmp_path, total_steps=4, save_every=0)
+    cfg.optim.actor.lr, cfg.optim.actor.grad_clip = 1e39, 0.0  # every update overflows and is skipped
+    cfg.trainer.early_stop.skipped_updates = 4  # two steps of two mini-batches
+    stopped = Trainer(cfg).train()
+    assert "updates in a row were skipped" in stopped["stop_reason"] and stopped["steps_run"] == 2
+    folder = str(tmp_path / "checkpoints")
+    assert finished_steps(folder) == [1]
+
+    cfg.trainer.resume = True
+    with caplog.at_level("WARNING"):
+        again = Trainer(cfg).train()
+    assert again["steps_run"] == 2 and again["stop_reason"] == stopped["stop_reason"]
+    assert finished_steps(folder) == [1]
+    assert any("stopped early after step 2" in r.getMessage() and "trains no further step" in r.getMessage()
+               for r in caplog.records)
+
+    cfg.trainer.early_stop.skipped_updates = 0  # the stop turned off: the resume goes on to total_steps
+    on = Trainer(cfg).train()
+    assert on["steps_run"] == 4 and on["stop_reason"] is None and finished_steps(folder) == [1, 3]

@@ -21,8 +21,15 @@ def reward_collapse(first: list[float], recent: list[float], std: float, window:
     if len(first) < window:
         return first + [std], [], False
     recent = (recent + [std])[-window:]
-    threshold = ratio * float(np.mean(first))
-    return first, recent, len(recent) == window and max(recent) < threshold
+    return first, recent, collapsed(first, recent, window, ratio)
+
+
+def collapsed(first: list[float], recent: list[float], window: int, ratio: float) -> bool:
+    """The reward-variance stop's verdict on its state: the last `window` stds of `recent` all below ratio x the
+    mean of the first `window` of `first` (False while either is shorter, or with window 0)."""
+    if window <= 0 or len(first) < window or len(recent) < window:
+        return False
+    return max(recent[-window:]) < ratio * float(np.mean(first[:window]))
 
 
 def early_stop_reason(metrics: Mapping[str, float], counters: Mapping[str, Any], es: Any,
@@ -55,3 +62,25 @@ def early_stop_reason(metrics: Mapping[str, float], counters: Mapping[str, Any],
                 return (f"the policy diverged: {name} = {value:.4g} > trainer.early_stop.max_policy_kl "
                         f"{es.max_policy_kl:g}")
     return None
+
+
+# the step metrics early_stop_reason reads, besides the counters: what a checkpoint keeps of its step
+STOP_METRICS = ("rollout/env_error_ratio", "actor/ppo_kl", "actor/kl_loss")
+
+
+def stop_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The metrics of a step that its early-stop verdict reads beyond the counters (a checkpoint's meta keeps them,
+    so a resume judges its step as the run did)."""
+    return {k: float(metrics[k]) for k in STOP_METRICS if k in metrics}
+
+
+def resumed_stop_reason(saved: Mapping[str, float], counters: Mapping[str, Any], es: Any,
+                        empty_stop_steps: int) -> str | None:
+    """Why the run that wrote a checkpoint stops after its step under this config's stops, or None to train on:
+    `early_stop_reason` on the step's `saved` stop metrics, with the empty-filter and reward-collapse verdicts
+    taken again from the counters (so a stop turned off or loosened since lets the resume go on)."""
+    metrics = dict(saved)
+    metrics["early_stop/filter_empty"] = float(empty_stop_steps > 0 and counters["empty_streak"] >= empty_stop_steps)
+    metrics["early_stop/reward_collapse"] = float(collapsed(counters["reward_std_first"], counters["reward_std_recent"],
+                                                            es.reward_collapse_window, es.reward_collapse_ratio))
+    return early_stop_reason(metrics, counters, es, empty_stop_steps)

@@ -31,7 +31,7 @@ from ragen_jax.rollout.metrics import episode_metrics, response_length
 from ragen_jax.trainer import report
 from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer.diagnose import CollapseMonitor
-from ragen_jax.trainer.early_stop import early_stop_reason, reward_collapse
+from ragen_jax.trainer.early_stop import early_stop_reason, resumed_stop_reason, reward_collapse, stop_metrics
 from ragen_jax.trainer.interrupt import StopRequests, stop_message
 from ragen_jax.trainer.optim import make_optimizer
 from ragen_jax.trainer.settings import (algo_settings, env_tag, rollout_config, truncated_sampling_warning,
@@ -148,6 +148,7 @@ class Trainer:
                          "reward_std_first": [], "reward_std_recent": []}
         self.history: list[dict] = []
         self.warmstart_metrics: dict[str, float] = {}
+        self.last_stop_metrics: dict[str, float] = {}  # the latest step's, for its checkpoint (stop_metrics)
         self.start_step = 0
         if t.resume:
             self._maybe_restore()
@@ -195,7 +196,7 @@ class Trainer:
         with_reference = self.need_ref and not self.ref_is_initial
         meta = {"step": step, "counters": self.counters, "history": self.history[-1000:],
                 "collapse": self.collapse.state(), "reference": "saved" if with_reference else "initial",
-                "warmstart": self.warmstart_metrics}
+                "warmstart": self.warmstart_metrics, "stop_metrics": self.last_stop_metrics}
         self.monitor.flush()  # the step's scalars reach disk before the checkpoint that makes it final
         self.checkpointer.save(step, self._state(with_reference), meta)
 
@@ -244,6 +245,7 @@ class Trainer:
         self.history = list(meta.get("history", []))
         self.warmstart_metrics = dict(meta.get("warmstart") or {})
         self.collapse.load_state(meta.get("collapse", {}))
+        self.last_stop_metrics = dict(meta.get("stop_metrics") or {})
         self.start_step = int(meta["step"]) + 1
         logger.info("Restored step %d from %s.", step, directory)
 
@@ -501,6 +503,19 @@ class Trainer:
     def _early_stop(self, metrics: dict) -> str | None:
         return early_stop_reason(metrics, self.counters, self.cfg.trainer.early_stop, self.filter_cfg.empty_stop_steps)
 
+    def _resumed_early_stop(self) -> str | None:
+        """Why the restored run stopped early after its checkpoint's step (judged under this config's stops), so
+        the resume trains no further step, as the run did not; None for a fresh run or one that goes on."""
+        if self.start_step == 0:
+            return None
+        reason = resumed_stop_reason(self.last_stop_metrics, self.counters, self.cfg.trainer.early_stop,
+                                     self.filter_cfg.empty_stop_steps)
+        if reason:
+            logger.warning("The run in %s stopped early after step %d (%s): this resume trains no further step. To "
+                           "train on from it, turn that stop off or loosen it (trainer.early_stop.*, "
+                           "filter.empty_stop_steps).", self.workdir, self.start_step, reason)
+        return reason
+
     def _record_val(self, step: int, metrics: dict) -> None:
         """The history follows the first validation env; the low-success streak is counted per env (RAGEN)."""
         below = self.cfg.trainer.early_stop.val_success_below
@@ -541,11 +556,13 @@ class Trainer:
             vm = self.validate(0)
             self._record_val(0, vm)
             self.monitor.scalars(vm, 0)
-        bar = tqdm(range(self.start_step, t.total_steps), desc="train", disable=not self.is_main,
-                   initial=self.start_step, total=t.total_steps, dynamic_ncols=True)
+        resumed_stop = self._resumed_early_stop()
+        bar = tqdm(range(self.start_step, self.start_step if resumed_stop else t.total_steps), desc="train",
+                   disable=not self.is_main, initial=self.start_step, total=t.total_steps, dynamic_ncols=True)
         stops = StopRequests()
         with stops:
             last, stop_reason, saved, trained_tokens = self._rl_steps(bar, stops)
+        stop_reason = stop_reason or resumed_stop
         signal_name = stops.agreed()  # also one that came after the last step: every process ends alike
         bar.close()
         failures = []  # outputs the run could not write: reported once the rest is written
@@ -602,6 +619,7 @@ class Trainer:
             t0 = time.perf_counter()
             metrics = self.train_step(step)
             metrics.update(self.collapse.warnings(metrics))
+            self.last_stop_metrics = stop_metrics(metrics)  # before the checkpoint, which keeps them
             trained_tokens += metrics.get("perf/trained_tokens", 0.0)
             metrics["timing_s/step"] = time.perf_counter() - t0
             if cfg.val.every and (step + 1) % cfg.val.every == 0:
