@@ -179,6 +179,16 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001
             raise CheckpointError(unreadable_checkpoint(self.directory, step, e)) from e
 
+    def remove_partial_saves(self) -> list[str]:
+        """Delete the temporary folders of saves cut short in an earlier process (killed while writing: Orbax never
+        removes them, and each holds up to a whole checkpoint's space) -> their paths. Only for the process about
+        to write here: another's save in progress is such a folder too (process 0 deletes)."""
+        folders = sorted(glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*")))
+        if jax.process_index() == 0:
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
+        return folders
+
     def _remove_partial(self, step: int) -> None:
         """Delete what a failed save of `step` left (Orbax's temporary folder): on a full disk it holds space."""
         if jax.process_index() == 0:

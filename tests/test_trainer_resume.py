@@ -336,3 +336,20 @@ def test_a_run_that_stopped_early_is_not_trained_on_by_its_resume(tmp_path, capl
     cfg.trainer.early_stop.skipped_updates = 0  # the stop turned off: the resume goes on to total_steps
     on = Trainer(cfg).train()
     assert on["steps_run"] == 4 and on["stop_reason"] is None and finished_steps(folder) == [1, 3]
+
+
+def test_a_save_cut_short_by_a_kill_leaves_no_folder_behind_once_the_run_goes_on(tmp_path, caplog):
+    """A process killed while writing a checkpoint (a scheduler's SIGKILL after its grace period) leaves Orbax's
+    temporary folder, up to a whole checkpoint's size; Orbax never removes it, so every such kill held more disk
+    until a save failed for the space. The next training run in that workdir removes it, and says so."""
+    from ragen_jax.checkpoint import finished_steps
+
+    cfg = grpo_without_validation(tmp_path, total_steps=1, save_every=0)
+    partial = tmp_path / "checkpoints" / "0.orbax-checkpoint-tmp-1700000000"
+    (partial / "state").mkdir(parents=True)
+    (partial / "state" / "half_written").write_bytes(b"\0" * 1024)
+    with caplog.at_level("WARNING"):
+        Trainer(cfg).train()
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["0"] and finished_steps(str(tmp_path / "checkpoints")) == [0]
+    assert any("partial checkpoint folder" in r.getMessage() and str(partial) in r.getMessage()
+               for r in caplog.records)

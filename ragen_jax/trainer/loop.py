@@ -538,6 +538,9 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.trainer
         if self.start_step == 0 and (error := earlier_run_error(self.checkpointer.directory)):
             raise FileExistsError(error)  # before any work: a fresh run never mixes with an earlier one
+        if (partial := self.checkpointer.remove_partial_saves()) and self.is_main:
+            logger.warning("Removed %d partial checkpoint folder(s) of a save cut short by an earlier process: %s",
+                           len(partial), ", ".join(partial))
         wall0 = time.perf_counter()
         self.record_config()
         if cfg.warmstart.enabled and self.start_step == 0:
