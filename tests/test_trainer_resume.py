@@ -353,3 +353,22 @@ def test_a_save_cut_short_by_a_kill_leaves_no_folder_behind_once_the_run_goes_on
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["0"] and finished_steps(str(tmp_path / "checkpoints")) == [0]
     assert any("partial checkpoint folder" in r.getMessage() and str(partial) in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_resume_with_another_config_names_each_change(tmp_path, caplog):
+    """A resume overwrote config.json with its own config without a word: a changed seed, batch or lr silently
+    made the resumed steps another run's, and the record of the first config was gone."""
+    cfg = grpo_without_validation(tmp_path, total_steps=1, save_every=0)
+    Trainer(cfg).train()
+    cfg.trainer.update(resume=True, total_steps=2, seed=1)
+    with caplog.at_level("WARNING"):
+        Trainer(cfg).train()
+    warnings = [r.getMessage() for r in caplog.records if "config differs" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
+    assert "trainer.seed: 0 -> 1; trainer.total_steps: 1 -> 2." in warnings[0] and "trainer.resume" not in warnings[0]
+    with open(tmp_path / "config.json") as f:
+        assert json.load(f)["trainer"]["seed"] == 1  # what the run now runs with
+    from ragen_jax.trainer.settings import config_changes
+
+    assert config_changes({"trainer": {"resume": False, "seed": 0}}, {"trainer": {"resume": True, "seed": 0}}) == []
+    assert config_changes({"a": 1}, {"b": None}) == ["a: 1 -> (absent)", "b: (absent) -> None"]

@@ -34,8 +34,8 @@ from ragen_jax.trainer.diagnose import CollapseMonitor
 from ragen_jax.trainer.early_stop import early_stop_reason, resumed_stop_reason, reward_collapse, stop_metrics
 from ragen_jax.trainer.interrupt import StopRequests, stop_message
 from ragen_jax.trainer.optim import make_optimizer
-from ragen_jax.trainer.settings import (algo_settings, env_tag, rollout_config, truncated_sampling_warning,
-                                        validation_envs, write_config_json)
+from ragen_jax.trainer.settings import (algo_settings, env_tag, resumed_config_warning, rollout_config,
+                                        truncated_sampling_warning, validation_envs, write_config_json)
 from ragen_jax.trainer.steps import (in_row_context, make_step_fns, masked_means, row_total_stats, sampler_agreement,
                                      scored_positions, take_rows)
 
@@ -610,6 +610,8 @@ class Trainer:
     def record_config(self) -> None:
         """The resolved config to the workdir's config.json (process 0) and to TensorBoard (hparams and text)."""
         if self.is_main:
+            if self.start_step and (warning := resumed_config_warning(self.workdir, self.cfg)):
+                logger.warning(warning)
             write_config_json(self.workdir, self.cfg)
         self.monitor.config(flatten_config(self.cfg.to_dict()))
 

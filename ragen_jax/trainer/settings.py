@@ -72,6 +72,40 @@ def write_config_json(folder: str, cfg) -> str:
     return path
 
 
+# keys a resume changes by design (resume itself) or that do not steer the run (where it writes)
+RESUME_FREE_KEYS = ("trainer.resume", "workdir")
+
+
+def config_changes(before: dict, after: dict, limit: int = 12) -> list[str]:
+    """"key: before -> after" for each setting that differs between two resolved configs (config.json's
+    contents), except RESUME_FREE_KEYS and `custom_functions`; at most `limit` lines and a count of the rest."""
+    from ragen_jax.monitoring import flatten_config
+
+    old, new = (flatten_config({k: v for k, v in c.items() if k != "custom_functions"}) for c in (before, after))
+    shown = lambda flat, k: repr(flat[k]) if k in flat else "(absent)"  # noqa: E731
+    changes = [f"{k}: {shown(old, k)} -> {shown(new, k)}" for k in sorted(old.keys() | new.keys())
+               if k not in RESUME_FREE_KEYS and (k in old, old.get(k)) != (k in new, new.get(k))]
+    return changes[:limit] + ([f"... and {len(changes) - limit} more"] if len(changes) > limit else [])
+
+
+def resumed_config_warning(folder: str, cfg) -> str | None:
+    """What a resume changes against the config the run last ran with (folder/config.json), or None when
+    nothing does (or no config.json is there)."""
+    path = os.path.join(folder, "config.json")
+    try:
+        with open(path) as f:
+            before = json.load(f)
+    except (OSError, ValueError):
+        return None
+    changes = config_changes(before, json.loads(report.resolved_config(cfg)))
+    if not changes:
+        return None
+    return (f"This resume's config differs from the one the run in {folder} last ran with ({path}): "
+            f"{'; '.join(changes)}. The resumed steps follow the new values, so they do not continue the run as it "
+            "would have gone on (a changed trainer.total_steps also stretches a warmup or cosine lr schedule). "
+            "config.json now holds the new config. Give the old values on the command line to continue as before.")
+
+
 def env_tag(name: str) -> str:
     """The metric prefix of an env name: the class name of an import path ("my_pkg.envs:GuessNumber")."""
     return name.rsplit(":", 1)[-1]
