@@ -372,3 +372,32 @@ def test_a_resume_with_another_config_names_each_change(tmp_path, caplog):
 
     assert config_changes({"trainer": {"resume": False, "seed": 0}}, {"trainer": {"resume": True, "seed": 0}}) == []
     assert config_changes({"a": 1}, {"b": None}) == ["a: 1 -> (absent)", "b: (absent) -> None"]
+
+
+def test_a_signal_during_the_final_save_lets_it_finish(tmp_path, monkeypatch):
+    """The run's last checkpoint (its only one with save_every=0) was written after the signal handlers were
+    given back: a scheduler's SIGTERM while it wrote killed the process and lost every step of the run."""
+    import signal
+
+    from ragen_jax.checkpoint import finished_steps
+
+    def kill(signum, frame):
+        raise Killed
+
+    previous = signal.signal(signal.SIGTERM, kill)
+    try:
+        cfg = grpo_without_validation(tmp_path, total_steps=2, save_every=0, export_hf=True)
+        trainer = Trainer(cfg)
+        save = trainer.save
+
+        def signal_then_save(step):
+            signal.raise_signal(signal.SIGTERM)  # arrives as the final save starts
+            return save(step)
+
+        monkeypatch.setattr(trainer, "save", signal_then_save)
+        summary = trainer.train()
+        assert summary["stopped_by_signal"] == "SIGTERM" and finished_steps(str(tmp_path / "checkpoints")) == [1]
+        assert summary["steps_run"] == 2 and not os.path.exists(tmp_path / "hf_export")  # no export after a signal
+        assert signal.getsignal(signal.SIGTERM) is kill
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -563,15 +563,15 @@ class Trainer:
         bar = tqdm(range(self.start_step, self.start_step if resumed_stop else t.total_steps), desc="train",
                    disable=not self.is_main, initial=self.start_step, total=t.total_steps, dynamic_ncols=True)
         stops = StopRequests()
-        with stops:
+        failures = []  # outputs the run could not write: reported once the rest is written
+        with stops:  # the final save too: a signal while it writes (the run's only checkpoint at save_every=0)
             last, stop_reason, saved, trained_tokens = self._rl_steps(bar, stops)
+            bar.close()
+            if last >= self.start_step and saved != last and (error := self._checkpoint(last, final=True)):
+                failures.append(f"The run's final state (after step {last + 1}) was not saved: {error} Then "
+                                "continue from there with --config.trainer.resume=True and the same --workdir.")
         stop_reason = stop_reason or resumed_stop
         signal_name = stops.agreed()  # also one that came after the last step: every process ends alike
-        bar.close()
-        failures = []  # outputs the run could not write: reported once the rest is written
-        if last >= self.start_step and saved != last and (error := self._checkpoint(last, final=True)):
-            failures.append(f"The run's final state (after step {last + 1}) was not saved: {error} Then continue "
-                            "from there with --config.trainer.resume=True and the same --workdir.")
         if signal_name:  # the user or the scheduler wants the process gone: no final validation or export
             if not failures:
                 logger.warning("Stopped by %s after step %d; checkpoint %s/%d saved. Continue with "
