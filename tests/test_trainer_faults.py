@@ -199,3 +199,23 @@ def test_closing_the_trainer_closes_every_env_once_and_twice_is_harmless(tmp_pat
     assert ClosedPick.closed == host_envs == 8 + 8
     trainer.close()  # idempotent for the manager and monitor; envs are closed again (best effort, harmless)
     assert trainer.checkpointer._manager is None and trainer.monitor.events is None
+
+
+def test_the_learning_rate_schedule_runs_over_rl_steps_as_verls(tmp_path):
+    """veRL steps its lr scheduler once per training step, so every mini-batch of step s trains at lr(s) (and the
+    filter, which changes how many mini-batches a step has, cannot stretch a warmup or a cosine). Before, the
+    schedule counted optimizer updates: under a 2-step warmup with two mini-batches a step, step 0 already trained
+    at half the rate, and a cosine ended early or late by the kept share."""
+    cfg = bandit_config(tmp_path)  # 8 episodes, mini-batches of 4: two updates a step
+    cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 0, 0, 0
+    for model in ("actor", "critic"):
+        cfg.optim[model].warmup_steps, cfg.optim[model].lr = 2, 1e-3
+    trainer = Trainer(cfg)
+    leaves = lambda: [np.asarray(x).copy() for x in jax.tree.leaves(trainer.actor.trainable)]  # noqa: E731
+    before = leaves()
+    metrics = trainer.train_step(0)
+    assert metrics["actor/lr"] == 0.0 and metrics["critic/lr"] == 0.0
+    assert all(np.array_equal(a, b) for a, b in zip(before, leaves()))  # lr(0) = 0 for both of step 0's updates
+    metrics = trainer.train_step(1)
+    assert metrics["actor/lr"] == pytest.approx(5e-4) and metrics["critic/lr"] == pytest.approx(5e-4)
+    assert not all(np.array_equal(a, b) for a, b in zip(before, leaves()))

@@ -350,3 +350,22 @@ def test_tokens_trained_in_a_shortened_context_leave_the_sampler_comparison():
     np.testing.assert_allclose(np.asarray(weights)[:3][mask[:3] > 0], 1.0)
     agreement = sampler_agreement(old[:3], aligned[:3], mask[:3])
     assert float(agreement["rollout/logprob_abs_diff_max"]) == 0.0
+
+
+def test_an_optimizer_scaled_outside_steps_as_adamw_at_that_rate():
+    """make_optimizer(lr_outside=True) + guarded_apply(lr) is AdamW (weight decay included) at rate lr, with a state
+    of the same structure, so checkpoints of either restore into the other."""
+    from ragen_jax.trainer.optim import make_optimizer
+
+    cfg = dict(weight_decay=0.1, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant", grad_clip=1.0)
+    params = {"w": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)}
+    fixed, _ = make_optimizer(dict(cfg, lr=3e-2), 10)
+    outside, schedule = make_optimizer(dict(cfg, lr=3e-2), 10, lr_outside=True)
+    assert jax.tree.structure(fixed.init(params)) == jax.tree.structure(outside.init(params))
+    a, oa, b, ob = params, fixed.init(params), params, outside.init(params)
+    for i in range(3):
+        grads = {"w": jnp.cos(a["w"] * (i + 1))}
+        a, oa = guarded_apply(fixed, a, oa, grads, jnp.float32(0.0))[:2]
+        b, ob = guarded_apply(outside, b, ob, grads, jnp.float32(0.0), jnp.float32(schedule(i)))[:2]
+        np.testing.assert_allclose(b["w"], a["w"], rtol=1e-6, atol=1e-8)
+    assert np.abs(np.asarray(a["w"] - params["w"])).max() > 1e-2

@@ -123,11 +123,11 @@ class Trainer:
             r.engine, self.actor.graphdef, self.tokenizer, self.rollout_cfg, self.val_batch, slots=r.slots,
             chunk=r.chunk, lanes=r.lanes, mesh=self.mesh)
 
-        updates = t.total_steps * t.epochs * max(self.batch_size // t.mini_batch_size, 1)
-        self.actor_tx, self.actor_lr = make_optimizer(cfg.optim.actor, updates)
+        # schedules over RL steps, as veRL's (every mini-batch of a step at that step's rate)
+        self.actor_tx, self.actor_lr = make_optimizer(cfg.optim.actor, t.total_steps, lr_outside=True)
         self.actor_opt = sharding.shard_state(self.actor_tx.init(self.actor.trainable), self.mesh)
         if self.critic is not None:
-            self.critic_tx, self.critic_lr = make_optimizer(cfg.optim.critic, updates)
+            self.critic_tx, self.critic_lr = make_optimizer(cfg.optim.critic, t.total_steps, lr_outside=True)
             self.critic_opt = sharding.shard_state(self.critic_tx.init(self.critic.trainable), self.mesh)
         else:
             self.critic_tx = self.critic_lr = self.critic_opt = None
@@ -452,6 +452,7 @@ class Trainer:
             keys.append("ref_logprobs")
         critic_keys = ["tokens", "attention_mask", "loss_mask", "values", "returns"]
         actor_metrics, critic_metrics = [], []
+        actor_lr, critic_lr = self._learning_rates(step)
         valid_rows = np.nonzero(row_valid)[0]
         pad_rows = np.nonzero(~row_valid)[0]
         for _ in range(t.epochs):
@@ -461,13 +462,13 @@ class Trainer:
                 if self.critic is not None:
                     mb = take_rows({k: dev[k] for k in critic_keys}, idx)
                     self.critic.trainable, self.critic_opt, cm = sharding.settle(self.fns["critic_update"](
-                        self.critic.trainable, self.critic_opt, self.critic.frozen, mb))
+                        self.critic.trainable, self.critic_opt, self.critic.frozen, mb, jnp.float32(critic_lr)))
                     critic_metrics.append(cm)
                     self._count_update("critic", step, cm)
                 if step >= t.critic_warmup:
                     mb = take_rows({k: dev[k] for k in keys}, idx)
                     self.actor.trainable, self.actor_opt, am = sharding.settle(self.fns["actor_update"](
-                        self.actor.trainable, self.actor_opt, self.actor.frozen, mb))
+                        self.actor.trainable, self.actor_opt, self.actor.frozen, mb, jnp.float32(actor_lr)))
                     actor_metrics.append(am)
                     self._count_update("actor", step, am)
         out = {}
@@ -476,10 +477,16 @@ class Trainer:
                 out[f"{prefix}/{k}"] = float(np.mean([np.asarray(x[k]) for x in ms]))
             if ms:
                 out[f"{prefix}/updates_skipped"] = float(sum(float(x["update_skipped"]) for x in ms))
-        out["actor/lr"] = float(self.actor_lr(step))
+        out["actor/lr"] = actor_lr
         if self.critic is not None:
-            out["critic/lr"] = float(self.critic_lr(step))
+            out["critic/lr"] = critic_lr
         return out
+
+    def _learning_rates(self, step: int) -> tuple[float, float | None]:
+        """(actor, critic) learning rates of RL step `step` (0-based): veRL steps each scheduler once per update
+        call, so the actor's schedule starts when it does, after trainer.critic_warmup steps."""
+        actor = float(self.actor_lr(max(step - self.cfg.trainer.critic_warmup, 0)))
+        return actor, None if self.critic is None else float(self.critic_lr(step))
 
     def _count_update(self, model: str, step: int, metrics: dict) -> None:
         """Counts applied and skipped updates; a skipped one (non-finite loss, gradient or new weights) is

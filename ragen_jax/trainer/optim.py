@@ -41,15 +41,26 @@ def with_state_dtype(inner: optax.GradientTransformation, dtype: Any) -> optax.G
     return optax.GradientTransformation(lambda params: inner.init(cast(params)), update)
 
 
-def make_optimizer(cfg: Mapping[str, Any], total_updates: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def _unit_rate(count: jax.Array) -> jax.Array:
+    del count
+    return jnp.ones((), jnp.float32)
+
+
+def make_optimizer(cfg: Mapping[str, Any], total: int,
+                   lr_outside: bool = False) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """(optimizer, schedule): clip_by_global_norm(grad_clip), then AdamW(schedule), run in `state_dtype`.
 
-    optax.apply_updates casts each update back to its parameter's dtype."""
-    schedule = make_schedule(cfg, total_updates)
+    The schedule runs over `total` of the optimizer's own updates. With `lr_outside` AdamW's rate is 1 and the
+    caller scales each update by schedule(i) for an index of its own (`guarded_apply`'s lr): the RL trainer's
+    index is the RL step, as veRL steps its scheduler once per training step however many mini-batches the
+    filter left. The state has the same structure either way. optax.apply_updates casts each update back to its
+    parameter's dtype."""
+    schedule = make_schedule(cfg, total)
     parts = []
     if cfg["grad_clip"] and cfg["grad_clip"] > 0:
         parts.append(optax.clip_by_global_norm(float(cfg["grad_clip"])))
-    parts.append(optax.adamw(schedule, b1=float(cfg["b1"]), b2=float(cfg["b2"]), eps=float(cfg["eps"]),
+    parts.append(optax.adamw(_unit_rate if lr_outside else schedule, b1=float(cfg["b1"]), b2=float(cfg["b2"]),
+                             eps=float(cfg["eps"]),
                              weight_decay=float(cfg["weight_decay"])))
     tx = optax.chain(*parts)
     state_dtype = cfg.get("state_dtype", "float32")
@@ -66,15 +77,18 @@ def all_finite(tree: Any) -> jax.Array:
 
 
 def guarded_apply(tx: optax.GradientTransformation, params: Any, opt_state: Any, grads: Any,
-                  loss: jax.Array) -> tuple[Any, Any, jax.Array, jax.Array]:
+                  loss: jax.Array, lr: jax.Array | None = None) -> tuple[Any, Any, jax.Array, jax.Array]:
     """One optimizer step unless the loss, the gradient, the new weights or the new optimizer state is non-finite;
     then params and opt_state come back exactly as they were. -> (params, opt_state, grad global norm, applied).
+    lr [] scales the optimizer's updates (for a `make_optimizer(..., lr_outside=True)` optimizer).
 
     The pick is one conditional over the whole state. (An isfinite, an all-reduce and a select per leaf compiled
     to 525 kernels for the tiny model's AdamW step, against 295 now and 151 unguarded: XLA:CPU's compile of the
     tiny update took 4.7-5.2 s, now 3.5-4.3 s.)"""
     grad_norm = optax.global_norm(grads)
     updates, new_opt = tx.update(grads, opt_state, params)
+    if lr is not None:
+        updates = jax.tree.map(lambda u: u * lr.astype(u.dtype), updates)
     new_params = optax.apply_updates(params, updates)
     applied = jnp.isfinite(grad_norm) & jnp.isfinite(loss) & all_finite((new_params, new_opt))
     # one pick of the whole state (no per-leaf select): a non-finite gradient's NaNs in `new` are dropped here

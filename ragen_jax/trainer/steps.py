@@ -270,13 +270,13 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         weights, keep, metrics = correct(minibatch["old_logprobs"], minibatch["sample_logprobs"], mask)
         return dict(minibatch, loss_mask=mask * keep.astype(mask.dtype), rollout_weights=weights), metrics
 
-    def _actor_update(trainable, opt_state, frozen, minibatch):
+    def _actor_update(trainable, opt_state, frozen, minibatch, lr=None):
         minibatch, correction_metrics = _corrected(minibatch)
         denoms = loss_denominators(minibatch["loss_mask"], algo.loss_agg_mode, algo.loss_scope, micro_batch_size,
                                    algo.loss_scale_factor)
         loss, grads, metrics = _accumulate(actor_loss, trainable, _micro_batches(minibatch, micro_batch_size),
                                            denoms, frozen)
-        trainable, opt_state, grad_norm, finite = guarded_apply(actor_tx, trainable, opt_state, grads, loss)
+        trainable, opt_state, grad_norm, finite = guarded_apply(actor_tx, trainable, opt_state, grads, loss, lr)
         metrics = reduce_micro_metrics(metrics, minibatch["loss_mask"], micro_batch_size,
                                        summed=("pg_loss", "entropy", "kl_loss"))  # per-micro parts of one loss
         metrics.update(correction_metrics, loss=loss, grad_norm=grad_norm,
@@ -290,12 +290,12 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         num = agg_numerator(vf, mb["loss_mask"], algo.critic_loss_agg_mode)
         return num / denom, metrics
 
-    def _critic_update(params, opt_state, frozen, minibatch):
+    def _critic_update(params, opt_state, frozen, minibatch, lr=None):
         denoms = loss_denominators(minibatch["loss_mask"], algo.critic_loss_agg_mode, algo.loss_scope,
                                    micro_batch_size, algo.loss_scale_factor)
         loss, grads, metrics = _accumulate(critic_loss, params, _micro_batches(minibatch, micro_batch_size),
                                            denoms, frozen)
-        params, opt_state, grad_norm, finite = guarded_apply(critic_tx, params, opt_state, grads, loss)
+        params, opt_state, grad_norm, finite = guarded_apply(critic_tx, params, opt_state, grads, loss, lr)
         metrics = reduce_micro_metrics(metrics, minibatch["loss_mask"], micro_batch_size)
         return params, opt_state, dict(metrics, vf_loss=loss, grad_norm=grad_norm,
                                        update_skipped=1.0 - finite.astype(jnp.float32))
