@@ -584,3 +584,26 @@ def test_an_episode_whose_reset_failed_ends_before_any_generation(tiny):
         assert [ep.num_turns for ep in res.episodes] == [1, 0, 1]
         assert (res.batch.loss_mask[res.batch.episode_ids == 1] == 0).all()
     assert all(seen[1] is None for seen in engine.sampler.seen)  # never sampled
+
+
+class EveryResetFailsLineEnv(LineEnv):
+    """LineEnv whose every episode fails to reset (an env server down for the whole batch)."""
+
+    def reset(self, seeds, instances=None):
+        super().reset(seeds, instances)
+        self.reset_errors = ["ConnectionError: env server unreachable"] * self.n
+        return [""] * self.n
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # numpy's "Mean of empty slice" as it made the NaN
+def test_a_batch_whose_every_reset_failed_logs_finite_metrics(tiny):
+    """No turn is sampled; the metrics of nothing are 0 (response_length was NaN, poisoning the average over envs)."""
+    from ragen_jax.rollout.continuous import ContinuousEngine
+
+    graphdef, params, tok = tiny
+    for engine in (RolloutEngine(graphdef, tok, _cfg(), batch_size=2), ContinuousEngine(graphdef, tok, _cfg(), 2)):
+        res = engine.run(params, EveryResetFailsLineEnv(2), [1, 1], [0, 0], jax.random.PRNGKey(0), tag="Line")
+        assert all(ep.num_turns == 0 and ep.error for ep in res.episodes)
+        assert res.metrics["response_length"] == 0.0
+        assert all(np.isfinite(v) for v in res.metrics.values()), res.metrics
+        assert not res.batch.loss_mask.any()

@@ -34,9 +34,9 @@ def episode_metrics(episodes: list[Episode], tag: str) -> dict[str, float]:
 
 
 def response_length(episodes: list[Episode]) -> float:
-    """Mean tokens per sampled response over every turn of the episodes (RAGEN's `response_length`)."""
-    return float(np.mean([len(r.response_tokens) for ep in episodes for r in ep.history
-                          if r.response_tokens is not None]))
+    """Mean tokens per sampled response over every episode's turns; 0 when none was sampled (every episode ended
+    at its reset), as the other metrics over nothing, so one failed batch logs no NaN into an average."""
+    return _mean([len(r.response_tokens) for ep in episodes for r in ep.history if r.response_tokens is not None])
 
 
 def _mean(values) -> float:
