@@ -338,3 +338,29 @@ def test_decode_weights_are_used_by_default_only_where_they_pay_off():
     assert not decode_weights_pay_off(CFG, "cpu")  # its weights stay in cache: transposing costs more than it saves
     assert Sampler(nnx.split(CausalLM(CFG, rngs=nnx.Rngs(0)))[0], cache_size=8, pad_id=PAD,
                    batch_size=1).out_first_weights is False
+
+
+def test_begin_refuses_rows_the_cache_cannot_hold(model):
+    """The continuous engine's entry: a turn past the cache's last slot, or a row outside the batch, was begun
+    silently (its programs drop such writes), sampling from a cache missing the turn's own keys and values."""
+    graphdef, params = model
+    sampler = Sampler(graphdef, cache_size=32, pad_id=PAD, batch_size=2)
+    config = SamplingConfig(max_new_tokens=8)
+    prompts, lens = _prompts(np.random.RandomState(6), [4, 12])
+    keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), 2)))
+
+    def begin(rows, cache_lens, new_lens=lens):
+        cache, _ = sampler.init_cache()
+        return sampler.begin(params, cache, sampler.idle_state(config), np.asarray(rows), prompts, new_lens,
+                             np.asarray(cache_lens), keys, config)
+
+    with pytest.raises(ValueError, match=r"Row 1 would overflow the KV cache by 4 tokens.*cache_size 32"):
+        begin([0, 1], [0, 16])  # 16 cached + 12 new + 8 to sample > 32 slots
+    with pytest.raises(ValueError, match=r"rows must be distinct rows of the batch, in \[0, 2\)"):
+        begin([0, 2], [0, 0])
+    with pytest.raises(ValueError, match="rows must be distinct"):
+        begin([1, 1], [0, 0])
+    with pytest.raises(ValueError, match="cache_lens must be >= 0"):
+        begin([0, 1], [-1, 0])
+    _, state = begin([0, 1], [0, 12])  # exactly full: 12 + 12 + 8 = 32
+    assert np.asarray(state.lengths).tolist() == [1, 1]

@@ -210,6 +210,7 @@ class Sampler:
         if np.any(lens < 1):
             raise ValueError(f"Every row a turn begins for needs >= 1 new token (at least the last sampled one); "
                              f"got new_lens {lens}.")
+        self._check_begin(rows, lens, index, config)
         source = np.arange(r) if source is None else np.asarray(source, np.int64)
         if source.shape != (r,) or np.any(source[source] != source):
             raise ValueError("source must map each row to a row (of `rows`) that is its own source.")
@@ -226,6 +227,25 @@ class Sampler:
         for (lane, _), (lane_cache, lane_state) in zip(plan, outs):
             caches[lane], states[lane] = lane_cache, lane_state
         return LaneCaches(tuple(caches)), merge_rows(states)
+
+    def _check_begin(self, rows: np.ndarray, lens: np.ndarray, index: np.ndarray, config: SamplingConfig) -> None:
+        """`begin`'s rows [R] are distinct rows of the batch whose turns fit the cache: its programs drop a write
+        past the last slot or to a row index >= B (padding), so either would sample from a silently wrong cache."""
+        if np.any((rows < 0) | (rows >= self.batch_size)) or len(np.unique(rows)) != len(rows):
+            raise ValueError(f"rows must be distinct rows of the batch, in [0, {self.batch_size}); got {rows}.")
+        if lens.shape != rows.shape or index.shape != rows.shape:
+            raise ValueError(f"new_lens {lens.shape} and cache_lens {index.shape} must have one entry per row "
+                             f"({len(rows)}).")
+        if np.any(index < 0):
+            raise ValueError(f"cache_lens must be >= 0, got {index}.")
+        need = index + lens + config.max_new_tokens
+        over = np.flatnonzero(need > self.cache_size)
+        if over.size:
+            i = over[0]
+            raise ValueError(
+                f"Row {rows[i]} would overflow the KV cache by {need[i] - self.cache_size} tokens: cache_lens "
+                f"{index[i]} + new_lens {lens[i]} + max_new_tokens {config.max_new_tokens} > cache_size "
+                f"{self.cache_size}. Raise Sampler(cache_size=...) or lower max_new_tokens.")
 
     def prefilled_rows(self, rows, source) -> np.ndarray:
         """The positions in `rows` of the rows whose new tokens `begin(rows, ..., source=source)` prefills: one per
