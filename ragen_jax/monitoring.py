@@ -88,9 +88,9 @@ class EventFile:
 
     def __init__(self, logdir: str, flush_secs: float = 10.0):
         from tensorboardX.event_file_writer import EventsWriter
-        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
 
-        self._event = Event
+        self._event, self._session_log = Event, SessionLog
         self._writer = EventsWriter(os.path.join(logdir, "events"))
         self._flush_secs = flush_secs
         self._flushed_at = time.monotonic()
@@ -100,6 +100,13 @@ class EventFile:
         self._writer.write_event(self._event(summary=summary, step=int(step), wall_time=time.time()))
         if time.monotonic() - self._flushed_at > self._flush_secs:
             self.flush()
+
+    def restart_at(self, step: int) -> None:
+        """A session START at `step`: TensorBoard drops every event of this folder's earlier files at `step` or
+        later (what a killed run logged past the checkpoint a resume starts from)."""
+        start = self._session_log(status=self._session_log.START)
+        self._writer.write_event(self._event(step=int(step), session_log=start, wall_time=time.time()))
+        self.flush()
 
     def flush(self) -> None:
         self._writer.flush()
@@ -144,6 +151,11 @@ class Monitor:
 
     def _add(self, summary: Any, step: int) -> None:
         self._guard(lambda: self.events.add(summary, step))
+
+    def resumed_at(self, step: int) -> None:
+        """The run goes on from a checkpoint: what an earlier process logged at `step` or later is dropped from
+        TensorBoard (it would draw each of those steps twice, the killed run's points beside the resumed ones)."""
+        self._guard(lambda: self.events.restart_at(step))
 
     def _tag(self, name: str) -> str:
         """`name` as TensorBoard will store it; an invalid one is reported once (fix it where it is made)."""

@@ -401,3 +401,25 @@ def test_a_signal_during_the_final_save_lets_it_finish(tmp_path, monkeypatch):
         assert signal.getsignal(signal.SIGTERM) is kill
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_tensorboard_shows_each_step_once_after_a_resume(tmp_path):
+    """A killed run logs steps past its last checkpoint; the resume logs them again. TensorBoard drew both (two
+    points at one step, a zig-zag line); a session START at the first step the resume logs drops the earlier ones."""
+    import shutil
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = bandit_config(tmp_path)
+    cfg.trainer.total_steps, cfg.trainer.save_every = 3, 1
+    cfg.val.every, cfg.diagnostics.every = 0, 0
+    Trainer(cfg).train()
+    shutil.rmtree(tmp_path / "checkpoints" / "2")  # the process died after logging step 3, before saving it
+    cfg.trainer.resume = True
+    resumed = Trainer(cfg)
+    assert resumed.start_step == 2
+    resumed.train()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    tag = next(t for t in acc.Tags()["scalars"] if t.endswith("/success") and t.startswith("train/"))
+    assert [e.step for e in acc.Scalars(tag)] == [1, 2, 3]

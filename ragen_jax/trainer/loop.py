@@ -152,6 +152,8 @@ class Trainer:
         self.start_step = 0
         if t.resume:
             self._maybe_restore()
+            if self.start_step:  # the checkpoint's step logged everything at start_step: what follows is stale
+                self.monitor.resumed_at(self.start_step + 1)
 
     def close(self) -> None:
         """Release what the trainer holds outside this process: its env batches' resources (a remote env
