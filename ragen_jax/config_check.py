@@ -59,6 +59,7 @@ def validate_config(cfg, mode: str = "train") -> None:
                 continue
             if section == "env":
                 errors += _warmstart_errors(cfg.warmstart, spec, mode)
+    errors += _lora_errors(cfg.model.lora)
     if cfg.model.preset == "tiny" and cfg.model.path:
         errors.append(f"config.model.path={cfg.model.path!r} is not loaded: config.model.preset='tiny' builds the "
                       "built-in model; to load the folder instead add --config.model.preset=''")
@@ -150,6 +151,29 @@ def _unknown_keys(cfg, reference, prefix: str = "") -> list[str]:
                           f"defines ({', '.join(FREE_FORM)} takes any)")
         elif hasattr(cfg[key], "keys") and hasattr(reference[key], "keys"):
             errors += _unknown_keys(cfg[key], reference[key], f"{path}.")
+    return errors
+
+
+def _lora_errors(lora) -> list[str]:
+    """LoRA settings that would fail with a traceback once the model is built, or train nothing at all."""
+    from ragen_jax.models.lora import DEFAULT_TARGETS, parse_target_modules
+
+    if lora.rank < 0:
+        return [f"config.model.lora.rank must be >= 0 (got {lora.rank}; 0 = LoRA off, full fine-tuning)"]
+    if lora.rank == 0:
+        return []
+    errors = []
+    targets = parse_target_modules(lora.target_modules)
+    known = ",".join(DEFAULT_TARGETS)
+    if unknown := [t for t in targets if t not in DEFAULT_TARGETS]:
+        errors.append(f"config.model.lora.target_modules={lora.target_modules!r} names {unknown}, which are not "
+                      f"projections of a decoder layer: choose comma-separated names from {known}")
+    elif not targets:
+        errors.append(f"config.model.lora.target_modules is empty, so LoRA (rank {lora.rank}) would train nothing: "
+                      f"name projections from {known}, or set config.model.lora.rank=0 to train every weight")
+    if not lora.alpha > 0:
+        errors.append(f"config.model.lora.alpha must be > 0 (got {lora.alpha}): the adapters' scale is alpha / rank, "
+                      "and 0 would train nothing")
     return errors
 
 

@@ -351,3 +351,30 @@ def test_registered_aggregation_modes_and_rollout_corrections_are_accepted():
         validate_config(cfg)
     finally:
         algos.AGG_MODES.unregister("first-token")
+
+
+@pytest.mark.parametrize("rank, targets, alpha, needle", [
+    (4, "q_proj,qproj", 64.0, "names ['qproj'], which are not projections of a decoder layer"),
+    (4, " , ", 64.0, "target_modules is empty, so LoRA (rank 4) would train nothing"),
+    (4, "q_proj,v_proj", 0.0, "config.model.lora.alpha must be > 0 (got 0.0)"),
+    (-1, "q_proj", 64.0, "config.model.lora.rank must be >= 0 (got -1"),
+])
+def test_lora_settings_that_cannot_train_are_refused_before_the_model_is_built(rank, targets, alpha, needle):
+    """An unknown target raised a traceback from apply_lora after the model loaded; no target (or alpha 0) trained
+    nothing without a word; a negative rank silently turned LoRA off."""
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.model.lora.rank, cfg.model.lora.target_modules, cfg.model.lora.alpha = rank, targets, alpha
+    with pytest.raises(ValueError, match="Invalid config: ") as info:
+        validate_config(cfg)
+    message = str(info.value)
+    assert needle in message, message
+    if rank > 0 and alpha > 0:  # a target error lists the names to choose from
+        assert "from q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj" in message, message
+
+
+def test_lora_targets_are_checked_only_when_lora_is_on():
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.model.lora.rank, cfg.model.lora.target_modules = 0, "anything"
+    validate_config(cfg)
+    cfg.model.lora.rank, cfg.model.lora.target_modules = 8, " q_proj , v_proj "
+    validate_config(cfg)

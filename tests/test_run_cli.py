@@ -327,3 +327,11 @@ def test_mode_sft_records_its_config_and_the_rl_command_it_prints_runs(tmp_path)
     assert rl.returncode == 0, rl.stdout + rl.stderr
     with open(f"{wd}_rl/summary.json") as f:
         assert json.load(f)["steps_run"] == 1
+
+
+def test_an_unknown_lora_target_is_one_fatal_line_before_the_model_loads(tmp_path):
+    """It was apply_lora's ValueError, with a traceback, after the model was built."""
+    wd = tmp_path / "run"
+    proc = run_cli("--config=configs/sokoban.py:tiny", "--config.model.lora.rank=4",
+                   "--config.model.lora.target_modules=q_proj,zz", workdir=wd, mode="train")
+    assert_one_fatal_line(proc, wd, "config.model.lora.target_modules='q_proj,zz' names ['zz']", "gate_proj")

@@ -13,6 +13,11 @@ from ragen_jax.models.linear import rows_matmul
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
+
+def parse_target_modules(text: str) -> tuple[str, ...]:
+    """The config's comma-separated `model.lora.target_modules` ("q_proj, v_proj") as names."""
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
 #: Filter selecting the trainable LoRA variables: `nnx.split(model, lora_filter, ...)`,
 #: `nnx.Optimizer(model, tx, wrt=lora_filter)`.
 lora_filter = nnx.LoRAParam

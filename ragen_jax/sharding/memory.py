@@ -25,7 +25,7 @@ from ragen_jax.algos.logprobs import REMAT_LOGITS_BYTES
 from ragen_jax.chunks import even_chunk, round_up
 from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
 from ragen_jax.models.attention import BLOCK_K, BLOCK_Q
-from ragen_jax.models.lora import DEFAULT_TARGETS, trainable_filter
+from ragen_jax.models.lora import DEFAULT_TARGETS, parse_target_modules, trainable_filter
 from ragen_jax.models.transformer import decode_weights_pay_off, projection_params
 from ragen_jax.sharding.mesh import AXES, BATCH_AXES
 from ragen_jax.sharding.placement import sampling_rules
@@ -312,7 +312,7 @@ def device_memory_bytes() -> int | None:
 def plan_from_config(cfg: Any, model_config: ModelConfig, mesh_shape: Mapping[str, int] | Sequence[int]) -> MemoryPlan:
     """estimate_memory for a run config (trainer / rollout / env / algo / model.lora keys)."""
     lora = cfg.model.lora
-    targets = tuple(t.strip() for t in lora.target_modules.split(",") if t.strip())
+    targets = parse_target_modules(lora.target_modules)
     return estimate_memory(
         model_config, micro_batch_size=cfg.trainer.micro_batch_size, mini_batch_size=cfg.trainer.mini_batch_size,
         seq_len=cfg.rollout.max_model_len, rollout_batch_size=cfg.env.groups * cfg.env.group_size,

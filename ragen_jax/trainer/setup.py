@@ -10,7 +10,7 @@ from flax import nnx
 
 from envs.batch import make_env_batch
 from ragen_jax.models import CausalLM, CheckpointError, ValueModel, apply_lora, load_model, load_tokenizer
-from ragen_jax.models.lora import trainable_filter
+from ragen_jax.models.lora import parse_target_modules, trainable_filter
 
 
 @dataclasses.dataclass
@@ -76,7 +76,7 @@ def model_config_for(model_cfg):
 
 
 def _lora_targets(model_cfg) -> tuple[str, ...]:
-    return tuple(t.strip() for t in model_cfg.lora.target_modules.split(",") if t.strip())
+    return parse_target_modules(model_cfg.lora.target_modules)
 
 
 def load_policy_and_tokenizer(model_cfg) -> tuple[nnx.Module, Any]:
