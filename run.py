@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import sys
-import textwrap
 import traceback
 
 # transformers says "PyTorch was not found" on import; only its tokenizers are used here, so the advice is noise
@@ -157,6 +156,12 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         rest = flags.FLAGS(argv)
     except flags.Error as e:
+        failure = _config_parse_failure(str(e), _config_arg(argv, variants=True))
+        if failure:
+            sys.exit(f"FATAL {failure}")
+        if _config_arg(argv) == "?":  # absl's own words: "flag --config=None: Flag --config must have a value ..."
+            sys.exit(f"FATAL no --config given: pass --config=path/to/config.py[:variants], e.g. "
+                     f"--config=configs/sokoban.py:tiny ({_known_configs()}); --helpshort lists the other flags.")
         _fatal(_drop_traceback(str(e)))
     except OSError as e:  # an override applied to a config file that failed to load
         _config_not_loaded(_config_arg(argv), e)
@@ -166,6 +171,9 @@ def parse_flags(argv: list[str]) -> list[str]:
             sys.exit(f"FATAL {failure}")
         if not isinstance(e, (KeyError, AttributeError)):
             raise
+        if isinstance(e, AttributeError) and "'get_config'" in str(e):  # e.g. configs/base.py
+            sys.exit(f"FATAL config file {_config_arg(argv)!r} defines no get_config(arg), so it is not a run config; "
+                     f"pass one that does, e.g. --config=configs/sokoban.py:tiny. {_known_configs()}.")
         # an override of a key the config does not have
         while e.args and isinstance(e.args[0], BaseException):  # ml_collections wraps its KeyError
             e = e.args[0]
@@ -204,11 +212,19 @@ def _config_not_loaded(path: str, error: OSError) -> None:
         cause = error.__cause__ or error  # ml_collections re-raises the load error on first use
         lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
         sys.exit(f"FATAL config file {path!r} could not be loaded: {lines[-1] if lines else type(cause).__name__}")
-    configs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
-    known = sorted(f for f in os.listdir(configs) if f.endswith(".py") and not f.startswith("_"))
     sys.exit(f"FATAL config file {path!r} does not exist (looked from {os.getcwd()}); pass "
-             "--config=path/to/config.py[:variants], e.g. --config=configs/sokoban.py:tiny. "
-             f"Config files in {configs}: {', '.join(known)}.")
+             f"--config=path/to/config.py[:variants], e.g. --config=configs/sokoban.py:tiny. {_known_configs()}.")
+
+
+def _known_configs() -> str:
+    configs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+    known = []
+    for name in sorted(os.listdir(configs)):
+        if name.endswith(".py") and not name.startswith("_"):
+            with open(os.path.join(configs, name)) as f:
+                if "\ndef get_config(" in f.read():  # base.py holds the defaults the others start from
+                    known.append(name)
+    return f"Config files in {configs}: {', '.join(known)}"
 
 
 def _config_file_failure(error: BaseException, path: str) -> str | None:
@@ -225,6 +241,21 @@ def _config_file_failure(error: BaseException, path: str) -> str | None:
         return None
     return (f"config file {path!r} could not be loaded: {type(error).__name__}: {error} (raised at line {lines[-1]} "
             "of that file); fix the file, or pass another --config.")
+
+
+def _config_parse_failure(message: str, config: str) -> str | None:
+    """One line for absl's "Error whilst parsing config file" `message` (a ValueError or TypeError that the config
+    file `config` (path[:variants]) or an unknown variant raised; ml_collections embeds the traceback), else None."""
+    if "Error whilst parsing config file" not in message:
+        return None
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    error = lines[-1]
+    frames = re.findall(r'File "([^"]+)", line (\d+)', message)
+    path = config.split(":", 1)[0]
+    if frames and os.path.realpath(frames[-1][0]) == os.path.realpath(path):
+        return (f"config file {path!r} could not be loaded: {error} (raised at line {frames[-1][1]} of that file); "
+                "fix the file, or pass another --config.")
+    return f"--config={config}: {error.removeprefix('ValueError: ')}"
 
 
 def _workdir_error(workdir: str) -> str | None:
@@ -271,9 +302,8 @@ def _drop_traceback(message: str) -> str:
 
 
 def _fatal(message: str) -> None:
-    text = message.strip()
-    body = "\n" + textwrap.indent(text, "  ") if "\n" in text else " " + text
-    sys.exit(f"FATAL Flags parsing error:{body}\nPass --helpshort or --helpfull to see help on flags.")
+    """Exit with one line (a sweep's log, or a scheduler's, shows the last line of a failed run)."""
+    sys.exit(f"FATAL Flags parsing error: {_one_line(message)} (--helpshort or --helpfull lists the flags)")
 
 
 if __name__ == "__main__":

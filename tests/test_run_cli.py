@@ -175,6 +175,11 @@ def test_eval_of_another_models_checkpoint_is_one_fatal_line(tmp_path):
     ("def get_config(arg=None):\n    raise KeyError('boom')\n",
      ["could not be loaded: KeyError: 'boom'", "line 2 of that file", "fix the file"]),
     ("import no_such_module_here\n", ["could not be loaded: ModuleNotFoundError", "no_such_module_here", "line 1"]),
+    # ValueError / TypeError reach run.py as absl's flag error, with ml_collections' traceback inside it
+    ("def get_config(arg=None):\n    raise ValueError('bad batch')\n",
+     ["could not be loaded: ValueError: bad batch", "line 2 of that file", "fix the file"]),
+    ("def get_config(arg=None):\n    return 1 + 'a'\n",
+     ["could not be loaded: TypeError: unsupported operand", "line 2 of that file", "fix the file"]),
 ])
 def test_a_config_file_that_fails_to_load_is_one_fatal_line_naming_it(tmp_path, body, needles):
     """The config file's own error (not an override's unknown key): its line, without absl's traceback."""
@@ -335,3 +340,36 @@ def test_an_unknown_lora_target_is_one_fatal_line_before_the_model_loads(tmp_pat
     proc = run_cli("--config=configs/sokoban.py:tiny", "--config.model.lora.rank=4",
                    "--config.model.lora.target_modules=q_proj,zz", workdir=wd, mode="train")
     assert_one_fatal_line(proc, wd, "config.model.lora.target_modules='q_proj,zz' names ['zz']", "gate_proj")
+
+
+def test_an_unknown_variant_is_one_fatal_line(tmp_path):
+    """It was four lines (absl's "Error whilst parsing config file", a blank, the error, absl's help hint), so a
+    sweep's failed point showed only the help hint as its reason."""
+    wd = tmp_path / "run"
+    for extra in ((), ("--config.trainer.total_steps=3",)):
+        proc = run_cli("--config=configs/sokoban.py:tiyn", *extra, workdir=wd, mode="train")
+        fatal = assert_one_fatal_line(proc, wd, "--config=configs/sokoban.py:tiyn: Unknown config variant 'tiyn'. "
+                                      "Did you mean 'tiny'?", "'tiny_reasoning'")
+        assert proc.stderr.strip() == fatal, proc.stderr
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("--config=configs/sokoban.py:tiny", "--config.trainer.total_steps=abc"),
+     ["--config.trainer.total_steps=abc", "invalid literal for int()", "--helpshort"]),
+    (("--config=configs/sokoban.py:tiny", "--workdr=x"), ["Unknown command line flag 'workdr'", "workdir"]),
+    (("--config=configs/sokoban.py:tiny", "--config.trainer.totl_steps=1"),
+     ["unknown config key 'totl_steps'", '"total_steps"']),
+    ((), ["no --config given", "--config=configs/sokoban.py:tiny", "sokoban.py"]),
+    (("--config=configs/base.py",), ["'configs/base.py' defines no get_config(arg)", "frozenlake.py"]),
+    (("--config=configs/base.py", "--config.trainer.total_steps=3"), ["'configs/base.py' defines no get_config"]),
+])
+def test_a_bad_command_line_is_one_line_and_nothing_else(tmp_path, args, needles):
+    """Flag errors were a FATAL line and absl's help hint on a second one (the last line a sweep reports); no
+    --config said "flag --config=None"; configs/base.py (no get_config) read as an unknown key 'config_config'."""
+    wd = tmp_path / "run"
+    proc = run_cli(*args, workdir=wd, mode="train")
+    fatal = assert_one_fatal_line(proc, wd, *needles)
+    assert proc.stderr.strip() == fatal, proc.stderr
+    assert "config_config" not in fatal, fatal
+    if "Config files in" in fatal:  # the runnable ones: base.py holds the defaults and has no get_config
+        assert "base.py" not in fatal.split("Config files in")[1], fatal
