@@ -7,9 +7,9 @@
 Each run is `python run.py --config CONFIG --config.KEY=VALUE ... --workdir ROOT/KEY=VALUE,...`;
 then `tensorboard --logdir ROOT` shows them side by side (its HPARAMS tab: each run's config, the keys that
 differ first). A run's log is ROOT/<name>/log.txt (a later attempt appends to it). At the end a table compares
-the runs' summary.json figures (also written to ROOT/results.csv), and a failed run's last log line says why it
-failed. Running the same sweep again skips the runs it finished with the same command and retries the others
-(one interrupted after a checkpoint: add `-- --config.trainer.resume=True`).
+the runs' summary.json figures (also written to ROOT/results.csv), and a failed run's error (its log's FATAL line,
+else its last line) says why it failed. Running the same sweep again skips the runs it finished with the same
+command and retries the others (one interrupted after a checkpoint: add `-- --config.trainer.resume=True`).
 """
 
 from __future__ import annotations
@@ -94,14 +94,21 @@ def finished_before(folder: str, argv: list[str]) -> bool:
             and os.path.isfile(os.path.join(folder, "summary.json")))
 
 
-def last_line(path: str) -> str:
-    """The last non-empty line of a log (progress bars' carriage returns cut), "" if there is none."""
+def failure_reason(path: str) -> str:
+    """Why the last attempt in the log `path` failed: its last FATAL line with the "- " lines under it (an invalid
+    config lists every error there), else its last non-empty line (a traceback's exception); "" if none.
+    Progress bars' carriage returns are cut; an earlier attempt's lines (above the last "=== " header) are not read."""
     try:
         with open(path, errors="replace") as f:
             lines = [line.rsplit("\r", 1)[-1].strip() for line in f.read().splitlines()]
     except OSError:
         return ""
-    return next((line for line in reversed(lines) if line), "")
+    start = max((i for i, line in enumerate(lines) if line.startswith("=== ")), default=-1) + 1
+    lines = [line for line in lines[start:] if line]
+    fatal = max((i for i, line in enumerate(lines) if line.startswith("FATAL")), default=None)
+    if fatal is None:
+        return lines[-1] if lines else ""
+    return " ".join([lines[fatal], *itertools.takewhile(lambda line: line.startswith("- "), lines[fatal + 1:])])
 
 
 def _cell(key: str, value) -> str:
@@ -196,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(os.path.join(folder, RECORD), "w") as f:
                 json.dump({"args": argv[2:], "returncode": proc.returncode}, f, indent=2)
             status[name] = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
-            why = "" if proc.returncode == 0 else f" ({last_line(os.path.join(folder, 'log.txt'))})"
+            why = "" if proc.returncode == 0 else f" ({failure_reason(os.path.join(folder, 'log.txt'))})"
             print(f"finished {name}: exit {proc.returncode}{why}", flush=True)
     rows = results(args.root, [name for name, _ in runs], status, earlier)
     print("\n" + table(rows))

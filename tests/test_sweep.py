@@ -89,3 +89,21 @@ def test_sweep_reports_failures_compares_runs_and_reruns_only_what_did_not_finis
 
     code, out = _sweep(root, ["--config.trainer.total_steps=3"], capsys)  # another command: not the run done before
     assert "started trainer.seed=0" in out and "skipped" not in out
+
+
+def test_a_failed_points_reason_is_its_fatal_line_with_every_error_under_it(tmp_path, monkeypatch, capsys):
+    """The reason was the log's last line: absl's help hint under a flag error, or only the last of an invalid
+    config's errors; and an earlier attempt's FATAL line does not stand in for this attempt's traceback."""
+    fake = tmp_path / "fake_run.py"
+    fake.write_text("print('FATAL Invalid config:\\n  - config.env.groups must be > 0 (got 0)\\n"
+                    "  - config.val.batch_size must be a multiple of config.val.group_size\\nsome later line')\n"
+                    "raise SystemExit(1)\n")
+    monkeypatch.setattr(sweep, "RUN_PY", str(fake))
+    code, out = _sweep(tmp_path / "sweep", [], capsys)
+    assert code == 1
+    assert ("finished trainer.seed=0: exit 1 (FATAL Invalid config: - config.env.groups must be > 0 (got 0) "
+            "- config.val.batch_size must be a multiple of config.val.group_size)") in out, out
+    log = tmp_path / "log.txt"
+    log.write_text("=== 2026-12-05 run.py ...\nFATAL first attempt\n=== 2026-12-05 run.py ...\nTraceback (most "
+                   "recent call last):\n  File \"x.py\", line 1\nRuntimeError: second attempt\n")
+    assert sweep.failure_reason(str(log)) == "RuntimeError: second attempt"
