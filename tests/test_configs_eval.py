@@ -4,6 +4,7 @@ Each test plays a handful of validation episodes with a shrunken tiny model and 
 metric names and the JSONL dump (one line per episode, OpenAI chat messages + metadata).
 """
 
+import ast
 import importlib
 import json
 import math
@@ -162,6 +163,32 @@ def test_variants_validate_and_unknown_ones_fail():
         validate_config(module.get_config(arg))
     with pytest.raises(ValueError, match="Unknown config variant 'finishable'"):
         frozenlake.get_config("finishable")
+
+
+CONFIG_MODULES = ("sokoban", "frozenlake", "bandit", "countdown", "metamathqa", "sudoku", "webshop", "searchqa",
+                  "deepcoder", "lean")
+
+
+def known_variants(module) -> list[str]:
+    """The variants a config file accepts, as its unknown-variant error lists them."""
+    with pytest.raises(ValueError, match="Known variants: ") as info:
+        module.get_config("no_such_variant")
+    return ast.literal_eval(str(info.value).split("Known variants: ", 1)[1].rstrip("."))
+
+
+@pytest.mark.parametrize("name", CONFIG_MODULES)
+def test_every_variant_of_every_config_validates_alone_and_after_tiny(name):
+    """What README promises: each variant after the colon, alone or combined with `:tiny` (a model size aside: the
+    tiny preset loads no checkpoint, and validate_config says so), loads and passes validate_config."""
+    from configs.base import MODEL_PATHS
+
+    module = importlib.import_module(f"configs.{name}")
+    variants = known_variants(module)
+    assert {"tiny", "grpo", "ppo", "0.5b"} <= set(variants), variants
+    for arg in [None, *variants, *(f"tiny,{v}" for v in variants if v != "tiny" and v not in MODEL_PATHS)]:
+        cfg = module.get_config(arg)
+        for mode in ("train", "eval"):
+            validate_config(cfg, mode=mode)
 
 
 def play_sudoku_with_solution(cfg, seed: int) -> tuple[bool, int]:
