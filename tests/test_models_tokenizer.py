@@ -107,3 +107,27 @@ def test_a_tokenizer_that_names_no_end_of_turn_token_is_refused_at_load(tmp_path
     PreTrainedTokenizerFast(tokenizer_object=raw).save_pretrained(tmp_path)
     with pytest.raises(CheckpointError, match="names no end-of-turn token.*Set eos_token in tokenizer_config.json"):
         load_tokenizer(tmp_path)
+
+
+def test_an_export_keeps_the_source_checkpoints_generation_defaults(tmp_path):
+    """transformers' generate and vLLM read their sampling defaults from generation_config.json; an export kept only
+    the special ids, so the exported model sampled at temperature 1 where the source checkpoint said 0.7."""
+    import json
+
+    from ragen_jax.models import load_tokenizer, make_tiny_model, save_pretrained
+
+    load_tiny_tokenizer().hf.save_pretrained(tmp_path)
+    source = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05, "do_sample": True,
+              "eos_token_id": 5}
+    (tmp_path / "generation_config.json").write_text(json.dumps(source))
+    tok = load_tokenizer(tmp_path)
+    model, _ = make_tiny_model(vocab_size=len(tok))
+    save_pretrained(model, tmp_path / "out", tok)
+    written = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert {k: written[k] for k in ("temperature", "top_p", "top_k", "repetition_penalty", "do_sample")} == {
+        k: source[k] for k in ("temperature", "top_p", "top_k", "repetition_penalty", "do_sample")}
+    assert set(written["eos_token_id"]) == set(tok.eos_token_ids) and 5 in written["eos_token_id"]
+    assert written["pad_token_id"] == tok.pad_token_id
+    (tmp_path / "generation_config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="generation_config.json is not a JSON object"):
+        load_tokenizer(tmp_path)

@@ -241,8 +241,10 @@ def save_pretrained(
         hf_cfg["num_labels"] = 1
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(hf_cfg, f, indent=2, sort_keys=True)
-    if extra:  # generation defaults for transformers' generate and vLLM: stop at every eos id
-        gen = {k: extra[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if extra.get(k) is not None}
+    if extra:  # generation defaults for transformers' generate and vLLM: the source checkpoint's (its sampling
+        # defaults, as veRL's export keeps them), stopping at every eos id
+        gen = dict(tokenizer.generation_defaults)
+        gen.update({k: extra[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if extra.get(k) is not None})
         with open(os.path.join(folder, "generation_config.json"), "w") as f:
             json.dump(gen, f, indent=2, sort_keys=True)
     params = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))

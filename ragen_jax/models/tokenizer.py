@@ -18,11 +18,14 @@ class Tokenizer:
     """What ragen_jax needs from a tokenizer; `hf` exposes the underlying transformers tokenizer.
 
     generation_eos_ids: the checkpoint's own end-of-generation ids (generation_config.json), which can name more
-    than the tokenizer's eos (Llama 3.1's `<|eom_id|>`)."""
+    than the tokenizer's eos (Llama 3.1's `<|eom_id|>`). generation_defaults: the rest of that file (sampling
+    defaults such as temperature and top_p), which an export writes back for transformers and vLLM."""
 
-    def __init__(self, hf: Any, generation_eos_ids: Sequence[int] = ()):
+    def __init__(self, hf: Any, generation_eos_ids: Sequence[int] = (),
+                 generation_defaults: Mapping[str, Any] | None = None):
         self.hf = hf
         self.generation_eos_ids = tuple(int(i) for i in generation_eos_ids)
+        self.generation_defaults = dict(generation_defaults or {})
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike) -> "Tokenizer":
@@ -49,7 +52,7 @@ class Tokenizer:
         if not hf.encode("a", add_special_tokens=False):
             raise CheckpointError(f"The tokenizer in {folder!r} encodes 'a' to no ids (an empty vocabulary); its "
                              "tokenizer files are incomplete. Copy them from the model the weights came from.")
-        tokenizer = cls(hf, generation_eos_ids(folder))
+        tokenizer = cls(hf, generation_eos_ids(folder), generation_config(folder))
         if not tokenizer.eos_token_ids:  # generation would never end a turn, and padding had no id
             raise CheckpointError(
                 f"The tokenizer in {folder!r} names no end-of-turn token: no eos_token in tokenizer_config.json, no "
@@ -115,16 +118,25 @@ class Tokenizer:
         return self.vocab_size
 
 
+def generation_config(folder: str | os.PathLike) -> dict[str, Any]:
+    """folder/generation_config.json as a dict ({} when absent), refused when it is not a JSON object."""
+    path = os.path.join(os.fspath(folder), "generation_config.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        try:
+            data = json.load(f)
+        except ValueError as e:
+            data = e
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} is not a JSON object ({data}); download it again or fix it.")
+    return data
+
+
 def generation_eos_ids(folder: str | os.PathLike) -> tuple[int, ...]:
     """`eos_token_id` (one id or a list) of folder/generation_config.json; () when the file or key is absent."""
     path = os.path.join(os.fspath(folder), "generation_config.json")
-    if not os.path.isfile(path):
-        return ()
-    with open(path) as f:
-        try:
-            eos = json.load(f).get("eos_token_id")
-        except (ValueError, AttributeError) as e:
-            raise CheckpointError(f"{path} is not a JSON object ({e}); download it again or fix it.") from None
+    eos = generation_config(folder).get("eos_token_id")
     if eos is None:
         return ()
     ids = eos if isinstance(eos, list) else [eos]
