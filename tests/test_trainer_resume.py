@@ -3,6 +3,7 @@ that never stopped, bit for bit on the CPU (warm start, KL reference, critic, a 
 
 import contextlib
 import json
+import logging
 import os
 
 import jax
@@ -285,7 +286,7 @@ def test_a_final_checkpoint_the_disk_refuses_ends_the_run_with_the_reason(tmp_pa
     assert not any("Checkpoint after" in line for line in summary["outputs"])
 
 
-def test_an_export_the_disk_refuses_is_written_by_resuming_the_finished_run(tmp_path, monkeypatch):
+def test_an_export_the_disk_refuses_is_written_by_resuming_the_finished_run(tmp_path, monkeypatch, caplog):
     """The final checkpoint is on disk but the Hugging Face export fails (full disk): the run ends with that
     error, and the fix it names (the same command with resume=True) writes the export without training again."""
     from ragen_jax.checkpoint import CheckpointWriteError, finished_steps
@@ -305,8 +306,11 @@ def test_an_export_the_disk_refuses_is_written_by_resuming_the_finished_run(tmp_
     cfg.trainer.resume = True
     resumed = Trainer(cfg)
     steps_run = resumed.counters["steps_run"]
-    summary = resumed.train()
+    with caplog.at_level(logging.WARNING):
+        summary = resumed.train()
     assert resumed.counters["steps_run"] == steps_run == 2 and summary["failures"] == []
+    assert any("already trained its 2 steps" in r.getMessage() and "raise --config.trainer.total_steps"
+               in r.getMessage() for r in caplog.records)  # before: a fresh summary, no word why nothing ran
     assert os.path.exists(tmp_path / "hf_export" / "config.json")
     assert finished_steps(str(tmp_path / "checkpoints")) == [1]
 

@@ -569,6 +569,10 @@ class Trainer:
             self._record_val(0, vm)
             self.monitor.scalars(vm, 0)
         resumed_stop = self._resumed_early_stop()
+        if self.start_step >= t.total_steps > 0 and not resumed_stop:
+            logger.warning("The run in %s already trained its %d steps (trainer.total_steps): nothing is left to "
+                           "train; the summary, the final validation and the export are written again. To train on, "
+                           "raise --config.trainer.total_steps.", self.workdir, t.total_steps)
         bar = tqdm(range(self.start_step, self.start_step if resumed_stop else t.total_steps), desc="train",
                    disable=not self.is_main, initial=self.start_step, total=t.total_steps, dynamic_ncols=True)
         stops = StopRequests()
