@@ -183,6 +183,7 @@ def _algo_defaults(preset: str) -> dict:
     p["loss_scale_factor"] = p["loss_scale_factor"] or 0  # 0 = the padded width
     p["custom_policy_loss"] = ""  # "package.module:function" overrides policy_loss
     p["custom_adv_estimator"] = ""  # "package.module:function" overrides adv_estimator
+    p["kwargs"] = ""  # JSON object of more keywords for your estimator/losses: '{"scale": 2.0}'
     p["temperature_in_logprobs"] = True  # divide logits by the rollout temperature (veRL)
     return p
 

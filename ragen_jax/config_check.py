@@ -70,7 +70,7 @@ def validate_config(cfg, mode: str = "train") -> None:
     except (KeyError, ImportError, AttributeError, ValueError) as e:
         errors.append(f"config.algo: {_message(e)}")
     else:
-        errors += _algo_contract_errors(cfg)
+        errors += _algo_kwargs_errors(cfg) or _algo_contract_errors(cfg)
     for key, registry in REGISTRY_KEYS.items():
         try:
             getattr(algos_registry, registry).get(algo[key])
@@ -292,6 +292,42 @@ def _without_oracle(spec) -> str | None:
     if not isinstance(factory, type) or issubclass(factory, Bandit):
         return None
     return None if callable(getattr(factory, "oracle_actions", None)) else factory.__name__
+
+
+def _algo_kwargs_errors(cfg) -> list[str]:
+    """config.algo.kwargs that is not a JSON object, names a keyword the update already passes, or one that no
+    function of the run takes (a misspelled keyword would otherwise be dropped without a word)."""
+    from ragen_jax.algos import accepts_keyword
+    from ragen_jax.algos.presets import resolve_adv_estimator
+    from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, VALUE_LOSSES
+    from ragen_jax.trainer.settings import parse_algo_kwargs
+    from ragen_jax.trainer.steps import BUILT_IN_KEYWORDS
+
+    algo = cfg.algo
+    try:
+        kwargs = parse_algo_kwargs(algo.kwargs)
+    except ValueError as e:
+        return [str(e)]
+    named = [("advantage estimator", ADVANTAGE_ESTIMATORS, algo.custom_adv_estimator or
+              resolve_adv_estimator(dict(algo))), ("policy loss", POLICY_LOSSES, algo.custom_policy_loss or
+                                                   algo.policy_loss)]
+    if algo.use_critic:
+        named.append(("value loss", VALUE_LOSSES, algo.value_loss))
+    functions = {}
+    for what, registry, name in named:
+        try:
+            functions[f"{what} {name!r}"] = registry.get(name)
+        except (KeyError, ImportError, AttributeError, ValueError, TypeError):
+            continue  # reported by the registry-name check
+    errors = []
+    for key, _ in kwargs:
+        if key in BUILT_IN_KEYWORDS:
+            where = "the update passes it" if key == "sampler_logprobs" else f"set config.algo.{key} instead"
+            errors.append(f"config.algo.kwargs: {key!r} is a keyword the trainer sets itself ({where})")
+        elif not any(accepts_keyword(fn, key) for fn in functions.values()):
+            errors.append(f"config.algo.kwargs: no function of this run takes a keyword {key!r} "
+                          f"({', '.join(functions)}); a misspelled one would be dropped")
+    return errors
 
 
 def _algo_contract_errors(cfg) -> list[str]:

@@ -378,3 +378,30 @@ def test_lora_targets_are_checked_only_when_lora_is_on():
     validate_config(cfg)
     cfg.model.lora.rank, cfg.model.lora.target_modules = 8, " q_proj , v_proj "
     validate_config(cfg)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ("scale=2", r"config.algo.kwargs='scale=2' is not JSON"),
+    ("[2.0]", "must be a JSON object of keyword: value"),
+    ('{"scale": {"a": 1}}', "is an object; give numbers"),
+    ('{"scael": 2.0}', r"no function of this run takes a keyword 'scael' \(advantage estimator "
+                       r"'my_algos_kw:median_baseline', policy loss 'vanilla'\); a misspelled one would be dropped"),
+    ('{"gamma": 0.9}', r"'gamma' is a keyword the trainer sets itself \(set config.algo.gamma instead\)"),
+])
+def test_algo_kwargs_that_would_not_reach_a_function_are_refused(kwargs, message, tmp_path, monkeypatch):
+    from configs.sokoban import get_config
+
+    (tmp_path / "my_algos_kw.py").write_text(
+        "def median_baseline(inputs, *, scale: float = 1.0):\n"
+        "    import jax.numpy as jnp\n"
+        "    score = inputs.token_level_rewards.sum(-1)\n"
+        "    adv = scale * (score - jnp.median(score))[:, None] * inputs.response_mask\n"
+        "    return adv, adv\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = get_config("tiny")
+    cfg.algo.custom_adv_estimator = "my_algos_kw:median_baseline"
+    cfg.algo.kwargs = kwargs
+    with pytest.raises(ValueError, match=message):
+        validate_config(cfg)
+    cfg.algo.kwargs = '{"scale": 2.0}'
+    validate_config(cfg)

@@ -369,3 +369,52 @@ def test_an_optimizer_scaled_outside_steps_as_adamw_at_that_rate():
         b, ob = guarded_apply(outside, b, ob, grads, jnp.float32(0.0), jnp.float32(schedule(i)))[:2]
         np.testing.assert_allclose(b["w"], a["w"], rtol=1e-6, atol=1e-8)
     assert np.abs(np.asarray(a["w"] - params["w"])).max() > 1e-2
+
+
+def test_algo_kwargs_reach_the_functions_that_name_them():
+    """config.algo.kwargs: a custom estimator's and a custom policy loss's own keywords, set from the config."""
+    from ragen_jax.algos import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+
+    def scaled_outcome(inputs, *, scale=1.0):
+        adv = scale * inputs.token_level_rewards.sum(-1, keepdims=True) * inputs.response_mask
+        return adv, adv
+
+    def weighted_pg(logprobs, old_logprobs, advantages, response_mask, *, pg_weight=1.0):
+        return -pg_weight * advantages * jnp.exp(logprobs - old_logprobs) * response_mask, {}
+
+    ADVANTAGE_ESTIMATORS.register("test_scaled_outcome", scaled_outcome)
+    POLICY_LOSSES.register("test_weighted_pg", weighted_pg)
+    try:
+        batch = make_batch()
+        rewards = np.zeros_like(batch["loss_mask"])
+        rewards[:, -1] = np.arange(ROWS)
+        args = (rewards, batch["loss_mask"], np.zeros_like(rewards), np.arange(ROWS), np.arange(ROWS))
+
+        def run(**kwargs):
+            algo = dataclasses.replace(BASE, adv_estimator="test_scaled_outcome", policy_loss="test_weighted_pg",
+                                       entropy_coeff=0.0, kwargs=tuple(sorted(kwargs.items())))
+            graphdef, trainable, frozen = split_actor()
+            fns = make_step_fns(graphdef, None, algo, TX, None, ROWS)
+            adv = np.asarray(fns["advantages"](*(jnp.asarray(a) for a in args))[0])
+            return adv, actor_update(algo, dict(batch, advantages=adv.astype(np.float32)))[-1]["pg_loss"]
+
+        adv, loss = run()
+        adv3, loss3 = run(scale=3.0)
+        np.testing.assert_allclose(adv3, 3 * adv)
+        np.testing.assert_allclose(run(scale=3.0, pg_weight=0.5)[1], 0.5 * loss3, rtol=1e-5)
+        assert abs(loss3) > 1e-3
+    finally:
+        ADVANTAGE_ESTIMATORS.unregister("test_scaled_outcome")
+        POLICY_LOSSES.unregister("test_weighted_pg")
+
+
+def test_the_config_gives_algo_kwargs_as_sorted_pairs():
+    from ragen_jax.trainer.settings import parse_algo_kwargs
+
+    cfg = get_base_config()
+    assert cfg.algo.kwargs == "" and algo_settings(cfg).kwargs == ()
+    cfg.algo.kwargs = '{"scale": 2.0, "bins": [1, 2], "mode": "x"}'
+    assert algo_settings(cfg).kwargs == (("bins", (1, 2)), ("mode", "x"), ("scale", 2.0))
+    hash(algo_settings(cfg))  # static under jit
+    with pytest.raises(ValueError, match="is not JSON"):
+        parse_algo_kwargs("{scale: 2}")

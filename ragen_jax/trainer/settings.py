@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from ragen_jax.algos.presets import resolve_adv_estimator
 from ragen_jax.rollout import RolloutConfig
@@ -43,6 +44,30 @@ def truncated_sampling_warning(cfg) -> str | None:
             "rollout.top_p=1.0 and rollout.top_k=-1, or turn the correction off.")
 
 
+def parse_algo_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
+    """config.algo.kwargs (a JSON object; "" = none) -> sorted (name, value) pairs, lists as tuples (hashable)."""
+    if not text.strip():
+        return ()
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"config.algo.kwargs={text!r} is not JSON ({e}); write an object such as "
+                         """'{"scale": 2.0}'""") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config.algo.kwargs={text!r} must be a JSON object of keyword: value, such as "
+                         """'{"scale": 2.0}'""")
+
+    def frozen(value):
+        if isinstance(value, list):
+            return tuple(frozen(v) for v in value)
+        if isinstance(value, dict):
+            raise ValueError(f"config.algo.kwargs: {value!r} is an object; give numbers, strings, booleans or "
+                             "lists of them")
+        return value
+
+    return tuple(sorted((key, frozen(value)) for key, value in data.items()))
+
+
 def algo_settings(cfg) -> AlgoSettings:
     a = cfg.algo
     return AlgoSettings(
@@ -58,7 +83,7 @@ def algo_settings(cfg) -> AlgoSettings:
         rollout_correction_bound=a.rollout_correction_bound or None, critic_loss_agg_mode=a.critic_loss_agg_mode,
         loss_scope=a.loss_scope, loss_scale_factor=a.loss_scale_factor or None, bi_level_turn_ends=a.bi_level_turn_ends,
         soft_advantage_reweight=a.soft_advantage_reweight, grpo_advantage_length_weight=a.grpo_advantage_length_weight,
-        zero_task_advantage=a.zero_task_advantage)
+        zero_task_advantage=a.zero_task_advantage, kwargs=parse_algo_kwargs(a.kwargs))
 
 
 def write_config_json(folder: str, cfg) -> str:

@@ -121,6 +121,7 @@ class AlgoSettings:
     soft_advantage_reweight: bool = False
     grpo_advantage_length_weight: bool = False
     zero_task_advantage: bool = False
+    kwargs: tuple[tuple[str, Any], ...] = ()  # config.algo.kwargs: more keywords for the functions that name them
 
 
 def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Array]:
@@ -183,13 +184,23 @@ def reduce_micro_metrics(metrics: dict[str, jax.Array], mask: jax.Array, micro: 
 def advantage_hparams(algo: AlgoSettings) -> dict[str, Any]:
     """The keywords an advantage estimator may take (each receives those its signature names)."""
     return dict(gamma=algo.gamma, lam=algo.lam, high_level_gamma=algo.high_level_gamma,
-                norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+                norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, **dict(algo.kwargs))
 
 
 def policy_loss_hparams(algo: AlgoSettings) -> dict[str, Any]:
     """The keywords a policy loss may take besides the [B, T] array sampler_logprobs."""
     return dict(clip_ratio_low=algo.clip_ratio_low, clip_ratio_high=algo.clip_ratio_high,
-                clip_ratio_c=algo.clip_ratio_c, tis_cap=algo.tis_cap)
+                clip_ratio_c=algo.clip_ratio_c, tis_cap=algo.tis_cap, **dict(algo.kwargs))
+
+
+def value_loss_hparams(algo: AlgoSettings) -> dict[str, Any]:
+    """The keywords a value loss may take."""
+    return dict(cliprange_value=algo.cliprange_value, **dict(algo.kwargs))
+
+
+# what the update passes besides config.algo.kwargs: a kwarg may not take one of these names
+BUILT_IN_KEYWORDS = ("gamma", "lam", "high_level_gamma", "norm_adv_by_std_in_grpo", "clip_ratio_low",
+                     "clip_ratio_high", "clip_ratio_c", "tis_cap", "cliprange_value", "sampler_logprobs")
 
 
 def algo_contract_problems(algo: AlgoSettings) -> list[str]:
@@ -286,7 +297,7 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
     def critic_loss(params, mb, frozen, denom):
         values = critic_values(nnx.merge(critic_graphdef, params, frozen), mb["tokens"], mb["attention_mask"])
         vf, metrics = call_with_supported(VALUE_LOSSES.get(algo.value_loss), values, mb["values"], mb["returns"],
-                                          mb["loss_mask"], cliprange_value=algo.cliprange_value)
+                                          mb["loss_mask"], **value_loss_hparams(algo))
         num = agg_numerator(vf, mb["loss_mask"], algo.critic_loss_agg_mode)
         return num / denom, metrics
 
