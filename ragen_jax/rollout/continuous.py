@@ -89,6 +89,7 @@ class ContinuousEngine:
         cache_len = np.zeros(self.slots, np.int32)  # that episode's tokens in the slot's cache
         end = np.zeros(self.slots, np.int64)  # the last cache slot its current turn can reach
         decoding = np.zeros(self.slots, bool)
+        lengths = np.zeros(self.slots, np.int32)  # each slot's tokens in its turn, as the last decode left them
         waiting = collections.deque(np.flatnonzero(play.opened).tolist())  # (an episode may end at its reset)
         starting = list(range(self.slots))  # slots whose episode's next turn begins before the next chunk
         active = play.opened.copy()
@@ -103,12 +104,13 @@ class ContinuousEngine:
                 cache, state = self._begin_turns(params, cache, state, play, starting, episode_of, cache_len, end,
                                                  key, sampling, stats)
                 decoding[starting] = True
+                lengths[starting] = 1  # begin samples each turn's first token
             if not decoding.any():
                 break
             t0 = time.perf_counter()
-            before = np.asarray(state.lengths)
+            before = lengths  # known here: reading state.lengths would wait for begin before decode is dispatched
             cache, state = self.sampler.decode(params, cache, state, sampling, self.chunk, end=int(end[decoding].max()))
-            done, lengths = (np.asarray(x) for x in (state.done, state.lengths))
+            done, lengths = (np.array(x) for x in (state.done, state.lengths))
             play.timing["generate"] += time.perf_counter() - t0
             grown = np.where(decoding, lengths - before, 0)
             stats["decode_steps"] += int(grown.max(initial=0)) * self.slots
