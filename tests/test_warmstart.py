@@ -420,3 +420,31 @@ def test_warmstart_run_learns_bandit(tmp_path, monkeypatch):
     ws._DEMO_MEMO.clear()
     again = ws.build_demos(trainer)
     assert again.num_rows == metrics["sft/num_rows"]
+
+
+def test_demo_responses_longer_than_rl_samples_are_refused(tok):
+    """A demo response over rollout.response_length (long thinking) was kept: RL cuts such a response off before
+    its answer, so the warm start taught replies the policy can never finish. Now it is refused, saying the fix."""
+    cfg = _cfg(prompt_style="compact")  # response_length 32
+    with pytest.raises(ValueError, match=r"is 3\d tokens, more than the rollout.response_length=32 .*"
+                                         r"warmstart.reasoning_text, warmstart.filler_words"):
+        oracle_demo_episodes("SimpleSokoban", 4, tok, cfg, seed=1, batch_size=4, reasoning_text="think " * 30)
+    eps = oracle_demo_episodes("SimpleSokoban", 4, tok, cfg, seed=1, batch_size=4, reasoning_text="think " * 5)
+    assert max(len(r.response_tokens) for ep in eps for r in ep.history) <= 32
+
+
+def test_jsonl_demos_rl_could_not_produce_are_refused(tok, sokoban_eps, tmp_path):
+    """JSONL rows longer than RL ever trains on were taken as they came: an assistant message over
+    response_length, or a conversation over max_model_len (RL drops its oldest turns). Each names its line."""
+    cfg = _cfg("full")
+    path = write_demo_jsonl(str(tmp_path / "demos.jsonl"), sokoban_eps["full"], cfg)
+    longest = load_jsonl_demos(path, tok, cfg).attention_mask.sum(1).max()
+    with pytest.raises(ValueError, match=rf"line \d+: the conversation is \d+ tokens, more than "
+                                         rf"rollout.max_model_len={longest - 1} .*raise rollout.max_model_len"):
+        load_jsonl_demos(path, tok, dataclasses.replace(cfg, max_model_len=int(longest) - 1))
+    record = {"messages": [{"role": "user", "content": "hi"},
+                           {"role": "assistant", "content": "<think>" + "think " * 40 + "</think><answer>Up</answer>"}]}
+    (tmp_path / "long.jsonl").write_text(json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match=r"line 1: assistant message 1 is \d+ tokens, more than the "
+                                         r"rollout.response_length=32"):
+        load_jsonl_demos(str(tmp_path / "long.jsonl"), tok, cfg)

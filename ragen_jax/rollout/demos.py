@@ -122,6 +122,15 @@ def _response_tokens(tokenizer, text: str, cfg: RolloutConfig) -> list[int]:
     return tokens
 
 
+def check_response_length(num_tokens: int, cfg: RolloutConfig, what: str, shorten: str) -> None:
+    """Refuse a demonstration response longer than RL may sample (`response_length` tokens): RL cuts such a
+    response off before its answer, so the warm start would teach replies the policy can never finish."""
+    if num_tokens > cfg.response_length:
+        raise ValueError(f"{what} is {num_tokens} tokens, more than the rollout.response_length={cfg.response_length} "
+                         f"RL samples (it would be cut off before its answer). Shorten {shorten} or raise "
+                         f"rollout.response_length.")
+
+
 def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, cfg: RolloutConfig, *,
                          policy: OraclePolicy | None = None, reasoning_text: str | Callable[[Any], str] = "",
                          tag: str = "demo") -> list[Episode]:
@@ -167,6 +176,8 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
             fit_context(builder, cfg, ep)  # records the first turn shown, exactly as the engine does
             record.response_tokens = _response_tokens(tokenizer, text, cfg)
             full = builder.generation_suffix + tokenizer.decode(record.response_tokens)
+            check_response_length(len(record.response_tokens), cfg, f"The demo response {full!r}",
+                                  "its thinking (warmstart.reasoning_text, warmstart.filler_words)")
             record.response_text = strip_end_of_turn(full, builder.eos_texts)
             parsed = parse_response(full, action_lookup=lookup, max_actions=cfg.max_actions_per_turn,
                                     enable_think=cfg.enable_think, separator=cfg.action_sep)
@@ -352,11 +363,16 @@ def rows_from_conversations(records: Sequence[dict], tokenizer, cfg: RolloutConf
                                                    given[k] if given else None, cfg, where)
                 if m.get("weight", 1):
                     trained.append(k)
+                    check_response_length(len(item["tokens"]), cfg, f"{where}: assistant message {k + 1}", "it")
                 k += 1
             chat.append(item)
         if not trained:
             raise ValueError(f"{where}: no assistant message to train on (all weights are 0 or none exist).")
         tokens, turn_map = builder.assemble(chat, add_generation_prompt=False)
+        if len(tokens) > cfg.max_model_len:  # RL never shows a context this long: it drops the oldest turns
+            raise ValueError(f"{where}: the conversation is {len(tokens)} tokens, more than rollout.max_model_len="
+                             f"{cfg.max_model_len} (RL drops the oldest turns of a longer context, so it never "
+                             f"sees such a row). Split it into rows of fewer turns or raise rollout.max_model_len.")
         rows.append((tokens, np.isin(turn_map, trained)))
     if not rows:
         raise ValueError(f"{source}: no demonstrations found.")
