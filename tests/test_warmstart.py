@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -448,3 +449,93 @@ def test_jsonl_demos_rl_could_not_produce_are_refused(tok, sokoban_eps, tmp_path
     with pytest.raises(ValueError, match=r"line 1: assistant message 1 is \d+ tokens, more than the "
                                          r"rollout.response_length=32"):
         load_jsonl_demos(str(tmp_path / "long.jsonl"), tok, cfg)
+
+
+def _demo_trainer(tok, c=None):
+    """What build_demos reads of a Trainer: its config, rollout format, tokenizer and train env batch."""
+    import types
+
+    from ragen_jax.trainer.settings import rollout_config
+
+    c = c or _bandit_config()
+    c.warmstart.num_demos = 8
+    return types.SimpleNamespace(cfg=c, rollout_cfg=rollout_config(c), tokenizer=tok,
+                                 train_env=make_env_batch(c.env.name, 2, **dict(c.env.kwargs)))
+
+
+def test_demo_cache_key_covers_what_shapes_the_rows(tok):
+    """The demo cache key changes with every setting the rows depend on (the tokenizer's end-of-turn id, which an
+    untrained stop is taught, was not in it) and not with the SFT schedule."""
+    base = ws.demo_cache_key(_demo_trainer(tok), 8)
+    changes = {"rollout.action_sep": "|", "rollout.prompt_style": "compact", "rollout.response_length": 17,
+               "rollout.max_model_len": 385, "rollout.context_mode": "full", "warmstart.reasoning": "filler",
+               "warmstart.reasoning_text": "hm", "warmstart.filler_words": 5, "warmstart.seed": 1,
+               "warmstart.source": "random", "env.kwargs": {"hi_prob": 0.5}}
+    for key, value in changes.items():
+        c = _bandit_config()
+        section, name = key.split(".")
+        c[section][name] = value
+        assert ws.demo_cache_key(_demo_trainer(tok, c), 8) != base, key
+    assert ws.demo_cache_key(_demo_trainer(tok), 9) != base
+    c = _bandit_config()
+    c.warmstart.steps, c.warmstart.lr = 7, 0.5
+    assert ws.demo_cache_key(_demo_trainer(tok, c), 8) == base
+
+    class OtherEnd:  # the same vocabulary and chat template, another end-of-turn id
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def __len__(self):
+            return len(self.inner)
+
+        eos_token_ids = property(lambda self: (self.inner.eos_token_ids[0] + 1,))
+
+    other = _demo_trainer(tok)
+    other.tokenizer = OtherEnd(tok)
+    assert ws.demo_cache_key(other, 8) != base
+
+
+def test_demo_cache_code_fingerprint_covers_the_env_package(tmp_path, monkeypatch):
+    """An edit of the env's renderer, generator or oracle (modules beside the env class) invalidates cached demos;
+    only the env class's own module was hashed, so stale prompts trained silently."""
+    import importlib
+    import sys
+    import types
+
+    pkg = tmp_path / "my_cache_env"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "env.py").write_text("from my_cache_env.render import render\n\nclass MyEnv:\n    pass\n")
+    (pkg / "render.py").write_text("def render(state):\n    return 'a'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env_module = importlib.import_module("my_cache_env.env")
+    try:
+        batch = types.SimpleNamespace(env=env_module.MyEnv())
+        before = ws._format_code_fingerprint(batch)
+        (pkg / "render.py").write_text("def render(state):\n    return 'b'\n")
+        assert ws._format_code_fingerprint(batch) != before
+    finally:
+        for name in [n for n in sys.modules if n.startswith("my_cache_env")]:
+            del sys.modules[name]
+
+
+def test_a_damaged_demo_cache_file_is_rebuilt(tok, tmp_path, monkeypatch):
+    """A truncated or empty cache file (a copy cut short, a full disk) stopped the run with BadZipFile/EOFError
+    although it was meant to be rebuilt."""
+    monkeypatch.setenv("RAGEN_JAX_CACHE", str(tmp_path))
+    trainer = _demo_trainer(tok)
+    ws._DEMO_MEMO.clear()
+    want = ws.build_demos(trainer)
+    (path,) = [str(p) for p in (tmp_path / "demos").iterdir()]
+    whole = open(path, "rb").read()
+    for damaged in (whole[: len(whole) // 2], b""):
+        with open(path, "wb") as f:
+            f.write(damaged)
+        ws._DEMO_MEMO.clear()
+        got = ws.build_demos(trainer)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_array_equal(ws.DemoRows.load(path).loss_mask, want.loss_mask)  # written again, whole
+    assert sorted(p.name for p in (tmp_path / "demos").iterdir()) == [os.path.basename(path)]  # no temporary files

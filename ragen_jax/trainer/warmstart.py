@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import time
+import zipfile
 from typing import Any, Callable
 
 import chex
@@ -181,23 +182,80 @@ def _demo_cache_path(key: str) -> str:
     return os.path.join(root, "demos", f"{key}.npz")
 
 
-def _format_code_fingerprint(env_batch) -> str:
-    """A hash of the code that shapes demos (prompts, contexts, batches, the env), so edits invalidate caches."""
+def _demo_code_files(env_batch) -> list[str]:
+    """The source files that shape demos: the rollout's prompts, contexts, parsing and batches, the env batch, the
+    env's module and every file beside it (its generator, renderer, oracle), and the env state descriptions."""
     import inspect
 
-    from ragen_jax.rollout import batching, context, demos, engine, prompts
+    from envs import describe
+    from ragen_jax.rollout import batching, context, demos, engine, parsing, prompts
 
-    modules = [batching, context, demos, engine, prompts, inspect.getmodule(type(env_batch))]
-    env = getattr(env_batch, "env", None)
-    if env is not None:
-        modules.append(inspect.getmodule(type(env)))
+    files = [inspect.getsourcefile(m) for m in (batching, context, demos, engine, parsing, prompts, describe)]
+    for obj in (env_batch, getattr(env_batch, "env", None)):
+        module = inspect.getmodule(type(obj)) if obj is not None else None
+        path = getattr(module, "__file__", None)
+        if path and path.endswith(".py"):
+            folder = os.path.dirname(os.path.abspath(path))
+            files.append(path)
+            if os.path.isfile(os.path.join(folder, "__init__.py")):  # an env package: its sibling modules too
+                files += [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py")]
+    return sorted({os.path.abspath(f) for f in files if f})
+
+
+def _format_code_fingerprint(env_batch) -> str:
+    """A hash of the code that shapes demos (`_demo_code_files`), so edits invalidate caches."""
     digest = hashlib.sha256()
-    for module in modules:
+    for path in _demo_code_files(env_batch):
+        digest.update(os.path.basename(path).encode())  # not the folder: checkouts of one code share a cache
         try:
-            digest.update(inspect.getsource(module).encode())
-        except (OSError, TypeError):
-            digest.update(repr(module).encode())
+            with open(path, "rb") as f:
+                digest.update(f.read())
+        except OSError:
+            pass
     return digest.hexdigest()[:16]
+
+
+def demo_cache_key(trainer, num: int) -> str:
+    """The demo cache's key: everything the played rows depend on (code, env and its kwargs, demo count, seed and
+    reasoning, the rollout format and lengths, and the tokenizer: vocabulary, chat template, end and pad ids)."""
+    cfg, w, rcfg, tok = trainer.cfg, trainer.cfg.warmstart, trainer.rollout_cfg, trainer.tokenizer
+    probe = tok.apply_chat_template([{"role": "user", "content": "probe"}], add_generation_prompt=True)
+    blob = json.dumps({"v": DEMO_CACHE_VERSION, "code": _format_code_fingerprint(trainer.train_env),
+                       "env": cfg.env.name, "kwargs": dict(cfg.env.kwargs).__repr__(),
+                       "num": int(num), "seed": int(w.seed), "source": w.source,
+                       "reasoning": [w.reasoning, w.reasoning_text, int(w.filler_words)],
+                       "rollout": dataclasses.asdict(rcfg), "vocab": len(tok), "probe": probe,
+                       "probe_ids": tok.encode(probe + "</think><answer>Up || Left</answer>"),
+                       "eos": [int(i) for i in tok.eos_token_ids], "pad": int(tok.pad_token_id)},
+                      sort_keys=True, default=repr)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _load_cached_demos(path: str) -> DemoRows | None:
+    """The rows cached at `path`, or None when there are none or the file is damaged (it is then rebuilt)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        rows = DemoRows.load(path)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # truncated, empty or foreign
+        return None
+    shapes = {rows.tokens.shape, rows.attention_mask.shape, rows.loss_mask.shape}
+    return rows if len(shapes) == 1 and rows.tokens.ndim == 2 and rows.num_rows else None
+
+
+def _save_cached_demos(rows: DemoRows, path: str) -> None:
+    """Write rows to `path` atomically (a private temporary file, then a rename): a reader, another process or
+    another host sharing the folder never sees a partial file. A cache that cannot be written is skipped."""
+    tmp = path + f".{jax.process_index()}.{os.getpid()}.tmp.npz"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        rows.save(tmp)
+        os.replace(tmp, path)
+    except OSError:  # a read-only or full cache only costs rebuilding; leave no partial file behind
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
 
 
 def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
@@ -211,33 +269,19 @@ def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
         return load_jsonl_demos(w.source, trainer.tokenizer, rcfg)
     num = int(num_demos or w.num_demos)
     tok = trainer.tokenizer
-    probe = tok.apply_chat_template([{"role": "user", "content": "probe"}], add_generation_prompt=True)
-    blob = json.dumps({"v": DEMO_CACHE_VERSION, "code": _format_code_fingerprint(trainer.train_env),
-                       "env": cfg.env.name, "kwargs": dict(cfg.env.kwargs).__repr__(),
-                       "num": num, "seed": int(w.seed), "reasoning": [w.reasoning, w.reasoning_text, int(w.filler_words)], "source": w.source,
-                       "rollout": dataclasses.asdict(rcfg), "vocab": len(tok), "probe": probe,
-                       "probe_ids": tok.encode(probe + "</think><answer>Up || Left</answer>")}, sort_keys=True)
-    key = hashlib.sha256(blob.encode()).hexdigest()[:20]
+    key = demo_cache_key(trainer, num)
     if key in _DEMO_MEMO:
         return _DEMO_MEMO[key]
     path = _demo_cache_path(key)
-    if os.path.exists(path):
-        try:
-            rows = _DEMO_MEMO[key] = DemoRows.load(path)
-            return rows
-        except (OSError, ValueError, KeyError):
-            pass  # a corrupt cache file is rebuilt
+    rows = _load_cached_demos(path)
+    if rows is not None:
+        _DEMO_MEMO[key] = rows
+        return rows
     episodes = oracle_demo_episodes(cfg.env.name, num, tok, rcfg, seed=int(w.seed), env_kwargs=dict(cfg.env.kwargs),
                                     reasoning_text=w.reasoning_text, random_actions=w.source == "random",
                                     reasoning=w.reasoning, filler_words=int(w.filler_words))
     rows = _DEMO_MEMO[key] = demo_rows(episodes, tok, rcfg)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + f".{jax.process_index()}.{os.getpid()}.tmp.npz"  # hosts may share the cache folder
-        rows.save(tmp)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache only costs rebuilding
+    _save_cached_demos(rows, path)
     return rows
 
 
