@@ -539,3 +539,24 @@ def test_a_damaged_demo_cache_file_is_rebuilt(tok, tmp_path, monkeypatch):
         np.testing.assert_array_equal(got.tokens, want.tokens)
         np.testing.assert_array_equal(ws.DemoRows.load(path).loss_mask, want.loss_mask)  # written again, whole
     assert sorted(p.name for p in (tmp_path / "demos").iterdir()) == [os.path.basename(path)]  # no temporary files
+
+
+def test_bad_jsonl_errors_name_the_file_line(tok, sokoban_eps, tmp_path):
+    """Errors named the record's count, not its line, so a file with blank lines pointed at the wrong line; a
+    metadata that is not an object stopped with an AttributeError; a weight "0" (a string) trained silently."""
+    cfg = _cfg()
+    good = {"messages": [{"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": "<think></think><answer>Up</answer>"}]}
+    bad = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<answer>Up</answer>"}]}
+    path = tmp_path / "demos.jsonl"
+    path.write_text("\n" + json.dumps(good) + "\n\n" + json.dumps(bad) + "\n")
+    with pytest.raises(ValueError, match="line 4: an assistant message must start"):
+        load_jsonl_demos(str(path), tok, cfg)
+    path.write_text(json.dumps(dict(good, metadata=["not", "an", "object"])) + "\n")
+    assert load_jsonl_demos(str(path), tok, cfg).num_rows == 1
+    path.write_text(json.dumps(dict(good, metadata={"response_tokens": [5]})) + "\n")  # not a list per message
+    assert load_jsonl_demos(str(path), tok, cfg).num_rows == 1
+    weighted = {"messages": [good["messages"][0], dict(good["messages"][1], weight="0")]}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(weighted) + "\n")
+    with pytest.raises(ValueError, match=r"line 2: a message's weight is 0 \(not trained\) or 1 \(trained\); got '0'"):
+        load_jsonl_demos(str(path), tok, cfg)

@@ -336,18 +336,28 @@ def _assistant_tokens(tokenizer, builder: ContextBuilder, content: str, given: l
     return _response_tokens(tokenizer, content[len(prefix):], cfg)
 
 
+def _recorded_tokens(record: Any) -> list | None:
+    """A record's metadata.response_tokens when it is a list of token-id lists (else None: contents are encoded)."""
+    metadata = record.get("metadata") if isinstance(record, dict) else None
+    given = metadata.get("response_tokens") if isinstance(metadata, dict) else None
+    if isinstance(given, list) and all(isinstance(t, list) and all(type(i) is int for i in t) for t in given):
+        return given
+    return None
+
+
 def rows_from_conversations(records: Sequence[dict], tokenizer, cfg: RolloutConfig, *,
-                            source: str = "demos") -> DemoRows:
+                            source: str = "demos", line_numbers: Sequence[int] | None = None) -> DemoRows:
     """One row per record {"messages": [...], "metadata": {"response_tokens": ...}?}; loss on
-    assistant messages whose "weight" is not 0 (OpenAI fine-tuning format)."""
+    assistant messages whose "weight" is not 0 (OpenAI fine-tuning format). line_numbers: each record's line in
+    `source`, for errors (default 1, 2, ...)."""
     builder = ContextBuilder(tokenizer, enable_think=cfg.enable_think)
     rows = []
-    for n, record in enumerate(records, 1):
-        where = f"{source} line {n}"
+    for i, record in enumerate(records):
+        where = f"{source} line {line_numbers[i] if line_numbers is not None else i + 1}"
         messages = record.get("messages") if isinstance(record, dict) else record
         if not isinstance(messages, list) or not messages:
             raise ValueError(f"{where}: expected {{\"messages\": [{{\"role\": ..., \"content\": ...}}, ...]}}.")
-        given = ((record.get("metadata") or {}).get("response_tokens") if isinstance(record, dict) else None)
+        given = _recorded_tokens(record)
         n_assistant = sum(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
         if given is not None and len(given) != n_assistant:
             given = None
@@ -358,6 +368,8 @@ def rows_from_conversations(records: Sequence[dict], tokenizer, cfg: RolloutConf
                 raise ValueError(f"{where}: each message needs a role (system|user|assistant) and a "
                                  f"string content; got {m!r}.")
             item = {"role": m["role"], "content": m["content"]}
+            if m.get("weight", 1) not in (0, 1):  # "0" or 0.5 would train silently
+                raise ValueError(f"{where}: a message's weight is 0 (not trained) or 1 (trained); got {m['weight']!r}.")
             if m["role"] == "assistant":
                 item["tokens"] = _assistant_tokens(tokenizer, builder, m["content"],
                                                    given[k] if given else None, cfg, where)
@@ -388,7 +400,7 @@ def rows_from_conversations(records: Sequence[dict], tokenizer, cfg: RolloutConf
 
 def load_jsonl_demos(path: str, tokenizer, cfg: RolloutConfig) -> DemoRows:
     """Rows from a JSONL file of chat conversations (see `rows_from_conversations`)."""
-    records = []
+    records, lines = [], []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if line.strip():
@@ -396,4 +408,5 @@ def load_jsonl_demos(path: str, tokenizer, cfg: RolloutConfig) -> DemoRows:
                     records.append(json.loads(line))
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path} line {n} is not JSON ({e}).") from None
-    return rows_from_conversations(records, tokenizer, cfg, source=path)
+                lines.append(n)
+    return rows_from_conversations(records, tokenizer, cfg, source=path, line_numbers=lines)
