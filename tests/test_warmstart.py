@@ -560,3 +560,33 @@ def test_bad_jsonl_errors_name_the_file_line(tok, sokoban_eps, tmp_path):
     path.write_text(json.dumps(good) + "\n" + json.dumps(weighted) + "\n")
     with pytest.raises(ValueError, match=r"line 2: a message's weight is 0 \(not trained\) or 1 \(trained\); got '0'"):
         load_jsonl_demos(str(path), tok, cfg)
+
+
+def test_a_warm_start_cut_by_max_seconds_after_a_validation_validates_once(tok, tmp_path, monkeypatch):
+    """warmstart.max_seconds ending the warm start right after a val_every validation validated the same weights
+    again (minutes on a real model) and logged every sft/val curve twice at that step."""
+    from ragen_jax.monitoring import Monitor
+    from ragen_jax.trainer.setup import split_model
+
+    def step_fn(trainable, opt_state, frozen, prefix, batch):
+        return trainable, opt_state, {"loss": 1.0, "token_accuracy": 0.5, "grad_norm": 1.0, "update_skipped": 0.0}
+
+    monkeypatch.setattr(ws, "make_sft_step", lambda graphdef, tx, micro: step_fn)
+    monkeypatch.setenv("RAGEN_JAX_CACHE", str(tmp_path / "cache"))
+    trainer = _demo_trainer(tok)
+    trainer.cfg.warmstart.update(batch_size=8, micro_batch_size=8, val_every=1, max_seconds=1e-9)
+    validations, logged = [], []
+
+    def run_validation(step):
+        validations.append(step)
+        return {f"val/{trainer.val_tag}/success": 0.5 * len(validations)}, []
+
+    monitor = Monitor("", enabled=False)
+    monitor.scalars = lambda m, step: logged.append((step, dict(m)))
+    trainer.__dict__.update(actor=split_model(make_tiny_model(seed=0, **dict(trainer.cfg.model.tiny))[0], lora=False),
+                            monitor=monitor, val_tag="Bandit", run_validation=run_validation, is_main=False,
+                            reset_reference=lambda: None)
+    metrics = ws.run_warmstart(trainer, steps=5)
+    assert metrics["sft/steps"] == 1 and len(validations) == 2  # before, and after step 1 (not again)
+    assert [s for s, m in logged if "sft/val/Bandit/success" in m] == [0, 1]
+    assert metrics["val_success_after_warmstart"] == 1.0

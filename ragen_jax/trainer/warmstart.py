@@ -363,22 +363,27 @@ def run_warmstart(trainer, num_demos: int | None = None, steps: int | None = Non
     logger.info("Warm-start: %d demo rows (shared prefix %d tokens, suffix width %d) in %.1f s.",
                 data.num_rows, len(data.prefix), data.tokens.shape[1], demo_s)
     before, _ = trainer.run_validation(0)
-    val_log = {}
+    last_val: dict[int, tuple] = {}  # the latest in-run validation: {step: (metrics, episodes)}
 
     def validate(step: int, spent: float) -> None:
         if w.val_every and step % w.val_every == 0 and step < steps:
-            vm, _ = trainer.run_validation(0)
-            val_log[step] = vm.get(success_key, 0.0)
+            vm, episodes = trainer.run_validation(0)
+            last_val.clear()
+            last_val[step] = (vm, episodes)
             trainer.monitor.scalars({f"sft/{k}": v for k, v in vm.items()}, step)
-            logger.info("Warm-start step %d (%.0f s): val success %.3f.", step, spent, val_log[step])
+            logger.info("Warm-start step %d (%.0f s): val success %.3f.", step, spent, vm.get(success_key, 0.0))
 
     trainer.monitor.scalars({f"sft/{k}": v for k, v in before.items()}, 0)
     metrics = train_sft(trainer, data, steps=steps, max_seconds=float(w.max_seconds), callback=validate)
-    after, after_episodes = trainer.run_validation(0)
+    last = int(metrics["sft/steps"])
+    if last in last_val:  # max_seconds ended the warm start right after a validation: the same weights
+        after, after_episodes = last_val[last]
+    else:
+        after, after_episodes = trainer.run_validation(0)
+        trainer.monitor.scalars({f"sft/{k}": v for k, v in after.items()}, last)
     if getattr(trainer, "is_main", False):
         trainer.warmstart_jsonl = write_jsonl(os.path.join(trainer.workdir, "rollouts", "val_after_warmstart.jsonl"),
                                               after_episodes, **trainer._dump_kwargs())
-    trainer.monitor.scalars({f"sft/{k}": v for k, v in after.items()}, int(metrics["sft/steps"]))
     trainer.monitor.flush()
     trainer.reset_reference()
     metrics.update({"sft/num_rows": float(data.num_rows), "sft/demo_seconds": demo_s,
