@@ -3,7 +3,8 @@
 Started by tests/test_sharding_devices.py in a subprocess with XLA_FLAGS set before jax is imported.
 MODE: placement (per-device shard shapes) | train | generate (results per mesh and on one device) |
 checkpoint (Orbax save of a sharded state, restore on the same and on another mesh) | config_errors
-(the Trainer's errors for batch sizes and meshes that do not fit 8 devices).
+(the Trainer's errors for batch sizes and meshes that do not fit 8 devices) | update_collectives (the
+collectives inside the compiled micro-batch scan of the actor and critic updates).
 """
 
 from __future__ import annotations
@@ -140,6 +141,63 @@ def config_errors() -> dict:
     return out
 
 
+def _scan_body_collectives(text: str, fn: str) -> dict[str, int]:
+    """Collective-permutes and all-to-alls (resharding) in the compiled HLO `text` inside the outermost while loop
+    of jitted `fn` (the micro-batch scan) and every computation it calls, by kind; the embedding lookup's
+    (`jit(_take)` on a table split over vocab and fsdp) are left out: they belong to that layout, not the batch's."""
+    import re
+
+    comps, name = {}, None
+    for line in text.splitlines():
+        head = re.match(r"(?:ENTRY )?(%[\w.\-]+) ", line)
+        if head and line.rstrip().endswith("{"):
+            name = head.group(1)
+            comps[name] = []
+        elif name is not None:
+            comps[name].append(line)
+    loop = [line for lines in comps.values() for line in lines
+            if " while(" in line and f'op_name="jit({fn})/while"' in line]
+    assert len(loop) == 1, f"expected one micro-batch scan in {fn}, found {len(loop)}"
+    todo, seen = [re.search(r"body=(%[\w.\-]+)", loop[0]).group(1)], set()
+    counts: dict[str, int] = {}
+    while todo:
+        comp = todo.pop()
+        if comp in seen:
+            continue
+        seen.add(comp)
+        for line in comps[comp]:
+            todo += re.findall(r"(?:calls|body|condition|to_apply)=(%[\w.\-]+)", line)
+            found = re.search(r"= \S+ (collective-permute|all-to-all)(-start)?\(", line)
+            if found and "jit(_take)" not in line:
+                counts[found.group(1)] = counts.get(found.group(1), 0) + 1
+    return counts
+
+
+def update_collectives() -> dict:
+    """Per mesh and update (actor, critic): the resharding collectives inside the compiled micro-batch scan."""
+    import optax
+    from flax import nnx
+    from ragen_jax.models import ValueModel
+    from ragen_jax.trainer.setup import split_model
+    from ragen_jax.trainer.steps import make_step_fns
+
+    tx = optax.sgd(0.5)
+    batch = L.synthetic_batch()
+    batch["returns"] = batch["values"] = batch["advantages"]
+    out = {}
+    for shape in ((8, 1, 1), (1, 4, 2), (2, 2, 2)):
+        actor = L.make_actor()
+        critic = split_model(ValueModel.from_causal_lm(nnx.merge(actor.graphdef, actor.trainable, actor.frozen),
+                                                       rngs=nnx.Rngs(2)), False)
+        fns = make_step_fns(actor.graphdef, critic.graphdef, L.algo(), tx, tx, L.MICRO)
+        for name, model in (("actor", actor), ("critic", critic)):
+            model, opt, placed, mesh = L.placed(model, tx, batch, shape)
+            with jax.set_mesh(mesh):
+                text = fns[f"{name}_update"].lower(model.trainable, opt, model.frozen, placed).compile().as_text()
+            out[f"{shape} {name}"] = _scan_body_collectives(text, f"_{name}_update")
+    return out
+
+
 def _config():
     from ragen_jax.sampling import model_config_of
     return model_config_of(L.make_actor().graphdef)
@@ -173,6 +231,9 @@ if __name__ == "__main__":
     elif mode == "config_errors":
         with open(path, "w") as f:
             json.dump(config_errors(), f)
+    elif mode == "update_collectives":
+        with open(path, "w") as f:
+            json.dump(update_collectives(), f)
     elif mode == "generate":
         np.savez(path, **equivalence(L.generate))
     else:

@@ -138,6 +138,19 @@ def test_critic_update_matches_single_device(trained):
 
 
 @pytest.mark.slow
+def test_update_does_not_move_batch_rows_inside_the_micro_batch_scan(tmp_path):
+    """The mini-batch's rows arrive split over (data, fsdp) in contiguous blocks; micro-batch i of them lived on a
+    few devices only, so every step of the update's scan moved its rows (collective-permutes and all-gathers of
+    tokens, masks, advantages). Now they are laid out once before the scan: no such collective runs inside it."""
+    out = str(tmp_path / "collectives.json")
+    run_worker("update_collectives", out)
+    with open(out) as f:
+        counts = json.load(f)
+    assert set(counts) == {f"{m} {u}" for m in ("(8, 1, 1)", "(1, 4, 2)", "(2, 2, 2)") for u in ("actor", "critic")}
+    assert {k: c for k, c in counts.items() if c} == {}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mesh", MESHES, ids=str)
 def test_generation_matches_single_device(generated, mesh):
     want, got = _results(generated, "single"), _results(generated, str(mesh))
@@ -174,3 +187,4 @@ def test_trainer_refuses_batches_and_meshes_that_do_not_fit_before_building_the_
     assert "env.groups" not in err["mini and micro"] and "mesh.data" in err["mini and micro"]
     assert err["device count"].startswith("ValueError") and "needs 3 devices but 8" in err["device count"]
     assert err["two free axes"].startswith("ValueError") and "At most one mesh axis may be -1" in err["two free axes"]
+

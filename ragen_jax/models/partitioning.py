@@ -36,14 +36,14 @@ def constrain(x: jax.Array, spec: P) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, spec)
 
 
-def shard_activation(x: jax.Array, tensor_dim: int | None = None) -> jax.Array:
-    """x [B, ...]: rows over (data, fsdp) and dim `tensor_dim` over tensor, each where it divides."""
+def shard_activation(x: jax.Array, tensor_dim: int | None = None, row_dim: int = 0) -> jax.Array:
+    """x [B, ...]: rows (dim `row_dim`) over (data, fsdp) and dim `tensor_dim` over tensor, each where it divides."""
     mesh = _active_mesh()
     if mesh is None:
         return x
     spec: list = [None] * x.ndim
-    if x.shape[0] % math.prod(mesh.shape[a] for a in BATCH_AXES) == 0:
-        spec[0] = BATCH_AXES
+    if x.shape[row_dim] % math.prod(mesh.shape[a] for a in BATCH_AXES) == 0:
+        spec[row_dim] = BATCH_AXES
     if tensor_dim is not None and x.shape[tensor_dim] % mesh.shape[TENSOR_AXIS] == 0:
         spec[tensor_dim] = TENSOR_AXIS
     if all(s is None for s in spec):

@@ -40,7 +40,7 @@ DEFAULT_RULES: tuple[tuple[str, P], ...] = (
     (_ROW + r"/lora_a$", P(("tensor", "fsdp"), None)),  # [in, r]
     (_ROW + r"/lora_b$", P(None, "fsdp")),  # [r, D]
     (r"(norm|layernorm)/weight$", P()),  # RMSNorm scales (layer, final, Qwen3 q/k norms)
-    (r"score/kernel$", P("fsdp", None)),  # value head [D, 1]
+    (r"score/kernel$", P()),  # value head [D, 1]: D floats; split over fsdp it moved in every micro-batch
     (r"score/bias$", P()),  # [1]
 )
 

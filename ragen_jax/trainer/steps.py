@@ -125,11 +125,15 @@ class AlgoSettings:
 
 
 def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Array]:
-    """Leaves [M, ...] -> [M // micro, micro, ...] for a scan over micro-batches."""
+    """Leaves [M, ...] -> [M // micro, micro, ...] for a scan over micro-batches.
+
+    Under a mesh each micro-batch's rows are split over (data, fsdp): the mini-batch's rows arrive in contiguous
+    blocks per device, so micro-batch i would live on a few devices only, and every scan step would move its rows
+    (collective-permutes, all-gathers); laid out this way they move once, before the scan."""
     def split(x):
         if x.shape[0] % micro:
             raise ValueError(f"Mini-batch of {x.shape[0]} rows is not a multiple of micro_batch_size {micro}.")
-        return x.reshape(x.shape[0] // micro, micro, *x.shape[1:])
+        return sharding.constrain_rows(x.reshape(x.shape[0] // micro, micro, *x.shape[1:]), row_dim=1)
     return jax.tree.map(split, batch)
 
 
