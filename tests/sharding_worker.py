@@ -3,7 +3,8 @@
 Started by tests/test_sharding_devices.py in a subprocess with XLA_FLAGS set before jax is imported.
 MODE: placement (per-device shard shapes) | train | generate (results per mesh and on one device) |
 checkpoint (Orbax save of a sharded state, restore on the same and on another mesh) | config_errors
-(the Trainer's errors for batch sizes and meshes that do not fit 8 devices) | update_collectives (the
+(the Trainer's errors for batch sizes and meshes that do not fit 8 devices) | validation_rows (the validation
+batch the Trainer builds when val sizes do not split 8 ways) | update_collectives (the
 collectives inside the compiled micro-batch scan of the actor and critic updates).
 """
 
@@ -141,6 +142,36 @@ def config_errors() -> dict:
     return out
 
 
+def validation_rows() -> dict:
+    """The rows the Trainer builds its validation env batch for (val.groups, val.group_size, val.batch_size) on 8
+    devices (data=-1): the model is never loaded."""
+    from configs.base import apply_tiny, get_base_config
+    from ragen_jax.trainer import setup as setup_lib
+    from ragen_jax.trainer.loop import Trainer
+
+    built = []
+
+    def stop(*args, **kwargs):
+        raise StopIteration  # the env batches are built: nothing more is needed
+
+    setup_lib.env_batch = lambda env_cfg, name, rows: built.append(rows)
+    setup_lib.load_policy_and_tokenizer = stop
+    out = {}
+    for groups, group_size, batch_size in ((3, 4, 12), (6, 1, 6), (4, 4, 16), (6, 2, 4)):
+        c = get_base_config()
+        apply_tiny(c)
+        c.env.name, c.env.groups, c.env.group_size = "SimpleSokoban", 2, 8
+        c.trainer.mini_batch_size, c.trainer.micro_batch_size = 16, 8
+        c.val.groups, c.val.group_size, c.val.batch_size = groups, group_size, batch_size
+        built.clear()
+        try:
+            Trainer(c, workdir="/nonexistent")
+        except StopIteration:
+            pass
+        out[f"{groups}x{group_size} in {batch_size}"] = built[1]  # built[0]: the training envs
+    return out
+
+
 def _scan_body_collectives(text: str, fn: str) -> dict[str, int]:
     """Collective-permutes and all-to-alls (resharding) in the compiled HLO `text` inside the outermost while loop
     of jitted `fn` (the micro-batch scan) and every computation it calls, by kind; the embedding lookup's
@@ -231,6 +262,9 @@ if __name__ == "__main__":
     elif mode == "config_errors":
         with open(path, "w") as f:
             json.dump(config_errors(), f)
+    elif mode == "validation_rows":
+        with open(path, "w") as f:
+            json.dump(validation_rows(), f)
     elif mode == "update_collectives":
         with open(path, "w") as f:
             json.dump(update_collectives(), f)

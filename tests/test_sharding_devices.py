@@ -188,3 +188,13 @@ def test_trainer_refuses_batches_and_meshes_that_do_not_fit_before_building_the_
     assert err["device count"].startswith("ValueError") and "needs 3 devices but 8" in err["device count"]
     assert err["two free axes"].startswith("ValueError") and "At most one mesh axis may be -1" in err["two free axes"]
 
+
+def test_validation_batch_that_does_not_split_over_the_devices_is_padded_with_whole_groups(tmp_path):
+    """On 8 devices (data=-1) a validation batch of 12 or 6 rows was replicated: every device decoded every row and
+    held the whole KV cache. It now plays the next multiple of 8 and of val.group_size (the extra episodes are not
+    counted); a batch that splits is unchanged."""
+    out = str(tmp_path / "val.json")
+    run_worker("validation_rows", out, timeout=300)
+    with open(out) as f:
+        rows = json.load(f)
+    assert rows == {"3x4 in 12": 16, "6x1 in 6": 8, "4x4 in 16": 16, "6x2 in 4": 8}

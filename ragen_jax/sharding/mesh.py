@@ -87,3 +87,11 @@ def check_batch_sizes(sizes: Mapping[str, int], shape: Mapping[str, int]) -> Non
             f"{'is' if len(bad) == 1 else 'are'} not a multiple of {shards}: make "
             f"{'it' if len(bad) == 1 else 'them'} a multiple of {shards}, or lower mesh.data / mesh.fsdp "
             "(raising mesh.tensor instead).")
+
+
+def padded_batch_size(rows: int, group_size: int, shape: Mapping[str, int]) -> int:
+    """The smallest batch >= `rows` of whole groups of `group_size` that splits over the data * fsdp devices of a
+    mesh of `shape`. A batch that does not split is replicated: every device decodes every row and holds the
+    whole KV cache; the few extra episodes of a padded batch cost less than that."""
+    step = math.lcm(group_size, math.prod(shape[a] for a in BATCH_AXES))
+    return -(-rows // step) * step

@@ -94,7 +94,12 @@ class Trainer:
         self.val_names = validation_envs(cfg.val.name, cfg.env.name)
         self.val_tags = [env_tag(name) for name in self.val_names]
         self.val_name, self.val_tag = self.val_names[0], self.val_tags[0]  # the one the run's history follows
-        self.val_batch = min(cfg.val.batch_size, cfg.val.groups * cfg.val.group_size)
+        val_rows = min(cfg.val.batch_size, cfg.val.groups * cfg.val.group_size)
+        self.val_batch = sharding.padded_batch_size(val_rows, cfg.val.group_size, self.mesh.shape)
+        if self.val_batch != val_rows and self.is_main:  # the extra groups are played, not counted
+            logger.info("Validation plays %d episodes at a time, not %d: a multiple of val.group_size and of the %d "
+                        "data*fsdp devices; the extra episodes are not counted.", self.val_batch, val_rows,
+                        sharding.batch_shards(self.mesh))
         self.train_env = setup_lib.env_batch(cfg.env, cfg.env.name, _local_rows(self.mesh, self.batch_size))
         self.val_envs = [setup_lib.env_batch(cfg.env, name, _local_rows(self.mesh, self.val_batch))
                          for name in self.val_names]
