@@ -86,6 +86,23 @@ def test_output_comparison():
     assert not values_equal(True, 1)
 
 
+def test_integers_compare_exactly():
+    """A relative tolerance is for floats: an answer off by one in a large integer is wrong."""
+    assert not stdout_matches("1000000008", "1000000007")
+    assert not stdout_matches("3 1000000008\n", "3 1000000007")
+    assert not stdout_matches("1" * 5000 + "2", "1" * 5000 + "1")  # past int()'s digit limit: no error
+    assert stdout_matches("-0 +7 007", "0 7 7") and stdout_matches("1000000007", "1000000007.0000001")
+    assert not values_equal(1000000008, 1000000007)
+    assert not values_equal([10**18 + 1], [10**18])
+    assert values_equal(2.0000000001, 2) and values_equal(1000000007, 1000000007)
+
+
+def test_off_by_one_large_integer_answer_fails(sandbox):
+    big = BY_ID["sum_two"]  # expects 2000000000 for the third test
+    r = grade(sandbox, big, fenced("a, b = map(int, input().split())\nprint(a + b + (a > 10**6))"))
+    assert [v.passed for v in r.verdicts] == [True, True, False] and r.reward == pytest.approx(2 / 3)
+
+
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
                     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3)))
 def test_values_equal_reflexive_through_json(v):

@@ -1,8 +1,9 @@
 """Grade answers: extract code, run each test in the sandbox, compare outputs, score the fraction passed.
 
 Comparison (LiveCodeBench-style): stdin tests compare stdout to the expected text line by line
-after stripping whitespace and trailing blank lines, with numeric tokens equal within 1e-6;
-functional tests compare the JSON of the return value (tuples as lists, floats within 1e-6).
+after stripping whitespace and trailing blank lines, with numeric tokens equal within 1e-6 (integers
+exactly); functional tests compare the JSON of the return value (tuples as lists, floats within 1e-6,
+integers exactly).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from envs.deepcoder.sandbox import RunResult, Sandbox
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _TOL = 1e-6
+_INT = re.compile(r"[+-]?[0-9]+")
 
 # Names LiveCodeBench makes available to functional solutions.
 _PRELUDE = ("from typing import *\nimport math, collections, heapq, bisect, itertools, functools, string, re\n"
@@ -115,7 +117,17 @@ def build_program(code: str, test: TestCase, func_name: str | None) -> tuple[str
     return program, json.dumps({"nonce": nonce, "args": args}), nonce
 
 
+def _canonical_int(token: str) -> str:
+    """An integer token without sign noise or leading zeros (as text: int() refuses over 4300 digits)."""
+    digits = token.lstrip("+-").lstrip("0") or "0"
+    return ("-" + digits) if token.startswith("-") and digits != "0" else digits
+
+
 def _num_equal(a: str, b: str) -> bool:
+    """Numeric tokens: integers equal exactly (a relative tolerance would pass 1000000008 for 1000000007),
+    otherwise floats within the tolerance."""
+    if _INT.fullmatch(a) and _INT.fullmatch(b):
+        return _canonical_int(a) == _canonical_int(b)
     try:
         x, y = float(a), float(b)
     except ValueError:
@@ -139,9 +151,11 @@ def stdout_matches(got: str, expected: str) -> bool:
 
 
 def values_equal(got: Any, expected: Any) -> bool:
-    """JSON-value equality with float tolerance (bools are not numbers)."""
+    """JSON-value equality with float tolerance (bools are not numbers; two integers equal exactly)."""
     if isinstance(got, bool) or isinstance(expected, bool):
         return got is expected
+    if isinstance(got, int) and isinstance(expected, int):
+        return got == expected
     if isinstance(got, (int, float)) and isinstance(expected, (int, float)):
         return got == expected or math.isclose(got, expected, rel_tol=_TOL, abs_tol=_TOL)
     if isinstance(got, list) and isinstance(expected, list):
