@@ -63,6 +63,19 @@ def test_answer_cannot_forge_functional_result(sandbox):
     assert grade(sandbox, BY_ID["is_palindrome"], fenced(forged)).reward == 0.0
 
 
+@pytest.mark.parametrize("line", ["'{not json'", "'[' * 100000"])
+def test_unreadable_result_line_is_the_answers_failure(sandbox, line):
+    """The answer shares the runner's process: it can find the nonce and write a broken result line itself."""
+    forged = ("import os, sys\nnonce = sys._getframe(1).f_locals['_payload']['nonce']\n"
+              f"sys.__stdout__.write('\\n' + nonce + {line} + '\\n')\nsys.__stdout__.flush()\nos._exit(0)\n")
+    r = grade(sandbox, BY_ID["is_palindrome"], fenced(forged))
+    assert r.reward == 0.0 and r.verdicts[0].status == "runtime_error"
+    env = DeepCoderEnv(problems=[BY_ID["is_palindrome"]], sandbox=sandbox)
+    env.reset(0)
+    _, reward, _, truncated, info = env.step(fenced(forged))
+    assert (reward, truncated, info["success"]) == (0.0, True, False)
+
+
 def test_no_code_is_invalid(sandbox):
     r = grade(sandbox, BY_ID["sum_two"], "   ")
     assert not r.code_found and r.reward == 0.0

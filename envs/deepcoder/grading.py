@@ -177,7 +177,10 @@ def judge(run: RunResult, test: TestCase, nonce: str) -> TestVerdict:
     lines = [line for line in run.stdout.splitlines() if line.startswith(nonce)]
     if not lines:
         return TestVerdict(False, "runtime_error", "no return value")
-    got = json.loads(lines[-1][len(nonce):])
+    try:  # the runner writes JSON, but the answer runs in the same process and can write this line itself
+        got = json.loads(lines[-1][len(nonce):])
+    except (ValueError, RecursionError):
+        return TestVerdict(False, "runtime_error", "unreadable return value")
     expected = json.loads(test.output)
     ok = values_equal(got, expected) or (test.unwrap_output and isinstance(expected, list)
                                          and len(expected) == 1 and values_equal(got, expected[0]))
