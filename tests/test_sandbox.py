@@ -48,6 +48,7 @@ def assert_scores_zero(sandbox, code):
 def full_isolation(sandbox) -> dict:
     """The capabilities, or a skip where this host cannot give a PID namespace and a private root."""
     caps = sandbox.capabilities()
+    assert "fatal" not in caps, caps["fatal"]  # a sandbox that refuses every run is a failure, not a skip
     if not (caps["pidns"] and caps["root"]):
         pytest.skip("needs PID + mount namespaces (root on Linux, unshare allowed by the kernel); this host: "
                     f"{caps['errors'] or 'not root'}")
@@ -255,6 +256,36 @@ def test_extra_paths_are_readable_but_not_writable(outside_dir):
     assert r.ok, r.stderr
     assert r.stdout.split() == ["42", "read-only", "30"]  # EROFS
     assert sorted(p.name for p in outside_dir.iterdir()) == ["table.txt"]
+
+
+def test_extra_paths_under_tmp_are_shown_inside_the_private_tmp():
+    """A host folder under /tmp (where datasets are often unpacked) shows inside the sandbox's own /tmp."""
+    data_dir = Path(tempfile.mkdtemp(prefix="ragen-extra-", dir="/tmp"))
+    try:
+        data_dir.chmod(0o755)
+        (data_dir / "table.txt").write_text("42")
+        (data_dir / "table.txt").chmod(0o644)
+        sb = Sandbox(SandboxConfig(cpu_time_s=1, wall_time_s=3, extra_paths=(str(data_dir),)), max_concurrency=1)
+        full_isolation(sb)
+        code = "\n".join([
+            f"print(open({str(data_dir / 'table.txt')!r}).read())",
+            "open('/tmp/scratch.txt', 'w').write('ok')",  # the rest of /tmp stays the private scratch space
+            "import os",
+            "print(sorted(os.listdir('/tmp')))"])
+        r = sb.run(code)
+        assert r.ok, r.stderr
+        assert r.stdout.split("\n")[:2] == ["42", str(sorted([data_dir.name, "sandbox", "scratch.txt"]))]
+        assert sorted(p.name for p in data_dir.iterdir()) == ["table.txt"]
+        assert not Path("/tmp/scratch.txt").exists()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("path", ["/", "/tmp", "/tmp/", "/tmp/sandbox", "/tmp/sandbox/data", "/proc/self", "/dev",
+                                  "/dev/nvidia0", "data/table.txt"])
+def test_extra_paths_the_sandbox_makes_itself_are_refused(path):
+    with pytest.raises(ValueError, match="SandboxConfig.extra_paths"):
+        SandboxConfig(extra_paths=(path,))
 
 
 def test_writes_outside_workdir_do_not_land():

@@ -184,14 +184,14 @@ def _build_root(libc, cfg: dict, status: dict) -> str:
     with open(os.path.join(root, "solution.py"), "rb") as f:
         program = f.read()
     _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    os.mkdir(root + "/tmp")  # first: a view path under /tmp is mounted inside the private /tmp
+    _mount_scratch(libc, root + "/tmp", cfg["tmp_size"])
     for path in cfg["view"]:
         _expose(libc, root, path)
     _add_devices(libc, root, cfg)
     os.mkdir(root + "/proc", 0o555)
     if status["pidns"]:  # a /proc without a PID namespace of its own would show every host process
         _mount(libc, "proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    os.mkdir(root + "/tmp")
-    _mount_scratch(libc, root + "/tmp", cfg["tmp_size"])
     workdir = root + WORKDIR
     os.mkdir(workdir, 0o700)
     with open(os.path.join(workdir, "solution.py"), "wb") as f:

@@ -35,6 +35,7 @@ from envs.deepcoder.slots import POOL, uid_of
 
 LAUNCHER = str(Path(__file__).with_name("launcher.py"))
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+_SANDBOX_OWNED = ("/proc", "/dev", "/tmp/sandbox")  # made by the launcher, never host paths (with / and /tmp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +54,17 @@ class SandboxConfig:
     drop_privileges: bool = True  # run as the slot's own uid when root
     extra_paths: tuple[str, ...] = ()  # host paths shown read-only besides the interpreter's
     strict: bool = False  # refuse to run without PID/mount/network namespaces and an unprivileged uid
+
+    def __post_init__(self) -> None:
+        for path in self.extra_paths:
+            norm = os.path.normpath(path) if isinstance(path, str) else ""
+            if not os.path.isabs(norm):
+                raise ValueError(f"SandboxConfig.extra_paths: {path!r} is not an absolute path; list host "
+                                 "paths as absolute paths")
+            if norm in ("/", "/tmp") or any(norm == d or norm.startswith(d + "/") for d in _SANDBOX_OWNED):
+                raise ValueError(f"SandboxConfig.extra_paths: {path!r} is (or is inside) a folder the sandbox makes "
+                                 f"itself ({', '.join(('/', '/tmp') + _SANDBOX_OWNED)}); list the host folder "
+                                 "holding the files instead, or move them (folders under /tmp are fine)")
 
 
 @dataclasses.dataclass
