@@ -13,6 +13,7 @@ from envs.deepcoder.builtin import BUILTIN_PROBLEMS
 from envs.deepcoder.env import DeepCoderEnv
 from envs.deepcoder.grading import extract_code, grade, grade_batch, stdout_matches, values_equal
 from envs.deepcoder.problems import FUNCTIONAL, STDIN, load_problems, parse_tests
+from envs.deepcoder.interpreter import SandboxError
 from envs.deepcoder.sandbox import Sandbox, SandboxConfig
 from envs.deepcoder.slots import max_concurrent_sandboxes
 from tests.sandbox_testlib import RecordingSandbox, concurrent_sandboxes, peak_overlap, span_program
@@ -74,6 +75,35 @@ def test_unreadable_result_line_is_the_answers_failure(sandbox, line):
     env.reset(0)
     _, reward, _, truncated, info = env.step(fenced(forged))
     assert (reward, truncated, info["success"]) == (0.0, True, False)
+
+
+def test_a_sandbox_that_cannot_run_programs_errors_the_episode_instead_of_scoring_zero():
+    """Strict mode without namespaces refuses every run: that is the host's fault, not a wrong answer."""
+    broken = Sandbox(SandboxConfig(use_namespaces=False, drop_privileges=False, strict=True), max_concurrency=1)
+    problem = BY_ID["sum_two"]
+    with pytest.raises(SandboxError, match="strict sandbox requested"):
+        grade(broken, problem, fenced(problem.solution))
+    env = DeepCoderEnv(problems=[problem], sandbox=broken)
+    batch = HostEnvBatch([env])
+    batch.reset([0])
+    result = batch.step([[fenced(problem.solution)]], np.ones(1, bool))
+    assert "SandboxError" in result.errors[0] and "strict sandbox requested" in result.errors[0]
+    assert result.terminated[0] and not result.success[0]
+
+
+@pytest.mark.parametrize("field", ["cpu_time_s", "wall_time_s", "memory_bytes", "max_output_bytes",
+                                   "file_size_bytes", "max_processes", "max_open_files"])
+@pytest.mark.parametrize("value", [0, -5, None])
+def test_sandbox_limits_must_be_positive(field, value):
+    with pytest.raises(ValueError, match=f"SandboxConfig.{field} must be a positive number"):
+        SandboxConfig(**{field: value})
+
+
+def test_env_refuses_a_bad_timeout_or_memory_limit():
+    with pytest.raises(ValueError, match="cpu_time_s must be a positive number"):
+        DeepCoderEnv(test_timeout_s=0)
+    with pytest.raises(ValueError, match="memory_bytes must be a positive number"):
+        DeepCoderEnv(memory_bytes=-1)
 
 
 def test_no_code_is_invalid(sandbox):

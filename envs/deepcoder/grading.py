@@ -17,6 +17,7 @@ import secrets
 from typing import Any, Sequence
 
 from envs.deepcoder.problems import FUNCTIONAL, Problem, TestCase
+from envs.deepcoder.interpreter import SandboxError
 from envs.deepcoder.sandbox import RunResult, Sandbox
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
@@ -46,7 +47,7 @@ def _sandbox_main(_src, _name):
 @dataclasses.dataclass
 class TestVerdict:
     passed: bool
-    status: str  # passed | wrong_answer | runtime_error | timeout | output_limit | sandbox_error
+    status: str  # passed | wrong_answer | runtime_error | timeout | output_limit | no_code
     detail: str = ""
 
     __test__ = False
@@ -166,7 +167,11 @@ def values_equal(got: Any, expected: Any) -> bool:
 
 
 def judge(run: RunResult, test: TestCase, nonce: str) -> TestVerdict:
-    """Verdict for one sandbox run of one test."""
+    """Verdict for one sandbox run of one test. A run the sandbox itself could not make is no verdict on the
+    answer: it raises SandboxError, which ends the episode with that error (never trained on as a 0 reward)."""
+    if run.status == "sandbox_error":
+        raise SandboxError(f"the sandbox could not run the answer ({run.stderr.strip()[:300]}); "
+                           "Sandbox().capabilities() shows what this host allows, the error names what failed")
     if not run.ok:
         tail = run.stderr.strip().splitlines()[-1:] if run.stderr.strip() else []
         return TestVerdict(False, run.status, tail[0][:200] if tail else "")

@@ -56,6 +56,12 @@ class SandboxConfig:
     strict: bool = False  # refuse to run without PID/mount/network namespaces and an unprivileged uid
 
     def __post_init__(self) -> None:
+        for name in ("cpu_time_s", "wall_time_s", "memory_bytes", "max_output_bytes", "file_size_bytes",
+                     "max_processes", "max_open_files"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"SandboxConfig.{name} must be a positive number, got {value!r} (a limit of 0 "
+                                 "fails every run, a negative one means no limit at all)")
         for path in self.extra_paths:
             norm = os.path.normpath(path) if isinstance(path, str) else ""
             if not os.path.isabs(norm):
