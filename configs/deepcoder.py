@@ -25,6 +25,7 @@ def get_config(arg: str | None = None):
     c.env.max_actions_per_traj = 1
     c.env.kwargs = ml_collections.ConfigDict(dict(
         dataset_path=config_dict.placeholder(str), limit=config_dict.placeholder(int), max_steps=1,
-        test_timeout_s=3.0, max_concurrency=4, max_concurrent_sandboxes=config_dict.placeholder(int)))
+        test_timeout_s=3.0, memory_bytes=1 << 30, max_concurrency=4,
+        max_concurrent_sandboxes=config_dict.placeholder(int)))
     c.workdir = "runs/deepcoder"
     return apply_variants(c, arg, {"tiny": _tiny})

@@ -247,6 +247,19 @@ def test_128_episodes_at_once_with_reference_solutions_all_pass(tests_at_once):
     assert result.success.all() and (result.rewards == 1.0).all()
 
 
+def test_every_env_setting_is_a_config_key():
+    """`--config.env.kwargs.X` only overrides keys the config file has: each DeepCoderEnv setting must be one."""
+    import inspect
+
+    from configs.deepcoder import get_config
+
+    settings = set(inspect.signature(DeepCoderEnv).parameters) - {"problems", "sandbox"}  # objects, not flags
+    kwargs = get_config().env.kwargs
+    assert settings == set(kwargs)
+    env = registry.make("DeepCoder", **{**kwargs.to_dict(), "memory_bytes": 256 << 20})
+    assert env.sandbox.config.memory_bytes == 256 << 20
+
+
 def test_env_sets_the_process_wide_bound():
     with concurrent_sandboxes(max_concurrent_sandboxes()):  # restored afterwards
         DeepCoderEnv(problems=[BY_ID["sum_two"]], max_concurrent_sandboxes=5)
