@@ -208,8 +208,10 @@ def test_env_multi_step_shows_feedback(sandbox):
     env.reset(0)
     obs, reward, terminated, truncated, info = env.step(fenced("print(0)"))
     assert not (terminated or truncated) and "Feedback: Passed 1/3 tests." in obs
-    _, reward, terminated, _, _ = env.step(fenced(BY_ID["sum_two"].solution))
+    assert info["action_is_valid"] and not info["action_is_effective"]  # runnable code, but wrong
+    _, reward, terminated, _, info = env.step(fenced(BY_ID["sum_two"].solution))
     assert reward == 1.0 and terminated
+    assert info["action_is_effective"]  # RAGEN's action_is_effective is is_correct (it was "code found" here)
 
 
 def test_batch_respects_concurrency():

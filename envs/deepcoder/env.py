@@ -103,7 +103,7 @@ class DeepCoderEnv(HostEnv):
         out_of_steps = self.num_steps >= self.max_steps
         done = result.success or out_of_steps
         info = {"success": result.success, "action_is_valid": result.code_found,
-                "action_is_effective": result.code_found, "tests_passed": result.num_passed,
+                "action_is_effective": result.success, "tests_passed": result.num_passed,  # RAGEN's: is_correct
                 "num_tests": result.num_tests, "pass_rate": result.reward, "feedback": result.feedback()}
         if result.success:
             obs = "Correct! " + result.feedback()
