@@ -91,3 +91,16 @@ def test_constraints_are_identity_without_a_mesh():
     x = jnp.ones((4, 3))
     assert constrain_rows(x) is x
     assert jax.jit(constrain_rows)(x).shape == (4, 3)
+
+
+def test_arrays_the_mesh_cannot_split_as_the_rules_ask_are_named():
+    """They stay whole along that dimension (correct, but those devices hold copies); before, only a debug log said
+    so, and the trainer placed them without a word (place_for_training now warns with this list)."""
+    from ragen_jax.sharding.rules import undivided_arrays
+
+    state = {"model": {"embed_tokens": {"embedding": jnp.zeros((1119, 128))},  # odd vocab: not over tensor
+                       "layers": {"0": {"mlp": {"up_proj": {"kernel": jnp.zeros((128, 512))}}}},
+                       "norm": {"scale": jnp.zeros((128,))}}}
+    assert undivided_arrays(state, MESH) == ["model/embed_tokens/embedding (1119, 128): "
+                                             "P('tensor', 'fsdp') -> P(None, 'fsdp')"]
+    assert undivided_arrays(state, AbstractMesh((8, 1, 1), AXES)) == []  # nothing asks to split over data

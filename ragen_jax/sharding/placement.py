@@ -8,6 +8,7 @@ phases is one explicit `jax.device_put`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Mapping
 
 import jax
@@ -15,13 +16,23 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from ragen_jax.sharding.mesh import batch_shards
-from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, batch_spec, fit_spec, put, shard_state, without_axis
+from ragen_jax.sharding.rules import (DEFAULT_RULES, Rules, batch_spec, fit_spec, put, shard_state, undivided_arrays,
+                                      without_axis)
 
 SAMPLING_LAYOUTS = ("training", "no_fsdp")
+log = logging.getLogger(__name__)
 
 
 def place_for_training(split_model: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
-    """A copy of a SplitModel (graphdef, trainable, frozen) with both states placed by the rules."""
+    """A copy of a SplitModel (graphdef, trainable, frozen) with both states placed by the rules; one warning
+    names the arrays whose dims do not divide the mesh as the rules ask (those devices then hold copies)."""
+    undivided = undivided_arrays((split_model.trainable, split_model.frozen), mesh, rules)
+    if undivided:
+        log.warning("sharding: %d parameter arrays cannot split as the partition rules ask on the mesh %s, because "
+                    "their dims do not divide it; they stay whole along that dimension (those devices hold copies): "
+                    "%s%s. A mesh whose fsdp and tensor sizes divide the heads, KV heads, vocabulary and hidden "
+                    "sizes splits them all.", len(undivided), dict(mesh.shape), "; ".join(undivided[:3]),
+                    "; ..." if len(undivided) > 3 else "")
     return dataclasses.replace(split_model, trainable=shard_state(split_model.trainable, mesh, rules),
                                frozen=shard_state(split_model.frozen, mesh, rules))
 

@@ -83,16 +83,39 @@ def fit_spec(spec: P, shape: Sequence[int], mesh: Mesh) -> P:
     return P(*out)
 
 
+def _rule_specs(path: str, shape: Sequence[int], mesh: Mesh, rules: Rules) -> tuple[P, P] | None:
+    """(the spec the first matching rule asks for on this mesh, the one the array's dims allow), None without a
+    match. 0 divides by anything, so the first is the rule's spec untrimmed."""
+    for pattern, spec in rules:
+        if re.search(pattern, path):
+            return fit_spec(spec, [0] * len(shape), mesh), fit_spec(spec, shape, mesh)
+    return None
+
+
+def undivided_arrays(state: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> list[str]:
+    """"path shape: wanted -> used" for each array of `state` that the rules would split further than its dims
+    divide by the mesh (it stays whole along that dimension: those devices hold copies of it)."""
+    found = []
+
+    def visit(key_path, x):
+        path, shape = path_str(key_path), np.shape(x)
+        specs = _rule_specs(path, shape, mesh, rules) if shape else None
+        if specs and specs[0] != specs[1]:
+            found.append(f"{path} {tuple(shape)}: {specs[0]} -> {specs[1]}")
+
+    jax.tree_util.tree_map_with_path(visit, state)
+    return found
+
+
 def spec_for(path: str, shape: Sequence[int], mesh: Mesh, rules: Rules = DEFAULT_RULES, strict: bool = True) -> P:
     """The PartitionSpec of the array at `path` with `shape` (scalars are replicated)."""
     if len(shape) == 0:
         return P()
-    for pattern, spec in rules:
-        if re.search(pattern, path):
-            fitted = fit_spec(spec, shape, mesh)
-            if fitted != fit_spec(spec, [0] * len(shape), mesh):  # 0 divides by anything: the untrimmed spec
-                log.debug("sharding: %s %s does not divide by %s; using %s", path, tuple(shape), spec, fitted)
-            return fitted
+    specs = _rule_specs(path, shape, mesh, rules)
+    if specs is not None:
+        if specs[0] != specs[1]:
+            log.debug("sharding: %s %s does not divide as %s; using %s", path, tuple(shape), *specs)
+        return specs[1]
     if strict:
         raise ValueError(
             f"No partition rule matches parameter {path!r} (shape {tuple(shape)}). Add a (regex, PartitionSpec) "
