@@ -182,3 +182,24 @@ def test_sampling_copy_counts_only_the_arrays_resharded(mesh):
     data, fsdp, tensor = mesh
     matrices = sum(x.size * x.dtype.itemsize for x in leaves if x.ndim == 2)
     assert plan.sampling_params == (matrices // tensor if fsdp > 1 else 0)
+
+
+def test_the_plan_sizes_the_kv_cache_for_the_larger_of_the_rollout_and_validation_batches():
+    """The validation engine allocates its own cache (in turn with the rollout's); a validation batch larger than the
+    rollout's, or padded to split over the mesh, was left out of the plan."""
+    from configs import sokoban
+    from ragen_jax.sharding import plan_from_config
+
+    cfg = sokoban.get_config("tiny")
+    cfg.env.groups, cfg.env.group_size = 4, 8  # 32 rollout rows
+    cfg.val.groups, cfg.val.group_size, cfg.val.batch_size = 64, 1, 64  # validation plays 64 at a time
+    model = tiny_config()
+    with_val = plan_from_config(cfg, model, (1, 1, 1))
+    cfg.val.every, cfg.val.at_start = 0, False
+    without_val = plan_from_config(cfg, model, (1, 1, 1))
+    assert with_val.kv_cache == 2 * without_val.kv_cache
+    cfg.env.groups, cfg.env.group_size = 1, 4  # 4 rollout rows
+    cfg.val.batch_size = 6  # 6 validation rows do not split over 4 data devices: the trainer pads them to 8
+    no_val = plan_from_config(cfg, model, (4, 1, 1))
+    cfg.val.every = 20
+    assert plan_from_config(cfg, model, (4, 1, 1)).kv_cache == 2 * no_val.kv_cache

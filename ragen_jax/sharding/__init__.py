@@ -3,7 +3,7 @@ and the per-device memory planner."""
 
 from ragen_jax.models.partitioning import constrain, shard_activation
 from ragen_jax.sharding.mesh import (AXES, BATCH_AXES, batch_shards, check_batch_sizes, make_mesh, padded_batch_size,
-                                     resolve_mesh_shape)
+                                     resolve_mesh_shape, validation_batch_size)
 from ragen_jax.sharding.placement import (SAMPLING_LAYOUTS, global_to_local_rows,
                                           place_for_training, process_rows, reshard_for_sampling, row_sharding,
                                           rows_to_global, sampling_rules, shard_batch, shard_local_batch)
@@ -13,7 +13,8 @@ from ragen_jax.sharding.rules import (DEFAULT_RULES, cache_spec, fit_spec, shard
 constrain_rows = shard_activation  # the rows-only hint: shard_activation(x) without a tensor dimension
 
 __all__ = [
-    "AXES", "BATCH_AXES", "batch_shards", "check_batch_sizes", "make_mesh", "padded_batch_size", "resolve_mesh_shape", "SAMPLING_LAYOUTS",
+    "AXES", "BATCH_AXES", "batch_shards", "check_batch_sizes", "make_mesh", "padded_batch_size", "resolve_mesh_shape",
+    "validation_batch_size", "SAMPLING_LAYOUTS",
     "constrain", "constrain_rows", "shard_activation", "global_to_local_rows", "place_for_training", "process_rows",
     "row_sharding", "rows_to_global", "reshard_for_sampling", "sampling_rules",
     "shard_batch", "shard_local_batch", "DEFAULT_RULES", "cache_spec", "fit_spec", "shard_cache", "shard_state",

@@ -27,7 +27,7 @@ from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
 from ragen_jax.models.attention import BLOCK_K, BLOCK_Q
 from ragen_jax.models.lora import DEFAULT_TARGETS, parse_target_modules, trainable_filter
 from ragen_jax.models.transformer import decode_weights_pay_off, projection_params
-from ragen_jax.sharding.mesh import AXES, BATCH_AXES
+from ragen_jax.sharding.mesh import AXES, BATCH_AXES, validation_batch_size
 from ragen_jax.sharding.placement import sampling_rules
 from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, state_specs
 
@@ -313,9 +313,13 @@ def plan_from_config(cfg: Any, model_config: ModelConfig, mesh_shape: Mapping[st
     """estimate_memory for a run config (trainer / rollout / env / algo / model.lora keys)."""
     lora = cfg.model.lora
     targets = parse_target_modules(lora.target_modules)
+    axes = dict(mesh_shape) if isinstance(mesh_shape, Mapping) else dict(zip(AXES, mesh_shape))
+    rollout_rows = cfg.env.groups * cfg.env.group_size
+    if cfg.val.every or cfg.val.at_start:  # the validation engine's cache, allocated in turn with the rollout's
+        rollout_rows = max(rollout_rows, validation_batch_size(cfg.val, axes))
     return estimate_memory(
         model_config, micro_batch_size=cfg.trainer.micro_batch_size, mini_batch_size=cfg.trainer.mini_batch_size,
-        seq_len=cfg.rollout.max_model_len, rollout_batch_size=cfg.env.groups * cfg.env.group_size,
+        seq_len=cfg.rollout.max_model_len, rollout_batch_size=rollout_rows,
         cache_len=cfg.rollout.max_model_len, mesh_shape=mesh_shape, lora_rank=lora.rank, lora_targets=targets,
         logprob_chunk=cfg.trainer.logprob_chunk, sampling_layout=cfg.mesh.get("sampling_layout", "no_fsdp"),
         optimizer_dtype=cfg.optim.actor.get("state_dtype") or None,

@@ -89,6 +89,12 @@ def check_batch_sizes(sizes: Mapping[str, int], shape: Mapping[str, int]) -> Non
             "(raising mesh.tensor instead).")
 
 
+def validation_batch_size(val: Any, shape: Mapping[str, int]) -> int:
+    """Episodes a validation chunk plays (config.val: batch_size, groups, group_size), padded to split over the
+    mesh (`padded_batch_size`)."""
+    return padded_batch_size(min(val.batch_size, val.groups * val.group_size), val.group_size, shape)
+
+
 def padded_batch_size(rows: int, group_size: int, shape: Mapping[str, int]) -> int:
     """The smallest batch >= `rows` of whole groups of `group_size` that splits over the data * fsdp devices of a
     mesh of `shape`. A batch that does not split is replicated: every device decodes every row and holds the

@@ -95,7 +95,7 @@ class Trainer:
         self.val_tags = [env_tag(name) for name in self.val_names]
         self.val_name, self.val_tag = self.val_names[0], self.val_tags[0]  # the one the run's history follows
         val_rows = min(cfg.val.batch_size, cfg.val.groups * cfg.val.group_size)
-        self.val_batch = sharding.padded_batch_size(val_rows, cfg.val.group_size, self.mesh.shape)
+        self.val_batch = sharding.validation_batch_size(cfg.val, self.mesh.shape)
         if self.val_batch != val_rows and self.is_main:  # the extra groups are played, not counted
             logger.info("Validation plays %d episodes at a time, not %d: a multiple of val.group_size and of the %d "
                         "data*fsdp devices; the extra episodes are not counted.", self.val_batch, val_rows,
