@@ -127,6 +127,9 @@ class Monitor:
         self.events: EventFile | None = None
         self._wandb = self._wandb_run = None
         self._renamed: set[str] = set()
+        # event files of an earlier process in this folder (a run stopped before its first checkpoint, or resumed)
+        self.earlier_events = enabled and os.path.isdir(logdir) and any(
+            name.startswith("events") for name in os.listdir(logdir))
         if enabled:
             os.makedirs(logdir, exist_ok=True)
             self.events = EventFile(logdir)

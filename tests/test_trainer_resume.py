@@ -427,3 +427,31 @@ def test_tensorboard_shows_each_step_once_after_a_resume(tmp_path):
     acc.Reload()
     tag = next(t for t in acc.Tags()["scalars"] if t.endswith("/success") and t.startswith("train/"))
     assert [e.step for e in acc.Scalars(tag)] == [1, 2, 3]
+
+
+def test_a_run_into_the_folder_of_one_that_never_saved_shows_only_its_own_curves(tmp_path):
+    """A run stopped (Ctrl-C) before its first checkpoint leaves its TensorBoard events; the next run into that
+    workdir (allowed: there is nothing to resume) drew its curves over the stopped run's. A finished run's folder
+    keeps its curves: a fresh run into it is refused before anything is logged."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from ragen_jax.monitoring import Monitor
+
+    stopped = Monitor(str(tmp_path / "tb"))
+    for step in (1, 2, 3):
+        stopped.scalars({"train/stale_only": 1.0, "actor/lr": 9.0}, step)
+    stopped.close()
+    cfg = bandit_config(tmp_path)
+    cfg.trainer.total_steps, cfg.trainer.save_every = 1, 0
+    cfg.val.every, cfg.val.at_start, cfg.diagnostics.every = 0, False, 0
+    Trainer(cfg).train()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "train/stale_only" not in tags or acc.Scalars("train/stale_only") == []
+    assert [(e.step, e.value != 9.0) for e in acc.Scalars("actor/lr")] == [(1, True)]
+    with pytest.raises(FileExistsError):  # the finished run's folder: refused, its curves untouched
+        Trainer(cfg).train()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("actor/lr")] == [1]

@@ -157,8 +157,10 @@ class Trainer:
         self.start_step = 0
         if t.resume:
             self._maybe_restore()
-            if self.start_step:  # the checkpoint's step logged everything at start_step: what follows is stale
-                self.monitor.resumed_at(self.start_step + 1)
+        if self.start_step:  # the checkpoint's step logged everything at start_step: what follows is stale
+            self.monitor.resumed_at(self.start_step + 1)
+        elif log_dir is None and self.monitor.earlier_events and self.checkpointer.latest_step() is None:
+            self.monitor.resumed_at(0)  # a run here that never saved (stopped early): its curves are not this one's
 
     def close(self) -> None:
         """Release what the trainer holds outside this process: its env batches' resources (a remote env
