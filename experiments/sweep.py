@@ -8,7 +8,7 @@ Each run is `python run.py --config CONFIG --config.KEY=VALUE ... --workdir ROOT
 then `tensorboard --logdir ROOT` shows them side by side (its HPARAMS tab: each run's config, the keys that
 differ first). A run's log is ROOT/<name>/log.txt (a later attempt appends to it). At the end a table compares
 the runs' summary.json figures (also written to ROOT/results.csv), and a failed run's error (its log's FATAL line,
-else its last line) says why it failed. Running the same sweep again skips the runs it finished with the same
+else its last line) says why it failed. A --grid key the config lacks stops the sweep before any run starts. Running the same sweep again skips the runs it finished with the same
 command and retries the others (one interrupted after a checkpoint: add `-- --config.trainer.resume=True`).
 """
 
@@ -65,6 +65,39 @@ def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
             raise SystemExit(f"--grid {item!r} has an empty value (a stray comma?)")
         grid.append((key.strip(), split))
     return grid
+
+
+def unknown_grid_keys(config: str, keys: list[str]) -> list[str]:
+    """What is wrong with each --grid key that `config` ("path.py[:variants]") does not have, said once before any
+    run starts (every run would fail on it a few seconds in); [] when the config itself does not load (run.py
+    then says why, for each run)."""
+    import difflib
+    import importlib.util
+
+    sys.path.insert(0, os.path.dirname(RUN_PY))
+    from ragen_jax.config_check import FREE_FORM
+
+    path, _, variants = config.partition(":")
+    try:
+        spec = importlib.util.spec_from_file_location("_sweep_config", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        cfg = module.get_config(variants) if variants else module.get_config()
+    except Exception:  # the config's own error: run.py reports it
+        return []
+    errors = []
+    for key in keys:
+        node, done = cfg, []
+        for part in key.split("."):
+            if ".".join(done) in FREE_FORM:
+                break
+            if not hasattr(node, "keys") or part not in node:
+                close = difflib.get_close_matches(part, list(node.keys()) if hasattr(node, "keys") else [], n=1)
+                hint = f" (did you mean {'.'.join(done + close)}?)" if close else ""
+                errors.append(f"--grid {key}: {config} has no config key {'.'.join(done + [part])}{hint}")
+                break
+            node, done = node[part], done + [part]
+    return errors
 
 
 def run_commands(config: str, root: str, grid, extra: list[str]) -> list[tuple[str, list[str]]]:
@@ -167,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true")
     args, extra = parser.parse_known_args(argv)
     extra = [e for e in extra if e != "--"]
-    runs = run_commands(args.config, args.root, parse_grid(args.grid), extra)
+    grid = parse_grid(args.grid)
+    if problems := unknown_grid_keys(args.config, [key for key, _ in grid]):
+        raise SystemExit("\n".join(problems))
+    runs = run_commands(args.config, args.root, grid, extra)
     if args.dry_run:
         for name, argv in runs:
             print(name, " ".join(argv))

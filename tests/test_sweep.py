@@ -107,3 +107,15 @@ def test_a_failed_points_reason_is_its_fatal_line_with_every_error_under_it(tmp_
     log.write_text("=== 2026-12-05 run.py ...\nFATAL first attempt\n=== 2026-12-05 run.py ...\nTraceback (most "
                    "recent call last):\n  File \"x.py\", line 1\nRuntimeError: second attempt\n")
     assert sweep.failure_reason(str(log)) == "RuntimeError: second attempt"
+
+
+def test_a_grid_key_the_config_lacks_stops_the_sweep_before_any_run(tmp_path, capsys):
+    """Before, every point started and failed a few seconds in on the same unknown key."""
+    config = os.path.join(os.path.dirname(__file__), "..", "configs", "sokoban.py") + ":tiny"
+    assert sweep.unknown_grid_keys(config, ["trainer.total_steps", "filter.value", "env.kwargs.dim_room"]) == []
+    problems = sweep.unknown_grid_keys(config, ["trainer.totl_steps", "filtr.value"])
+    assert problems[0].endswith("has no config key trainer.totl_steps (did you mean trainer.total_steps?)")
+    assert problems[1].endswith("has no config key filtr (did you mean filter?)")
+    with pytest.raises(SystemExit, match="trainer.totl_steps"):
+        sweep.main(["--config", config, "--root", str(tmp_path / "sweep"), "--grid", "trainer.totl_steps=1,2"])
+    assert not (tmp_path / "sweep").exists()
