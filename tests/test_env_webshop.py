@@ -245,3 +245,18 @@ def test_missing_data_dir_is_a_clear_error(tmp_path):
         load_catalog(str(tmp_path / "nope"))
     with pytest.raises(FileNotFoundError, match="No products file"):
         load_catalog(str(tmp_path))
+
+
+def test_search_runs_from_any_page_but_is_flagged_invalid():
+    """WebShop's text env runs `search[...]` on every page (web_agent_text_env.step checks no search bar); RAGEN
+    only flags it `action_is_valid=False` when the page has no search bar."""
+    env = make("WebShop")
+    env.reset(3)
+    env.step("search[shoes]")
+    obs, reward, done, _, info = env.step("search[lamp]")
+    assert env.session.page == "results" and env.session.keywords == "lamp" and env.session.page_num == 1
+    assert not info["action_is_valid"] and info["action_is_effective"] and reward == 0.0 and not done
+    first = env.site._page_products(env.session)[0].asin.lower()
+    env.step(f"click[{first}]")
+    _, _, _, _, info = env.step("search[shoes]")
+    assert env.session.page == "results" and env.session.asin is None and not info["action_is_valid"]

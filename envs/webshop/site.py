@@ -94,12 +94,14 @@ class WebShopSite:
 
     # ---- transitions
     def step(self, s: Session, action: str) -> tuple[bool, bool]:
-        """Apply one action in place; returns (valid, done). Invalid actions change nothing."""
+        """Apply one action in place; returns (valid, done). Invalid actions change nothing, except that
+        `search[...]` runs from any page, as in WebShop; it is valid only where the page has a search bar."""
         name, arg = parse_action(action.strip())
         arg = arg.lower().strip() if arg is not None else None
-        if name == "search" and arg and self.has_search_bar(s):
+        if name == "search" and arg:
+            valid = self.has_search_bar(s)
             self._search(s, arg, 1)
-            return True, False
+            return valid, False
         if name != "click" or arg is None or arg == "search" or arg not in self.clickables(s):
             return False, False
         if arg == BUY_NOW:
