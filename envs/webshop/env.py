@@ -121,14 +121,13 @@ class WebShopEnv(HostEnv):
         if not done:
             reward = 0.0
         truncated = not done and self.max_steps is not None and self.num_steps >= self.max_steps
-        end_of_page = self.session.page == "results" and not self.site._page_products(self.session)
         info: dict[str, Any] = {
             "action_is_valid": valid,
             "action_is_effective": after != before,
             "success": bool(done and raw >= 1.0),
             "raw_reward": raw,
             "success_purchase": bool(done),
-            "end_of_page": end_of_page,
+            "end_of_page": self.site.end_of_page(self.session),
             "available_actions": self.site.available_actions(self.session),
         }
         if self.session.score is not None:

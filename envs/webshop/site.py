@@ -73,11 +73,8 @@ class WebShopSite:
         if s.page == "search":
             return ["search"]
         if s.page == "results":
-            out = [BACK_TO_SEARCH]
-            if s.page_num > 1:
-                out.append(PREV_PAGE)
-            if s.page_num * PRODUCT_WINDOW < len(s.hits):
-                out.append(NEXT_PAGE)
+            # WebShop's results page always has "Next >", past the last page too (the page is then empty).
+            out = [BACK_TO_SEARCH, PREV_PAGE, NEXT_PAGE] if s.page_num > 1 else [BACK_TO_SEARCH, NEXT_PAGE]
             return out + [p.asin.lower() for p in self._page_products(s)]
         if s.page == "item":
             product = self.catalog.by_asin[s.asin]
@@ -88,9 +85,17 @@ class WebShopSite:
         return []
 
     def available_actions(self, s: Session) -> list[str]:
-        """Actions as shown to the agent, e.g. ["search[<content>]"] or ["click[buy now]", ...]."""
+        """Actions as shown to the agent, e.g. ["search[<content>]"] or ["click[buy now]", ...]. As RAGEN does, an
+        empty results page past the last one lists only back/prev (`click[next >]` still works there)."""
         actions = ["search[<content>]"] if self.has_search_bar(s) else []
-        return actions + [f"click[{c}]" for c in self.clickables(s) if c != "search"]
+        actions += [f"click[{c}]" for c in self.clickables(s) if c != "search"]
+        if actions == [f"click[{BACK_TO_SEARCH}]", f"click[{PREV_PAGE}]", f"click[{NEXT_PAGE}]"]:
+            actions.remove(f"click[{NEXT_PAGE}]")
+        return actions
+
+    def end_of_page(self, s: Session) -> bool:
+        """RAGEN's `end_of_page`: the listed actions are only back/prev (an empty results page, or a sub-page)."""
+        return self.available_actions(s) == [f"click[{BACK_TO_SEARCH}]", f"click[{PREV_PAGE}]"]
 
     # ---- transitions
     def step(self, s: Session, action: str) -> tuple[bool, bool]:
@@ -145,7 +150,7 @@ class WebShopSite:
             parts = ["WebShop", *head, "Search"]
         elif s.page == "results":
             parts = [*head, "Back to Search", f"Page {s.page_num} (Total results: {len(s.hits)})"]
-            parts += (["< Prev"] if s.page_num > 1 else []) + (["Next >"] if NEXT_PAGE in self.clickables(s) else [])
+            parts += (["< Prev"] if s.page_num > 1 else []) + ["Next >"]
             for p in self._page_products(s):
                 parts += [p.asin, p.title, p.price_tag]
         elif s.page == "item":
