@@ -188,9 +188,12 @@ def test_env_binary_and_score_modes_without_options():
 def test_env_invalid_action_is_reported_and_changes_nothing():
     env = make("WebShop")
     obs, _ = env.reset(3)
+    page = env.site.render(env.session)
     obs2, reward, done, truncated, info = env.step("click[nothing here]")
-    assert obs2 == obs and reward == 0.0 and not done and not truncated
+    assert env.site.render(env.session) == page and reward == 0.0 and not done and not truncated
     assert not info["action_is_valid"] and not info["action_is_effective"]
+    obs3, *_ = env.step("click[nothing here]")
+    assert obs3 == obs2 and obs2.startswith(page + ".")
     assert obs.endswith("\n You must choose from these actions:search[<content>].")
 
 
@@ -222,9 +225,10 @@ def test_instruction_and_state_text_are_ragens():
         "painted], answer format: <answer>search[blanket with fleece throw]</answer>. Valid answer is "
         "search[<keywords>] or click[<clickable>].")
     obs, info = env.reset(3)
-    page = env.site.render(env.session)
+    page = "Instruction: " + env.session.goal.instruction_text  # RAGEN's reset state: the instruction header only
     tail = "\n You must choose from these actions:" + ", ".join(info["available_actions"]) + "."
     assert obs == page + "." + "\n".join(RAGEN_TIPS) + tail
+    assert env.site.render(env.session).startswith("WebShop [SEP] Instruction: [SEP] ")
     obs, *_ = env.step("search[shoes]")
     actions = env.site.available_actions(env.session)
     assert obs == env.site.render(env.session) + "." + "\n".join(RAGEN_TIPS) + \

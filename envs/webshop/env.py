@@ -103,8 +103,9 @@ class WebShopEnv(HostEnv):
         goal = goals[goal_index(int(seed), self.split, len(goals))]
         self.session = Session(goal=goal)
         self.num_steps = 0
-        obs = self.site.render(self.session)
-        return self._text(obs), {"instruction_text": goal.instruction_text,
+        # RAGEN's first state is the instruction header's text ("Instruction: ..."), not the whole search page; a
+        # later visit to the search page (back to search, an invalid first action) shows the page itself.
+        return self._text(f"Instruction: {goal.instruction_text}"), {"instruction_text": goal.instruction_text,
                                  "available_actions": self.site.available_actions(self.session)}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
