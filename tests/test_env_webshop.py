@@ -288,3 +288,16 @@ def test_search_runs_from_any_page_but_is_flagged_invalid():
     env.step(f"click[{first}]")
     _, _, _, _, info = env.step("search[shoes]")
     assert env.session.page == "results" and env.session.asin is None and not info["action_is_valid"]
+
+
+def test_element_text_is_only_lower_cased_as_in_webshop(site):
+    """WebShop lower-cases the bracket text and nothing else: inner spaces make an unknown element, and `.` in its
+    action pattern does not cross a newline."""
+    assert parse_action("search[red\nshoes]") == ("search[red\nshoes]", None)
+    s = Session(goal=site.catalog.goals[0])
+    assert site.step(s, "search[red\nshoes]") == (False, False) and s.page == "search"
+    site.step(s, "search[shoes]")
+    first = site._page_products(s)[0].asin
+    assert site.step(s, f"click[ {first} ]") == (False, False) and s.page == "results"
+    assert site.step(s, f"click[{first}]") == (True, False) and s.page == "item"
+    assert site.step(s, "click[Buy Now ]") == (False, False) and s.page == "item"

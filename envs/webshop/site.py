@@ -18,7 +18,7 @@ PRODUCT_WINDOW = 10
 BUY_NOW, NEXT_PAGE, PREV_PAGE, BACK_TO_SEARCH = "buy now", "next >", "< prev", "back to search"
 SUB_PAGES = {"description": "Description", "features": "Features", "reviews": "Reviews"}
 SEP = " [SEP] "
-_ACTION = re.compile(r"(.+)\[(.+)\]", re.DOTALL)
+_ACTION = re.compile(r"(.+)\[(.+)\]")  # WebShop's pattern: `.` stops at a newline
 
 
 def parse_action(action: str) -> tuple[str, str | None]:
@@ -102,7 +102,7 @@ class WebShopSite:
         """Apply one action in place; returns (valid, done). Invalid actions change nothing, except that
         `search[...]` runs from any page, as in WebShop; it is valid only where the page has a search bar."""
         name, arg = parse_action(action.strip())
-        arg = arg.lower().strip() if arg is not None else None
+        arg = arg.lower() if arg is not None else None  # only lower-cased, as WebShop: "click[ buy now]" is unknown
         if name == "search" and arg:
             valid = self.has_search_bar(s)
             self._search(s, arg, 1)
