@@ -301,3 +301,11 @@ def test_element_text_is_only_lower_cased_as_in_webshop(site):
     assert site.step(s, f"click[ {first} ]") == (False, False) and s.page == "results"
     assert site.step(s, f"click[{first}]") == (True, False) and s.page == "item"
     assert site.step(s, "click[Buy Now ]") == (False, False) and s.page == "item"
+
+
+def test_reviews_page_is_webshops_template_text():
+    """WebShop's review page shows each review as "title" (quoted), its score, its body; no reviews, no text."""
+    from envs.webshop.types import Review
+    reviewed = dataclasses.replace(SHOE, reviews=(Review("Great", 5.0, "Fits well."), Review("Meh", 2.5, "Small.")))
+    assert WebShopSite._sub_page_text(reviewed, "reviews") == ['"Great"', "5", "Fits well.", '"Meh"', "2.5", "Small."]
+    assert WebShopSite._sub_page_text(SHOE, "reviews") == []

@@ -174,6 +174,4 @@ class WebShopSite:
             return [p.description]
         if which == "features":
             return list(p.bullet_points)
-        if not p.reviews:
-            return ["No reviews yet."]
-        return [f"{r.title} (score {r.score:g}): {r.body}" for r in p.reviews]
+        return [text for r in p.reviews for text in (f'"{r.title}"', f"{r.score:g}", r.body)]  # WebShop's template
