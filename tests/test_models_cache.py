@@ -76,6 +76,22 @@ def test_cache_requires_index():
         m(jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 2), jnp.int32), cache=init_cache(CFG, 1, 4))
 
 
+
+def test_a_chunk_longer_than_the_cache_window_is_refused():
+    """Every token of a chunk without query_lengths is real, so T > the window (cache.max_len, or kv_len) always
+    drops keys past it: those tokens' logits were silently wrong. With query_lengths the tail is padding."""
+    m = CausalLM(CFG, rngs=nnx.Rngs(0))
+    tokens, positions = jnp.zeros((1, 6), jnp.int32), jnp.arange(6, dtype=jnp.int32)[None]
+    start = jnp.zeros((1,), jnp.int32)
+    with pytest.raises(ValueError, match="6 tokens.*5 cache slots"):
+        m(tokens, positions, cache=init_cache(CFG, 1, 5), cache_index=start)
+    with pytest.raises(ValueError, match="6 tokens.*4 cache slots"):
+        m(tokens, positions, cache=init_cache(CFG, 1, 8), cache_index=start, kv_len=4)
+    logits, _ = m(tokens, positions, cache=init_cache(CFG, 1, 5), cache_index=start,
+                  query_lengths=jnp.full((1,), 5, jnp.int32))  # a padded bucket's tail may run past the cache
+    full, _ = m(tokens[:, :5], positions[:, :5])
+    np.testing.assert_allclose(logits[:, :5], full, atol=1e-5, rtol=0)
+
 def _hidden(model, tokens, positions, **kw):
     graphdef, state = nnx.split(model)
     fn = jax.jit(lambda s, t, p, kw: nnx.merge(graphdef, s).hidden(t, p, **kw))

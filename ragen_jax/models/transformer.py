@@ -285,6 +285,10 @@ class Decoder(nnx.Module):
                 chex.assert_shape(attention_mask, (b, cache.max_len))
             if kv_len is not None and not 0 < kv_len <= cache.max_len:
                 raise ValueError(f"kv_len must lie in [1, cache.max_len={cache.max_len}], got {kv_len}.")
+            window = cache.max_len if kv_len is None else kv_len
+            if query_lengths is None and t > window:  # every token is real: those past the window lose their keys
+                raise ValueError(f"A chunk of {t} tokens cannot fit in {window} cache slots (cache.max_len or "
+                                 "kv_len); use a larger cache, or pass query_lengths if the tail is padding.")
         elif attention_mask is not None:
             chex.assert_shape(attention_mask, (b, t))
         if query_lengths is not None:
