@@ -198,40 +198,49 @@ class Killed(Exception):
     """What the process's own SIGTERM handler (the default one kills it) stands in for."""
 
 
-def test_a_signal_mid_run_stops_after_the_step_saves_it_and_resumes(tmp_path, monkeypatch):
-    """Ctrl-C or a scheduler's SIGTERM: the step in flight finishes and is saved (a preset with save_every=0 lost
-    the whole run), no final validation or export, and the run goes on from there with resume=True."""
+@pytest.fixture
+def sigterm_kills():
+    """The process's own SIGTERM handler (it raises Killed) for the test, the previous one back after; -> handler."""
     import signal
-
-    from ragen_jax.checkpoint import finished_steps
 
     def kill(signum, frame):
         raise Killed
 
     previous = signal.signal(signal.SIGTERM, kill)
     try:
-        cfg = grpo_without_validation(tmp_path, total_steps=4, save_every=0, export_hf=True)
-        trainer = Trainer(cfg)
-        step_fn = trainer.train_step
-
-        def step_then_signal(step):
-            metrics = step_fn(step)
-            if step == 1:
-                signal.raise_signal(signal.SIGTERM)
-            return metrics
-
-        monkeypatch.setattr(trainer, "train_step", step_then_signal)
-        summary = trainer.train()
-        assert signal.getsignal(signal.SIGTERM) is kill  # the process's own handler is back
-        assert summary["stopped_by_signal"] == "SIGTERM" and "--config.trainer.resume=True" in summary["stop_reason"]
-        assert finished_steps(str(tmp_path / "checkpoints")) == [1]
-        assert not os.path.exists(tmp_path / "hf_export")
-        cfg.trainer.resume = True
-        resumed = Trainer(cfg)
-        assert resumed.start_step == 2 and resumed.train()["stopped_by_signal"] is None
-        assert finished_steps(str(tmp_path / "checkpoints")) == [1, 3]
+        yield kill
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_signal_mid_run_stops_after_the_step_saves_it_and_resumes(tmp_path, monkeypatch, sigterm_kills):
+    """Ctrl-C or a scheduler's SIGTERM: the step in flight finishes and is saved (a preset with save_every=0 lost
+    the whole run), no final validation or export, and the run goes on from there with resume=True."""
+    import signal
+
+    from ragen_jax.checkpoint import finished_steps
+
+    kill = sigterm_kills
+    cfg = grpo_without_validation(tmp_path, total_steps=4, save_every=0, export_hf=True)
+    trainer = Trainer(cfg)
+    step_fn = trainer.train_step
+
+    def step_then_signal(step):
+        metrics = step_fn(step)
+        if step == 1:
+            signal.raise_signal(signal.SIGTERM)
+        return metrics
+
+    monkeypatch.setattr(trainer, "train_step", step_then_signal)
+    summary = trainer.train()
+    assert signal.getsignal(signal.SIGTERM) is kill  # the process's own handler is back
+    assert summary["stopped_by_signal"] == "SIGTERM" and "--config.trainer.resume=True" in summary["stop_reason"]
+    assert finished_steps(str(tmp_path / "checkpoints")) == [1]
+    assert not os.path.exists(tmp_path / "hf_export")
+    cfg.trainer.resume = True
+    resumed = Trainer(cfg)
+    assert resumed.start_step == 2 and resumed.train()["stopped_by_signal"] is None
+    assert finished_steps(str(tmp_path / "checkpoints")) == [1, 3]
 
 
 def refuse_checkpoint(monkeypatch, checkpointer, refused_step: int) -> None:
@@ -378,33 +387,27 @@ def test_a_resume_with_another_config_names_each_change(tmp_path, caplog):
     assert config_changes({"a": 1}, {"b": None}) == ["a: 1 -> (absent)", "b: (absent) -> None"]
 
 
-def test_a_signal_during_the_final_save_lets_it_finish(tmp_path, monkeypatch):
+def test_a_signal_during_the_final_save_lets_it_finish(tmp_path, monkeypatch, sigterm_kills):
     """The run's last checkpoint (its only one with save_every=0) was written after the signal handlers were
     given back: a scheduler's SIGTERM while it wrote killed the process and lost every step of the run."""
     import signal
 
     from ragen_jax.checkpoint import finished_steps
 
-    def kill(signum, frame):
-        raise Killed
+    kill = sigterm_kills
+    cfg = grpo_without_validation(tmp_path, total_steps=2, save_every=0, export_hf=True)
+    trainer = Trainer(cfg)
+    save = trainer.save
 
-    previous = signal.signal(signal.SIGTERM, kill)
-    try:
-        cfg = grpo_without_validation(tmp_path, total_steps=2, save_every=0, export_hf=True)
-        trainer = Trainer(cfg)
-        save = trainer.save
+    def signal_then_save(step):
+        signal.raise_signal(signal.SIGTERM)  # arrives as the final save starts
+        return save(step)
 
-        def signal_then_save(step):
-            signal.raise_signal(signal.SIGTERM)  # arrives as the final save starts
-            return save(step)
-
-        monkeypatch.setattr(trainer, "save", signal_then_save)
-        summary = trainer.train()
-        assert summary["stopped_by_signal"] == "SIGTERM" and finished_steps(str(tmp_path / "checkpoints")) == [1]
-        assert summary["steps_run"] == 2 and not os.path.exists(tmp_path / "hf_export")  # no export after a signal
-        assert signal.getsignal(signal.SIGTERM) is kill
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    monkeypatch.setattr(trainer, "save", signal_then_save)
+    summary = trainer.train()
+    assert summary["stopped_by_signal"] == "SIGTERM" and finished_steps(str(tmp_path / "checkpoints")) == [1]
+    assert summary["steps_run"] == 2 and not os.path.exists(tmp_path / "hf_export")  # no export after a signal
+    assert signal.getsignal(signal.SIGTERM) is kill
 
 
 def test_tensorboard_shows_each_step_once_after_a_resume(tmp_path):
