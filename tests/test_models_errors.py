@@ -2,15 +2,17 @@
 
 import copy
 import json
+import re
 import shutil
 
 import numpy as np
 import pytest
+import transformers
 from safetensors.numpy import load_file, save_file
 
 from ragen_jax.models import ModelConfig, load_model, load_tokenizer, make_tiny_model, save_pretrained
 from ragen_jax.models import hf as hf_module
-from ragen_jax.models.config import config_from_hf
+from ragen_jax.models.config import config_from_hf, sliding_layers
 from ragen_jax.models.hf_files import CheckpointError
 
 
@@ -274,3 +276,34 @@ def test_a_config_json_that_is_not_a_json_object_names_the_file(bad, text):
     (bad / "config.json").write_text(text)
     with pytest.raises(CheckpointError, match=r"config\.json (is not valid JSON|holds a list)"):
         hf_module.read_config(bad)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])
+@pytest.mark.parametrize("settings", [
+    dict(use_sliding_window=True, sliding_window=64, max_window_layers=3),  # every layer below 3: none slides
+    dict(use_sliding_window=True, sliding_window=64, max_window_layers=1),
+    dict(use_sliding_window=False, sliding_window=64, max_window_layers=0),
+    dict(use_sliding_window=True, sliding_window=None, max_window_layers=0),
+    dict(use_sliding_window=True, sliding_window=64, layer_types=["full_attention", "sliding_attention", "full_attention"]),
+])
+def test_sliding_window_is_refused_only_where_a_layer_slides_as_transformers_reads_it(model_type, settings):
+    """Before: any use_sliding_window=true was refused, although transformers slides no layer below
+    max_window_layers (a config.json with max_window_layers = num_hidden_layers loads as full attention)."""
+    hf = dict(model_type=model_type, vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
+              num_attention_heads=2, max_position_embeddings=512, **settings)
+    ref = transformers.AutoConfig.for_model(**hf)
+    expected = [i for i, kind in enumerate(ref.layer_types) if kind == "sliding_attention" and ref.sliding_window]
+    assert sliding_layers(hf) == expected
+    if expected:
+        with pytest.raises(ValueError, match=rf"layers {re.escape(str(expected))} attend only to that many past tokens.*"
+                                             "use_sliding_window to false"):
+            config_from_hf(hf)
+    else:
+        assert config_from_hf(hf).num_layers == 3
+
+
+def test_a_window_no_position_can_pass_is_full_attention():
+    hf = dict(model_type="qwen2", vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+              num_attention_heads=2, max_position_embeddings=512, use_sliding_window=True, sliding_window=512,
+              max_window_layers=0)
+    assert sliding_layers(hf) == [] and config_from_hf(hf).num_layers == 2

@@ -106,6 +106,22 @@ def _rope_parameters(hf: Mapping[str, Any]) -> dict[str, Any]:
     return rope
 
 
+def sliding_layers(hf: Mapping[str, Any]) -> list[int]:
+    """The layers whose attention a sliding window limits, as transformers 5 reads a Qwen2/Qwen3 config.json: none
+    without `use_sliding_window` or with a window no sequence can pass; else those `layer_types` marks
+    "sliding_attention", by default layers from `max_window_layers` on."""
+    window = hf.get("sliding_window")
+    num_layers = int(hf["num_hidden_layers"])
+    if not hf.get("use_sliding_window", False) or window is None:
+        return []
+    if int(window) >= int(hf.get("max_position_embeddings", 32768)):
+        return []
+    types = hf.get("layer_types") or [
+        "sliding_attention" if i >= int(hf.get("max_window_layers", num_layers)) else "full_attention"
+        for i in range(num_layers)]
+    return [i for i, kind in enumerate(types) if kind == "sliding_attention"]
+
+
 def config_from_hf(hf: Mapping[str, Any], *, param_dtype: str | None = None, dtype: str | None = None) -> ModelConfig:
     """Builds a ModelConfig from a Hugging Face config.json dict (transformers 4.x and 5.x layouts)."""
     model_type = hf.get("model_type")
@@ -119,8 +135,12 @@ def config_from_hf(hf: Mapping[str, Any], *, param_dtype: str | None = None, dty
         raise ValueError(f"hidden_act={act!r} is not supported (only 'silu' SwiGLU MLPs).")
     if hf.get("mlp_bias", False):
         raise ValueError("mlp_bias=true is not supported (Llama MLPs without bias only).")
-    if hf.get("use_sliding_window", False):
-        raise ValueError("use_sliding_window=true is not supported; set it to false in config.json.")
+    sliding = sliding_layers(hf)
+    if sliding:
+        raise ValueError(
+            f"config.json has use_sliding_window=true with sliding_window={hf.get('sliding_window')}, so layers "
+            f"{sliding} attend only to that many past tokens; ragen_jax attends to the whole context in every layer. "
+            "Set use_sliding_window to false in config.json (the same model for contexts up to sliding_window tokens).")
     hidden, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
     head_dim = hf.get("head_dim") or _DEFAULT_HEAD_DIM[model_type] or hidden // heads
     rope = _rope_parameters(hf)
