@@ -542,3 +542,45 @@ def test_a_reset_the_server_timed_out_is_not_retried():
         assert len(calls) == 1 + 3  # other 5xx on an idempotent call are still retried
     finally:
         srv.stop()
+
+
+class _NanRewardEnv(_ClosableEnv):
+    """Steps to a NaN reward on the action "nan", else to 0.0."""
+
+    def step(self, action):
+        return "o", float("nan") if action == "nan" else 0.0, False, False, {"ratio": float("inf")}
+
+
+def test_a_non_finite_reward_fails_its_step_and_every_answer_is_strict_json():
+    """Before: the server sent the reward as the token NaN, which JSON does not have (a strict client fails on the
+    whole answer, ours read it as a number and only the rollout caught it)."""
+    import json
+
+    from envs.registry import register
+
+    register("NanRewardProbe", _NanRewardEnv, kind="host", overwrite=True)
+    srv = EnvServer("NanRewardProbe", port=0).start_background()
+    strict = dict(parse_constant=lambda token: pytest.fail(f"the server sent the non-JSON token {token}"))
+
+    def post(path, body):
+        conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=LONG_TIMEOUT_S)
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        answer = conn.getresponse()
+        status, payload = answer.status, json.loads(answer.read(), **strict)
+        conn.close()
+        return status, payload
+
+    try:
+        status, answer = post("/reset", {"seed": 0})
+        session = answer["session_id"]
+        assert post("/step", {"session_id": session, "action": "ok"}) == (
+            200, {"observation": "o", "reward": 0.0, "terminated": False, "truncated": False,
+                  "info": {"ratio": "inf"}})
+        status, answer = post("/step", {"session_id": session, "action": "nan"})
+        assert status == 500 and "non-finite reward nan" in answer["error"]
+        env = RemoteEnv(srv.url, timeout_s=LONG_TIMEOUT_S, retries=0)
+        env.reset(0)
+        with pytest.raises(RemoteEnvError, match="non-finite reward nan"):
+            env.step("nan")
+    finally:
+        srv.stop()

@@ -71,7 +71,10 @@ class JsonHandler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
     def _send(self, status: int, payload: dict[str, Any], close: bool = False) -> None:
-        body = json.dumps(payload).encode("utf-8")
+        try:
+            body = json.dumps(payload, allow_nan=False).encode("utf-8")  # strict JSON: any client can read it
+        except ValueError as e:  # a route's non-finite float; JSON has no NaN token
+            status, body = 500, json.dumps({"error": f"The answer held a non-finite number ({e})."}).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import math
 import threading
 import time
 import uuid
@@ -233,6 +234,9 @@ def _check_step(out: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
     if problems:
         raise HttpError(500, f"env.step returned {'; '.join(problems)}; it must return (str, reward, terminated, "
                              "truncated, info).")
+    if not math.isfinite(float(out[1])):  # JSON has no NaN: never send the non-standard token, fail the step
+        raise HttpError(500, f"env.step returned the non-finite reward {float(out[1])}; the episode cannot be "
+                             "scored. Return a finite float.")
     return out[0], float(out[1]), bool(out[2]), bool(out[3]), dict(out[4] or {})
 
 
