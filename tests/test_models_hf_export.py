@@ -10,7 +10,7 @@ import transformers
 
 from tests.models_testlib import forward, hf_folder, torch_logits
 from ragen_jax.models import load_model, make_tiny_model, save_pretrained
-from ragen_jax.models.hf_files import CheckpointError
+from ragen_jax.models.hf_files import TRAINING_RECORD, CheckpointError, read_training_record
 
 
 def test_tiny_model_round_trip_through_transformers(tmp_path):
@@ -102,3 +102,16 @@ def test_a_folder_with_both_a_single_file_and_an_index_is_refused(tmp_path):
     shutil.copy(tmp_path / first, tmp_path / "model.safetensors")
     with pytest.raises(CheckpointError, match=r"both model\.safetensors and model\.safetensors\.index\.json.*Delete"):
         load_model(tmp_path)
+
+
+def test_the_training_record_describes_only_the_weights_saved_with_it(tmp_path):
+    """The trainer's export records its RL steps (eval of the folder then draws that step's validation keys); a
+    later save without a record removes the old one, which described other weights."""
+    model, tok = make_tiny_model(seed=1)
+    save_pretrained(model, tmp_path, tok, training_record={"rl_steps": 12})
+    assert read_training_record(tmp_path) == {"rl_steps": 12}
+    transformers.AutoModelForCausalLM.from_pretrained(tmp_path)  # an extra file transformers ignores
+    save_pretrained(model, tmp_path, tok)
+    assert not (tmp_path / TRAINING_RECORD).exists() and read_training_record(tmp_path) == {}
+    (tmp_path / TRAINING_RECORD).write_text("{cut sho")
+    assert read_training_record(tmp_path) == {}

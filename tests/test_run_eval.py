@@ -89,8 +89,13 @@ def test_train_then_eval_the_checkpoint_and_the_export(tmp_path):
     assert sorted(os.listdir(wd / "tb")) == events  # the training run's files are untouched
     proc = run_cli(*tiny, f"--checkpoint={wd / 'hf_export'}", workdir=tmp_path / "elsewhere")
     assert proc.returncode == 0, proc.stderr
-    assert "Evaluated Hugging Face folder" in proc.stdout
+    assert "Evaluated Hugging Face folder" in proc.stdout and "exported after 1 RL steps" in proc.stdout
     assert os.path.isfile(tmp_path / "elsewhere" / "eval" / "hf_export" / "rollouts.jsonl")
+    # the export's weights and sampling keys are the checkpoint's: the same episodes (before: step 0's keys)
+    scored = [json.load(open(folder / "metrics.json")) for folder in (wd / "eval" / "step_0",
+                                                                       tmp_path / "elsewhere" / "eval" / "hf_export")]
+    assert {k: v for k, v in scored[0].items() if k.startswith("val/")} == {
+        k: v for k, v in scored[1].items() if k.startswith("val/")}
     proc = run_cli(*tiny, f"--checkpoint={tmp_path / 'nothing'}", workdir=wd)
     assert proc.returncode != 0 and proc.stderr.count("FATAL") == 1
 

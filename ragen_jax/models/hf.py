@@ -6,7 +6,7 @@ import json
 import logging
 import os
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -15,8 +15,8 @@ from flax import nnx
 from safetensors import safe_open
 
 from ragen_jax.models.config import DTYPES, ModelConfig, config_from_hf, config_to_hf
-from ragen_jax.models.hf_files import (INDEX, SINGLE, CheckpointError, ExpectedTensor, TensorHeader, check_tensors,
-                                      checkpoint_tensors, stale_weight_files)
+from ragen_jax.models.hf_files import (INDEX, SINGLE, TRAINING_RECORD, CheckpointError, ExpectedTensor, TensorHeader,
+                                      check_tensors, checkpoint_tensors, stale_weight_files)
 from ragen_jax.models.tokenizer import Tokenizer
 from ragen_jax.models.transformer import CausalLM, ValueModel
 
@@ -212,11 +212,14 @@ def save_pretrained(
     tokenizer: Tokenizer | None = None,
     *,
     max_shard_bytes: int = 2 * 1024**3,
+    training_record: Mapping[str, Any] | None = None,
 ) -> None:
     """Writes config.json + safetensors (sharded above max_shard_bytes) + tokenizer files, loadable by transformers/vLLM.
 
     LoRA adapters are merged into a copy first; the original model is left untouched. Weight files of an earlier
     save in folder that this one does not rewrite (a single file, an index, other shards) are removed.
+    `training_record` (JSON, e.g. {"rl_steps": 12}) goes to `TRAINING_RECORD`; without one, an earlier save's
+    record is removed (it described other weights).
     """
     from safetensors.numpy import save_file
 
@@ -266,3 +269,9 @@ def save_pretrained(
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
     if tokenizer is not None:
         tokenizer.save(folder)
+    record_path = os.path.join(folder, TRAINING_RECORD)
+    if training_record is not None:
+        with open(record_path, "w") as f:
+            json.dump(dict(training_record), f, indent=2, sort_keys=True)
+    elif os.path.exists(record_path):
+        os.remove(record_path)

@@ -15,6 +15,7 @@ from typing import Iterable, Mapping
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
+TRAINING_RECORD = "ragen_jax_training.json"  # what training wrote these weights (the trainer's export), e.g. rl_steps
 _SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")  # a shard's name, as transformers writes it
 # Checkpoint dtypes the loader converts (safetensors names -> numpy/JAX names).
 LOADABLE_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
@@ -133,3 +134,14 @@ def check_tensors(expected: Mapping[str, ExpectedTensor], found: Mapping[str, Te
     hint = " (missing or mis-shaped tensors: config.json and the weights do not belong together)" if mismatched else ""
     raise CheckpointError(f"The checkpoint does not fit {what}{hint}; {len(problems)} problem(s):\n"
                           + "\n".join(f"  {p}" for p in shown))
+
+
+def read_training_record(folder: str) -> dict:
+    """The training record an export left in `folder` ({} when there is none or it cannot be read)."""
+    path = os.path.join(folder, TRAINING_RECORD)
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):  # none, or not JSON: the weights' history is unknown
+        return {}
+    return record if isinstance(record, dict) else {}

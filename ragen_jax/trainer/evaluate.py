@@ -4,7 +4,8 @@ What is evaluated: `--checkpoint=PATH` (an Orbax step folder `.../checkpoints/<N
 a run folder, whose latest checkpoint is taken; `init` for the freshly initialised model), else the workdir's
 latest checkpoint, else its `hf_export/`; a workdir with neither is an error (an untrained model scored by
 mistake reads as a result). Outputs go to `<workdir>/eval/<what>/`, never over a
-training run's files.
+training run's files. Validation draws the sampling keys the training run's validation drew after the same RL
+steps: a checkpoint's counters say how many, a training export's `ragen_jax_training.json` too (other folders: 0).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import logging
 import os
 
+from ragen_jax.models.hf_files import read_training_record
 from ragen_jax.rollout.dump import write_jsonl, write_pkl
 from ragen_jax.rollout.types import RolloutResult
 
@@ -35,7 +37,8 @@ class EvalTarget:
             after = "" if rl_steps is None else f", after {rl_steps} RL steps"
             return f"checkpoint step {self.step} ({self.path}/{self.step}{after})"
         if self.kind == "hf":
-            return f"Hugging Face folder {self.path}"
+            after = "" if rl_steps is None else f", exported after {rl_steps} RL steps"
+            return f"Hugging Face folder {self.path}{after}"
         return "the freshly initialised model (--checkpoint=init)"
 
 
@@ -101,6 +104,9 @@ def run_eval(trainer, target: EvalTarget | None = None) -> dict[str, float]:
     if target.kind == "orbax":
         trainer.restore(target.path, target.step)
         rl_steps = int(trainer.counters["steps_run"])  # the step the training run's TensorBoard shows
+    elif target.kind == "hf":
+        rl_steps = read_training_record(target.path).get("rl_steps")  # None: not a ragen_jax run's export
+        rl_steps = rl_steps if isinstance(rl_steps, int) and rl_steps >= 0 else None
     # the sampling keys of the training's validation after the same number of RL steps: the same number it logged
     metrics, episodes = trainer.run_validation(step=rl_steps or 0)
     metrics["eval/num_episodes"] = float(len(episodes))

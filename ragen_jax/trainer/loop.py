@@ -680,5 +680,6 @@ class Trainer:
         if self.lora:
             model = merge_lora(model)
         if self.is_main:
-            save_pretrained(model, folder, tokenizer=self.tokenizer)
+            save_pretrained(model, folder, tokenizer=self.tokenizer,
+                            training_record={"rl_steps": int(self.counters["steps_run"])})
         return folder
