@@ -584,3 +584,28 @@ def test_a_non_finite_reward_fails_its_step_and_every_answer_is_strict_json():
             env.step("nan")
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("gated_server", [{"step_timeout_s": 120}], indirect=True)
+def test_close_during_a_stuck_step_closes_the_session_at_once(gated_server):
+    """A batch abandons a slot whose step outlived its timeout and closes the env from another thread. Before, the
+    /close went over the stuck call's own connection: it never reached the server, whose session (and env) stayed
+    open until its TTL, and the stuck call lost its connection under it."""
+    env = RemoteEnv(gated_server.url, timeout_s=LONG_TIMEOUT_S)
+    env.reset(0)
+    session = env.session_id
+    def step():  # blocked until the gate opens at teardown; how it ends then is not this test's matter
+        try:
+            env.step("up")
+        except Exception:
+            pass
+
+    stuck = threading.Thread(target=step, daemon=True)
+    stuck.start()
+    deadline = time.monotonic() + NO_HANG_S
+    while not gated_server.service.sessions[session].lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the step is running server-side
+    start = time.monotonic()
+    env.close()
+    assert time.monotonic() - start < NO_HANG_S
+    assert session not in gated_server.service.sessions and env.session_id is None

@@ -14,6 +14,9 @@ from envs.protocols import HostEnv
 from envs.serve.jsonclient import JsonClient, ServiceError
 
 
+CLOSE_TIMEOUT_S = 5.0  # a session's /close is best effort: never wait on it for a whole step timeout
+
+
 class RemoteEnvError(ServiceError):
     """The env server could not run a reset/step (unreachable, timed out, or an error status)."""
 
@@ -96,12 +99,18 @@ class RemoteEnv(HostEnv):
         return observation, float(reward), bool(terminated), bool(truncated), dict(info or {})
 
     def close(self) -> None:
-        """Close the server-side session (best effort) and the connection."""
+        """Close the server-side session (best effort) and the connection.
+
+        The /close goes over a connection of its own: a batch closes an env whose step outlived its timeout from
+        another thread, while that step still waits on the env's connection."""
         if self.session_id is not None:
+            closer = JsonClient(self.url, timeout_s=min(self._client.timeout_s, CLOSE_TIMEOUT_S), retries=0)
             try:
-                self._client.call("POST", "/close", {"session_id": self.session_id}, idempotent=False)
+                closer.call("POST", "/close", {"session_id": self.session_id}, idempotent=False)
             except ServiceError:
                 pass
+            finally:
+                closer.close()
             self.session_id = None
         self._client.close()
 
