@@ -76,7 +76,7 @@ def make_turn_fn(env: JaxEnv) -> Callable:
                 "truncated": out["truncated"] | (run & truncated),
                 "success": out["success"] | (run & info["success"]),
                 "actions_executed": out["actions_executed"] + run.astype(jnp.int32),
-                "action_is_effective": out["action_is_effective"] | (run & info["action_is_effective"]),
+                "action_is_effective": jnp.where(run, info["action_is_effective"], out["action_is_effective"]),
                 "action_is_valid": out["action_is_valid"] & (~run | valid),
                 "action_in_lookup": out["action_in_lookup"] & (~run | in_lookup),
             }
@@ -388,7 +388,7 @@ class HostEnvBatch(EnvBatch):
             out["reward"] += float(reward)
             out["executed"] += 1
             out["success"] = out["success"] or bool(info.get("success", False))
-            out["effective"] = out["effective"] or bool(info.get("action_is_effective", True))
+            out["effective"] = bool(info.get("action_is_effective", True))  # the last action's, as RAGEN keeps
             if terminated or truncated:
                 break
         return out

@@ -118,7 +118,8 @@ class TurnResult:
     terminated / truncated [B] bool: env-side episode end (truncated = the env's own step cap).
     success [B] bool: the env reports the task solved.
     actions_executed [B] int32: how many actions actually ran (execution stops at the first done).
-    action_is_effective [B] bool: some executed action changed the state.
+    action_is_effective [B] bool: the turn's last executed action changed the state (RAGEN keeps the last
+        action's info for a multi-action turn).
     errors: per-episode error text ("" when fine): an env that raised or timed out ends its
       episode (terminated) with the error recorded here, and the batch continues.
     infos: per-episode extra info dicts (numbers are averaged into metrics by the rollout).

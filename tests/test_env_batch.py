@@ -410,3 +410,61 @@ def test_a_failing_replacement_is_tried_once_per_reset_not_once_per_slot():
     assert all("env server does not answer /spec" in e and "retried at the next reset" in e for e in batch.reset_errors)
     batch.reset([2] * 6)
     assert len(builds) == 2  # tried again, once, at the next reset
+
+
+class _GoStayEnv(JaxEnv):
+    """"Go" moves (an effective action), "Stay" does not."""
+
+    action_lookup = {"go": 0, "stay": 1}
+
+    @property
+    def default_params(self):
+        return None
+
+    def reset_env(self, key, params):
+        return jnp.zeros(()), jnp.zeros((), jnp.int32)
+
+    def step_env(self, key, state, action, params):
+        info = {"action_is_effective": action == 0, "success": jnp.bool_(False)}
+        return jnp.zeros(()), state + (action == 0), jnp.float32(0.0), jnp.bool_(False), info
+
+    def is_truncated(self, state, params):
+        return jnp.bool_(False)
+
+    @property
+    def action_names(self):
+        return ["Go", "Stay"]
+
+    def instruction(self):
+        return "Go or stay."
+
+    def render_text(self, state, params=None):
+        return f"at={int(state)}"
+
+
+class _GoStayHostEnv(HostEnv):
+    action_lookup = {"go": 0, "stay": 1}
+    action_names = ["Go", "Stay"]
+
+    def instruction(self):
+        return "Go or stay."
+
+    def reset(self, seed):
+        return "at=0", {}
+
+    def step(self, action):
+        return "at", 0.0, False, False, {"action_is_effective": action == "Go"}
+
+
+def test_a_turns_effectiveness_is_its_last_executed_actions_as_in_ragen():
+    """RAGEN keeps the last action's info for a multi-action turn (es_manager: "use last info for multi-action"),
+    so [Go, Stay] is not effective and [Stay, Go] is. Before, a turn was effective when any of its actions was."""
+    turns = [[0, 1], [1, 0], [0, 0], [1, 1]]
+    jax_batch = JaxEnvBatch(_GoStayEnv(), 4)
+    jax_batch.reset([0, 1, 2, 3])
+    host_batch = HostEnvBatch([_GoStayHostEnv() for _ in range(4)])
+    host_batch.reset([0, 1, 2, 3])
+    for batch, actions in ((jax_batch, turns), (host_batch, [[["Go", "Stay"][a] for a in t] for t in turns])):
+        result = batch.step(actions, np.ones(4, bool))
+        assert result.action_is_effective.tolist() == [False, True, True, False]
+        assert result.actions_executed.tolist() == [2, 2, 2, 2]
