@@ -275,3 +275,22 @@ def test_step_matches_gym_sokoban(env):
             np.testing.assert_array_equal(np.asarray(state.room), theirs.room_state)
             if done:
                 break
+
+
+def test_generation_retries_until_a_crowded_room_succeeds():
+    """6x6 rooms with 5 boxes fail ~96% of seeds; RAGEN retries until one works, so a seed needing more
+    than 100 retries (84 needs 107) must still give a level, not stop the run."""
+    cfg = generator.GeneratorConfig((6, 6), 5, 300)
+    fixed, room = generator.generate_level(84, cfg)
+    assert np.sum(fixed == generator.TARGET) == 5 and np.sum(room == generator.BOX) == 5
+    assert np.sum(room == generator.PLAYER) == 1 and not np.any(room == generator.BOX_ON_TARGET)
+
+
+@pytest.mark.parametrize("kwargs,match", [({"dim_room": (2, 6)}, "dim_room"), ({"num_boxes": 0}, "num_boxes"),
+                                          ({"search_depth": 2}, "search_depth")])
+def test_generator_config_rejects_settings_that_can_never_make_a_level(kwargs, match):
+    # These hung (a 1-row room), or retried every seed in vain, or raised an IndexError from the search.
+    with pytest.raises(ValueError, match=match):
+        generator.GeneratorConfig(**kwargs)
+    with pytest.raises(ValueError, match=match):
+        Sokoban(bank_size=1, use_cache=False, **kwargs)

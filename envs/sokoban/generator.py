@@ -64,6 +64,17 @@ class GeneratorConfig:
     p_change_directions: float = 0.35
     num_gen_steps: int | None = None  # None: int(1.7 * (rows + cols)), as gym-sokoban
 
+    def __post_init__(self):
+        # Settings that can never make a level: RAGEN would retry new seeds forever (or hang on a 1-row room).
+        if len(self.dim_room) != 2 or min(self.dim_room) < 3:
+            raise ValueError(f"dim_room must be (rows, cols) with both >= 3 (a walled border around the floor), "
+                             f"got {self.dim_room}.")
+        if self.num_boxes < 1:
+            raise ValueError(f"num_boxes must be >= 1, got {self.num_boxes}.")
+        if self.search_depth < 3:
+            raise ValueError(f"search_depth must be >= 3 (the reverse search needs 2 levels below the start to pull "
+                             f"a box), got {self.search_depth}; RAGEN's variants use 10 to 300.")
+
     @property
     def walk_steps(self) -> int:
         if self.num_gen_steps is not None:
@@ -220,12 +231,18 @@ def next_seed(seed: int) -> int:
     return int.from_bytes(hashlib.sha256(str(seed).encode()).digest()[:4], "little")
 
 
-def generate_level(seed: int, cfg: GeneratorConfig, max_retries: int = 100) -> tuple[np.ndarray, np.ndarray]:
-    """The level of integer `seed`, retrying failed seeds as RAGEN's reset does."""
+def generate_level(seed: int, cfg: GeneratorConfig, max_retries: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+    """The level of integer `seed`, retrying failed seeds as RAGEN's reset does (it never gives up).
+
+    Crowded rooms fail most seeds (6x6 with 5 boxes: ~96%, so some seeds need 100+ retries); the cap only
+    turns a config that (almost) never works into an error instead of a hang.
+    """
     s = seed
     for _ in range(max_retries):
         try:
             return generate_room(s, cfg)
         except GenerationFailed:
             s = next_seed(s)
-    raise RuntimeError(f"No Sokoban level for seed {seed} after {max_retries} retries; check dim_room/num_boxes.")
+    raise RuntimeError(f"No Sokoban level for seed {seed} after {max_retries} retries: dim_room={cfg.dim_room} "
+                       f"rarely fits num_boxes={cfg.num_boxes} (search_depth={cfg.search_depth}); use a larger "
+                       "room, fewer boxes or a deeper search.")
