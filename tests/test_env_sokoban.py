@@ -294,3 +294,22 @@ def test_generator_config_rejects_settings_that_can_never_make_a_level(kwargs, m
         generator.GeneratorConfig(**kwargs)
     with pytest.raises(ValueError, match=match):
         Sokoban(bank_size=1, use_cache=False, **kwargs)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "wrong_shape"])
+def test_level_bank_regenerates_a_damaged_cache_file(tmp_path, monkeypatch, damage):
+    """A cut-short copy, an empty file or a bank of the wrong size is regenerated, not raised into the run."""
+    monkeypatch.setenv("RAGEN_JAX_CACHE", str(tmp_path))
+    cfg = generator.GeneratorConfig((6, 6), 1, 300)
+    fixed, room = levels.load_bank(cfg, 0, 4)
+    (path,) = (tmp_path / "sokoban").glob("*.npz")
+    if damage == "wrong_shape":
+        np.savez(path, fixed=fixed[:2], room=room[:2])
+    else:
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2] if damage == "truncated" else b"")
+    fixed2, room2 = levels.load_bank(cfg, 0, 4)
+    np.testing.assert_array_equal(fixed2, fixed)
+    np.testing.assert_array_equal(room2, room)
+    with np.load(path) as data:  # and the file is repaired
+        np.testing.assert_array_equal(data["room"], room)
+    assert [p.name for p in (tmp_path / "sokoban").iterdir()] == [path.name]

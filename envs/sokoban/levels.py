@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import tempfile
+import zipfile
 from typing import Sequence
 
 import numpy as np
@@ -48,19 +49,33 @@ def load_bank(cfg: GeneratorConfig, start: int, count: int, use_cache: bool = Tr
         return generate_bank(cfg, start, count)
     path = cache_dir() / f"{config_key(cfg)}_{start}_{count}.npz"
     if path.exists():
-        try:
-            with np.load(path) as data:
-                return data["fixed"], data["room"]
-        except (OSError, ValueError, KeyError):
-            pass  # a corrupt file is regenerated below
+        cached = _read_bank(path, (count, *cfg.dim_room))
+        if cached is not None:
+            return cached
     fixed, room = generate_bank(cfg, start, count)
+    tmp_name = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
+            tmp_name = tmp.name
             np.savez(tmp, fixed=fixed, room=room)
-        os.replace(tmp.name, path)
-    except OSError:
-        pass  # a read-only cache only costs regeneration time
+        os.replace(tmp_name, path)
+    except OSError:  # a read-only or full cache only costs regeneration time
+        if tmp_name is not None and os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+    return fixed, room
+
+
+def _read_bank(path: pathlib.Path, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """A cached bank (fixed, room) of `shape` [N, H, W], or None when the file is damaged (cut short, empty,
+    not an npz, other arrays): the caller regenerates and rewrites it."""
+    try:
+        with np.load(path) as data:
+            fixed, room = data["fixed"], data["room"]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    if fixed.shape != shape or room.shape != shape:
+        return None
     return fixed, room
 
 
