@@ -313,3 +313,15 @@ def test_level_bank_regenerates_a_damaged_cache_file(tmp_path, monkeypatch, dama
     with np.load(path) as data:  # and the file is repaired
         np.testing.assert_array_equal(data["room"], room)
     assert [p.name for p in (tmp_path / "sokoban").iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("grid,match", [
+    ("#####\n#P X#\n#O###\n#####", r"unknown symbol ' ' at row 1, col 2"),
+    ("#####\n#_X_#\n#O###\n#####", "no player"),
+    ("#####\n#PXP#\n#O###\n#####", "2 players"),
+    ("#####\n#PX#\n#O###\n#####", "row 1 has 4 cells"),
+])
+def test_state_from_grid_names_what_is_wrong_with_a_hand_built_level(env, grid, match):
+    # A typo raised a bare KeyError: ' ', a missing player silently stood at (0, 0) on a wall.
+    with pytest.raises(ValueError, match=match):
+        env.state_from_grid(grid)

@@ -62,7 +62,21 @@ def render_text(fixed: np.ndarray, room: np.ndarray, fmt: str, lookup: dict[int,
 def parse_grid(text: str, lookup: dict[int, str] = GRID_LOOKUP) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of `render_grid`: (fixed [H, W], room [H, W]) int8, for hand-built levels in tests and docs."""
     inverse = {v: k for k, v in lookup.items()}
-    codes = np.array([[inverse[ch] for ch in line] for line in text.strip("\n").split("\n")], np.int8)
+    lines = text.strip("\n").split("\n")
+    for r, line in enumerate(lines):
+        if len(line) != len(lines[0]):
+            raise ValueError(f"Sokoban grid row {r} has {len(line)} cells but row 0 has {len(lines[0])}; "
+                             "every row needs the same width.")
+        for c, ch in enumerate(line):
+            if ch not in inverse:
+                raise ValueError(f"Sokoban grid has unknown symbol {ch!r} at row {r}, col {c}; "
+                                 f"use {' '.join(inverse)}.")
+    codes = np.array([[inverse[ch] for ch in line] for line in lines], np.int8)
+    players = int(np.isin(codes, (PLAYER, PLAYER_ON_TARGET)).sum())
+    if players != 1:
+        found = "no player" if players == 0 else f"{players} players"
+        raise ValueError(f"Sokoban grid has {found}; draw exactly one ({lookup[PLAYER]!r}, or "
+                         f"{lookup[PLAYER_ON_TARGET]!r} on a target).")
     fixed = np.select([codes == 0, np.isin(codes, (2, 3, PLAYER_ON_TARGET))], [0, TARGET], 1).astype(np.int8)
     room = np.where(codes == PLAYER_ON_TARGET, PLAYER, codes).astype(np.int8)
     return fixed, room
