@@ -607,3 +607,18 @@ def test_a_batch_whose_every_reset_failed_logs_finite_metrics(tiny):
         assert res.metrics["response_length"] == 0.0
         assert all(np.isfinite(v) for v in res.metrics.values()), res.metrics
         assert not res.batch.loss_mask.any()
+
+
+def test_single_turn_summaries_show_responses_as_ragen_records_them(tiny):
+    """RAGEN's single_turn prompt lists earlier turns' responses as it recorded them (its llm_response: bare tags,
+    stripped parts, the answer cut to max_actions_per_turn), not the raw sampled text."""
+    graphdef, params, tok = tiny
+    cfg = _cfg(max_turn=2, context_mode="single_turn", context_window=2)
+    engine = RolloutEngine(graphdef, tok, cfg, batch_size=1)
+    engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think>\n<answer> Right || Left || Right </answer>"],
+                                                           ["x"]])
+    res = engine.run(params, LineEnv(1, goal=5), [1], [0], jax.random.PRNGKey(0), tag="Line")
+    ep = res.episodes[0]
+    assert ep.num_actions == 2 and ep.history[0].response_text.endswith("Left || Right </answer>")
+    second = tok.decode(ep.history[1].context_tokens.tolist())
+    assert "Turn 1 Action: <think></think><answer>Right || Left</answer>\nTurn 1 Reward: 1.0\n" in second

@@ -151,3 +151,24 @@ def test_lookups_match_case_insensitively_and_refuse_ambiguous_names():
     assert parse_response("<think></think><answer>uP || Down</answer>", action_lookup=lookup, max_actions=2).actions == (0, 1)
     with pytest.raises(ValueError, match="'up' twice with different ids"):
         case_insensitive_lookup({"Up": 0, "up": 1})
+
+
+def test_recorded_response_is_ragens_llm_response():
+    """What RAGEN keeps of a response for later prompts: bare tags, stripped parts, specials gone, the answer cut to
+    max_actions (re-joined) only when it named more; an answer within the limit keeps its own spelling."""
+    from ragen_jax.rollout.parsing import recorded_response
+
+    record = lambda text, **kw: recorded_response(text, **{"enable_think": True, "max_actions": 2, **kw})  # noqa
+    assert record("<think> plan\n</think>\n<answer> Up || Left || Down </answer>") == \
+        "<think>plan</think><answer>Up || Left</answer>"
+    assert record("<think>a</think> <answer>Up||<|im_start|>Down</answer>") == "<think>a</think><answer>Up||Down</answer>"
+    assert record("<think>a</think><answer> || </answer>") == "<think>a</think><answer>||</answer>"
+    assert record("<think>no answer</think> Up") == "<think>no answer</think> Up"  # off the format: as it is
+    assert record("<answer> 3 + 4 \n</answer>", enable_think=False) == "<answer>3 + 4</answer>"
+
+
+def test_single_turn_summary_shows_the_recorded_response():
+    h = [TurnRecord("S1", 10, response_text="<think> x </think>\n<answer>Up || Left || Down</answer>",
+                    recorded_text="<think>x</think><answer>Up || Left</answer>", reward=1.0), TurnRecord("S2", 9)]
+    msgs = build_messages("SYS", h, 0, mode="single_turn", max_tokens=50, enable_think=True, format_penalty=-0.1)
+    assert "Turn 1 Action: <think>x</think><answer>Up || Left</answer>\nTurn 1 Reward: 1.0\n" in msgs[1]["content"]

@@ -24,7 +24,7 @@ from envs.protocols import EnvBatch
 from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.context import ContextBuilder
 from ragen_jax.rollout.engine import RolloutConfig, book_turn, fit_context, open_episodes, strip_end_of_turn
-from ragen_jax.rollout.parsing import ACTION_SEP, parse_response
+from ragen_jax.rollout.parsing import ACTION_SEP, parse_response, recorded_response
 from ragen_jax.rollout.prompts import build_messages
 from ragen_jax.rollout.types import Episode
 
@@ -179,6 +179,8 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
             check_response_length(len(record.response_tokens), cfg, f"The demo response {full!r}",
                                   "its thinking (warmstart.reasoning_text, warmstart.filler_words)")
             record.response_text = strip_end_of_turn(full, builder.eos_texts)
+            record.recorded_text = recorded_response(record.response_text, enable_think=cfg.enable_think,
+                                                     max_actions=cfg.max_actions_per_turn, separator=cfg.action_sep)
             parsed = parse_response(full, action_lookup=lookup, max_actions=cfg.max_actions_per_turn,
                                     enable_think=cfg.enable_think, separator=cfg.action_sep)
             if list(parsed.actions) != chosen:

@@ -24,7 +24,7 @@ from envs.protocols import EnvBatch
 from ragen_jax.rollout import metrics as metrics_lib
 from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.context import ContextBuilder, common_prefix_length
-from ragen_jax.rollout.parsing import ACTION_SEP, case_insensitive_lookup, parse_response
+from ragen_jax.rollout.parsing import ACTION_SEP, case_insensitive_lookup, parse_response, recorded_response
 from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
 from ragen_jax.rollout.types import Episode, RolloutResult
 from ragen_jax.sampling import Sampler, SamplingConfig, episode_turn_keys
@@ -331,6 +331,8 @@ class EpisodeBook:
         record.response_tokens = response.tolist()
         record.context_tokens = self.contexts[b]
         record.response_text = strip_end_of_turn(text, self.builder.eos_texts)
+        record.recorded_text = recorded_response(record.response_text, enable_think=cfg.enable_think,
+                                                 max_actions=cfg.max_actions_per_turn, separator=cfg.action_sep)
         record.invalid = not parsed.turn_is_valid
         ep.valid_turns += int(parsed.turn_is_valid)
         if record.invalid:

@@ -123,3 +123,17 @@ def parse_response(
         else:
             actions.append(action_id)
     return ParsedResponse(True, think, answer, names, tuple(actions), invalid)
+
+
+def recorded_response(response: str, *, enable_think: bool, max_actions: int, separator: str = ACTION_SEP) -> str:
+    """A response as RAGEN records it for later prompts (its `llm_response`, which single_turn summaries show):
+    the think and answer parts without special tokens or outer whitespace in bare tags, the answer cut to its first
+    `max_actions` actions (joined by " || ") when it named more; a response off the format as it is."""
+    parsed = parse_response(response, action_lookup=None, max_actions=max_actions, enable_think=enable_think,
+                            separator=separator)
+    if not parsed.format_ok:
+        return response
+    answer = parsed.answer
+    if sum(1 for name in answer.split(separator) if name.strip()) > max_actions:
+        answer = f" {separator} ".join(parsed.action_names)
+    return f"<think>{parsed.think}</think><answer>{answer}</answer>" if enable_think else f"<answer>{answer}</answer>"

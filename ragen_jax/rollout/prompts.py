@@ -46,6 +46,7 @@ class TurnRecord:
     invalid: bool = False  # this turn was penalised (no valid action or an invalid one)
     history_start: int = 0  # oldest turn shown in this turn's context
     context_tokens: Any = None  # the exact tokens the response was sampled after (np.int32 [L])
+    recorded_text: str | None = None  # the response as single_turn summaries show it (RAGEN's llm_response)
 
 
 def system_prompt(
@@ -159,7 +160,8 @@ def _single_turn_messages(system, history, history_start, max_tokens, enable_thi
         for idx in range(history_start, current):
             record = history[idx]
             content += f"Turn {idx + 1} State:\n{record.state}\n"
-            content += f"Turn {idx + 1} Action: {record.response_text}\n"
+            shown = record.response_text if record.recorded_text is None else record.recorded_text
+            content += f"Turn {idx + 1} Action: {shown}\n"
             content += f"Turn {idx + 1} Reward: {shown_reward(record)}\n---\n"
     prefix = "Current Turn " if history_start < current else ""
     block = turn_content(history[current], current + 1, max_tokens, enable_think,
