@@ -137,3 +137,37 @@ def test_length_and_entropy_filters_run_in_the_trainer_as_ragen_scores_them(tmp_
         assert metrics[f"rollout/chosen_in_group_{quantity}_std"] == pytest.approx(
             (length if quantity == "length" else entropy).std(axis=1, ddof=1)[kept].mean(), rel=1e-4, abs=1e-6)
         assert metrics["train/num_samples"] == np.isin(b.episode_ids // 4, kept).sum()
+
+
+def _update_inputs(cfg, result, monkeypatch):
+    """(metrics, the update's device arrays, its valid rows) of one train_step that plays `result`."""
+    trainer = Trainer(cfg)
+    trainer.engine.run = lambda *a, **k: result
+    seen = {}
+    monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev) or {})
+    metrics = trainer.train_step(0)
+    return metrics, {k: np.asarray(v) for k, v in seen["dev"].items()}
+
+
+def test_data_metrics_are_verls_over_the_trained_tokens(tmp_path, monkeypatch):
+    """veRL's compute_data_metrics: critic/{advantages,returns,values}/{mean,max,min} over the trained tokens,
+    critic/vf_explained_var; without a critic no critic/values/* (veRL logs none; 0 would read as a value)."""
+    probe, result = _scripted_rollout(tmp_path, monkeypatch)
+    for use_critic in (False, True):
+        cfg = grpo_config(tmp_path / f"critic{use_critic}", 0.5)
+        if use_critic:
+            cfg.algo.adv_estimator, cfg.algo.use_critic = "gae", True
+        metrics, dev = _update_inputs(cfg, result, monkeypatch)
+        on = dev["loss_mask"] > 0
+        names = ("advantages", "returns") + (("values",) if use_critic else ())
+        for name in names:
+            x = dev[name][on]
+            assert np.ptp(x) > 0 or name == "values"  # a real check of max and min
+            assert metrics[f"critic/{name}/mean"] == pytest.approx(x.mean(), rel=1e-5, abs=1e-6)
+            assert (metrics[f"critic/{name}/max"], metrics[f"critic/{name}/min"]) == pytest.approx((x.max(), x.min()))
+        if use_critic:
+            diff, ret = dev["returns"][on] - dev["values"][on], dev["returns"][on]
+            assert metrics["critic/vf_explained_var"] == pytest.approx(
+                1.0 - diff.var(ddof=1) / (ret.var(ddof=1) + 1e-5), rel=1e-4, abs=1e-5)
+        else:
+            assert not [k for k in metrics if k.startswith("critic/values/") or k == "critic/vf_explained_var"]

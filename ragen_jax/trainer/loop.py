@@ -36,8 +36,8 @@ from ragen_jax.trainer.interrupt import StopRequests, stop_message
 from ragen_jax.trainer.optim import make_optimizer
 from ragen_jax.trainer.settings import (algo_settings, env_tag, resumed_config_warning, rollout_config,
                                         truncated_sampling_warning, validation_envs, write_config_json)
-from ragen_jax.trainer.steps import (in_row_context, make_step_fns, masked_means, row_total_stats, sampler_agreement,
-                                     scored_positions, take_rows)
+from ragen_jax.trainer.steps import (explained_variance, in_row_context, make_step_fns, row_total_stats,
+                                     sampler_agreement, scored_positions, take_rows, token_stats)
 
 logger = logging.getLogger(__name__)
 
@@ -380,8 +380,13 @@ class Trainer:
         adv = adv * advantage_scale(fres.kept_ratio, self.filter_cfg.loss_scaling)
         dev.update(advantages=adv, returns=returns, values=values)
         timing["timing_s/score_and_adv"] = time.perf_counter() - t0
-        means = masked_means({"advantages": adv, "returns": returns, "values": values}, dev["loss_mask"])
-        metrics.update({f"critic/{k}/mean": float(v) for k, v in means.items()})
+        # veRL's data metrics over the trained tokens; values only with a critic (without one they are zeros)
+        token_grids = {"advantages": adv, "returns": returns}
+        if self.critic is not None:
+            token_grids["values"] = values
+        metrics.update({k: float(v) for k, v in token_stats(token_grids, dev["loss_mask"]).items()})
+        if self.critic is not None:
+            metrics.update({k: float(v) for k, v in explained_variance(returns, values, dev["loss_mask"]).items()})
         # as veRL's data metrics: over the rows trained, score before and rewards after a KL-in-reward penalty
         score = row_total_stats("score", arrays["token_rewards"], row_valid)
         metrics.update(score)

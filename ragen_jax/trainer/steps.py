@@ -24,7 +24,7 @@ from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_numerator, ca
 from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 from ragen_jax.algos.rollout_correction import resolve_rollout_correction
 from ragen_jax import sharding
-from ragen_jax.algos.masked import masked_mean
+from ragen_jax.algos.masked import masked_mean, masked_var
 from ragen_jax.algos.shaping import shape_advantages
 from ragen_jax.trainer.optim import guarded_apply
 
@@ -322,9 +322,22 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
 
 
 @jax.jit
-def masked_means(arrays: dict[str, jax.Array], mask: jax.Array) -> dict[str, jax.Array]:
-    """{name: mean over mask} of token grids [B, T], reduced where the shards live (any number of hosts)."""
-    return {k: masked_mean(v, mask) for k, v in arrays.items()}
+def token_stats(arrays: dict[str, jax.Array], mask: jax.Array) -> dict[str, jax.Array]:
+    """veRL's `critic/{name}/mean|max|min` of token grids [B, T] over the tokens in mask [B, T] (at least one),
+    reduced where the shards live (any number of hosts)."""
+    on = mask > 0
+    out = {}
+    for k, v in arrays.items():
+        out.update({f"critic/{k}/mean": masked_mean(v, mask), f"critic/{k}/max": jnp.where(on, v, -jnp.inf).max(),
+                    f"critic/{k}/min": jnp.where(on, v, jnp.inf).min()})
+    return out
+
+
+@jax.jit
+def explained_variance(returns: jax.Array, values: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
+    """veRL's `critic/vf_explained_var`: 1 - Var(returns - values) / (Var(returns) + 1e-5) over mask [B, T]
+    (unbiased variances, as torch.var)."""
+    return {"critic/vf_explained_var": 1.0 - masked_var(returns - values, mask) / (masked_var(returns, mask) + 1e-5)}
 
 
 @jax.jit
