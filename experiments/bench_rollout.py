@@ -139,7 +139,7 @@ def bench_workload(name: str, args) -> dict:
         out[label] = dict(times=[], warmup=time.perf_counter() - t0, tokens=tokens,
                           waste=result.extras["decode_steps_per_token"],
                           same=trajectories(result) == reference,
-                          response=result.metrics["response_length"])
+                          response=result.metrics["response_length_per_turn"])
         print(f"  [{name}] warm-up {label}: {out[label]['warmup']:.1f} s, {tokens} tokens", flush=True)
     with OtherCpu() as other:
         for _ in range(args.repeats):  # interleaved timed runs

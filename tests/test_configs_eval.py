@@ -62,7 +62,11 @@ def check_eval_output(metrics: dict, records: list[dict], tag: str, cfg) -> None
         assert 0.0 <= metrics[f"val/{tag}/{name}"] <= 1.0
     assert metrics[f"val/{tag}/pass_at_{VAL_GROUP_SIZE}"] >= metrics[f"val/{tag}/success"]
     assert 0.0 <= metrics[f"val/{tag}/num_actions"] <= cfg.env.max_actions_per_traj
-    assert 1 <= metrics["val/response_length"] <= cfg.rollout.response_length
+    assert 1 <= metrics["val/response_length_per_turn"] <= cfg.rollout.response_length
+    # RAGEN's response_length: tokens per training sample (a "full" sample holds every turn of its episode)
+    assert 1 <= metrics["val/response_length"] <= cfg.env.max_turn * cfg.rollout.response_length
+    if cfg.rollout.context_mode != "full":
+        assert metrics["val/response_length"] == metrics["val/response_length_per_turn"]
     assert metrics["eval/num_episodes"] == n
     json.dumps(metrics)  # run.py prints them as JSON
 

@@ -211,3 +211,28 @@ def test_events_reach_the_file_every_flush_secs_without_a_flush(tmp_path):
     events.add(scalar("a", 1.0), 3)
     assert [e.step for e in _reload(str(tmp_path)).Scalars("a")] == [3]
     events.close()
+
+
+def _turns(*lengths: int) -> list[TurnRecord]:
+    return [TurnRecord(state="s", actions_left=1, response_tokens=[1] * n, reward=0.0) for n in lengths]
+
+
+def test_response_length_is_ragens_response_tokens_per_training_sample():
+    """RAGEN's `response_length` is its response mask summed per training row, averaged over rows: in the "full"
+    context mode a row is an episode's conversation from its final context's oldest turn on (5 turns of 100 tokens
+    read 500, not 100); the per-turn modes train one turn per row. `response_length_per_turn` is the mean turn."""
+    from ragen_jax.rollout.metrics import response_length, response_length_per_turn
+
+    a = Episode(env_tag="T", seed=0, group_id=0, system="", history=_turns(100, 100, 100, 100, 100))
+    b = Episode(env_tag="T", seed=0, group_id=0, system="", history=_turns(40, 60))
+    cut = Episode(env_tag="T", seed=1, group_id=1, system="", history=_turns(300, 200, 50), history_start=1)
+    unplayed = Episode(env_tag="T", seed=2, group_id=2, system="",
+                       history=[TurnRecord(state="s", actions_left=1)])  # its reset failed: no row
+    episodes = [a, b, cut, unplayed]
+    assert response_length(episodes, "full") == pytest.approx((500 + 100 + 250) / 3)
+    for mode in ("single_turn", "limited_multi_turn"):
+        assert response_length(episodes, mode) == pytest.approx(1150 / 10)
+    assert response_length_per_turn(episodes) == pytest.approx(1150 / 10)
+    assert response_length([unplayed], "full") == 0.0 and response_length_per_turn([unplayed]) == 0.0
+    with pytest.raises(ValueError, match="context mode"):
+        response_length(episodes, "whole")

@@ -411,7 +411,8 @@ def finish_rollout(builder: ContextBuilder, cfg: RolloutConfig, tokenizer, episo
                         norm_method=cfg.reward_norm_method, norm_grouping=cfg.reward_norm_grouping,
                         logprobs=logprobs, pad_id=tokenizer.pad_token_id, row_multiple=row_multiple)
     metrics = metrics_lib.episode_metrics(episodes, tag)
-    metrics["response_length"] = metrics_lib.response_length(episodes)
+    metrics["response_length"] = metrics_lib.response_length(episodes, cfg.context_mode)
+    metrics["response_length_per_turn"] = metrics_lib.response_length_per_turn(episodes)
     return RolloutResult(episodes=episodes, batch=batch, metrics=metrics, timing=dict(timing), extras={})
 
 

@@ -33,9 +33,24 @@ def episode_metrics(episodes: list[Episode], tag: str) -> dict[str, float]:
     return out
 
 
-def response_length(episodes: list[Episode]) -> float:
-    """Mean tokens per sampled response over every episode's turns; 0 when none was sampled (every episode ended
-    at its reset), as the other metrics over nothing, so one failed batch logs no NaN into an average."""
+CONTEXT_MODES = ("full", "limited_multi_turn", "single_turn")
+
+
+def response_length(episodes: list[Episode], mode: str = "full") -> float:
+    """RAGEN's `response_length`: sampled response tokens per training sample (its response mask summed per row,
+    averaged over rows). A "full" sample is an episode's conversation from its final context's oldest turn
+    (`history_start`) on; the per-turn modes train one turn per sample. 0 when none was sampled (every episode
+    ended at its reset), as the other metrics over nothing, so one failed batch logs no NaN into an average."""
+    if mode not in CONTEXT_MODES:
+        raise ValueError(f"Unknown context mode {mode!r}; rollout.context_mode is one of {CONTEXT_MODES}.")
+    if mode != "full":
+        return response_length_per_turn(episodes)
+    return _mean([sum(len(r.response_tokens) for r in ep.history[ep.history_start:] if r.response_tokens is not None)
+                  for ep in episodes if ep.num_turns])
+
+
+def response_length_per_turn(episodes: list[Episode]) -> float:
+    """Mean tokens per sampled response over every episode's turns; 0 when none was sampled."""
     return _mean([len(r.response_tokens) for ep in episodes for r in ep.history if r.response_tokens is not None])
 
 

@@ -27,7 +27,7 @@ from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
 from ragen_jax.rollout import group_seeds
 from ragen_jax.rollout.continuous import make_engine
 from ragen_jax.rollout.dump import write_jsonl
-from ragen_jax.rollout.metrics import episode_metrics, response_length
+from ragen_jax.rollout.metrics import episode_metrics, response_length, response_length_per_turn
 from ragen_jax.trainer import report
 from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer.diagnose import CollapseMonitor
@@ -262,7 +262,8 @@ class Trainer:
     def run_validation(self, step: int) -> tuple[dict[str, float], list]:
         """Validation episodes (seeds from val.seed, every run alike) of each validation env -> (metrics, episodes).
         An env's metrics are under `val/{tag}/`, over its val.groups groups (a last chunk's extra groups are
-        played, not kept); the untagged ones (response_length) are over every env's episodes."""
+        played, not kept); the untagged ones (response_length, response_length_per_turn) are over every env's
+        episodes."""
         v = self.cfg.val
         per_chunk_groups = self.val_batch // v.group_size
         kept: list[list] = [[] for _ in self.val_envs]
@@ -278,7 +279,8 @@ class Trainer:
         metrics = {f"val/{k}": value for e, episodes in enumerate(kept)
                    for k, value in episode_metrics(episodes, self.val_tags[e]).items()}
         episodes = [ep for env_episodes in kept for ep in env_episodes]
-        metrics["val/response_length"] = response_length(episodes)
+        metrics["val/response_length"] = response_length(episodes, self.rollout_cfg.context_mode)
+        metrics["val/response_length_per_turn"] = response_length_per_turn(episodes)
         return metrics, episodes
 
     def validate(self, step: int) -> dict[str, float]:
