@@ -127,6 +127,7 @@ class Monitor:
         self.events: EventFile | None = None
         self._wandb = self._wandb_run = None
         self._renamed: set[str] = set()
+        self._non_finite: set[str] = set()  # metrics already reported for a NaN/inf value
         # event files of an earlier process in this folder (a run stopped before its first checkpoint, or resumed)
         self.earlier_events = enabled and os.path.isdir(logdir) and any(
             name.startswith("events") for name in os.listdir(logdir))
@@ -180,6 +181,10 @@ class Monitor:
             value = float(np.asarray(value))
             if np.isfinite(value):
                 finite[self._tag(name)] = value
+            elif name not in self._non_finite:
+                self._non_finite.add(name)
+                logger.warning("Metric %r is %s at step %d: TensorBoard cannot draw it, so that point is left out "
+                               "(reported once per metric).", name, value, step)
         for name, value in finite.items():
             self._add(scalar(name, value), step)
         if self._wandb_run is not None and finite:

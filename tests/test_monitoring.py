@@ -236,3 +236,21 @@ def test_response_length_is_ragens_response_tokens_per_training_sample():
     assert response_length([unplayed], "full") == 0.0 and response_length_per_turn([unplayed]) == 0.0
     with pytest.raises(ValueError, match="context mode"):
         response_length(episodes, "whole")
+
+
+def test_a_non_finite_scalar_is_left_out_and_reported_once_by_name(tmp_path, caplog):
+    """TensorBoard cannot draw NaN/inf: the point is left out, and the first one of each metric says so (a silent
+    gap in actor/pg_loss hid a diverged loss)."""
+    caplog.set_level(logging.DEBUG)
+    m = Monitor(str(tmp_path / "tb"))
+    for step in range(3):
+        m.scalars({"actor/pg_loss": float("nan") if step else 0.5, "actor/grad_norm": float("inf"),
+                   "train/Bandit/success": 0.25}, step)
+    m.close()
+    ours = [r.getMessage() for r in caplog.records if r.name == "ragen_jax.monitoring"]
+    assert len(ours) == 2 and any("'actor/pg_loss'" in s and "nan" in s and "step 1" in s for s in ours)
+    assert any("'actor/grad_norm'" in s and "inf" in s and "step 0" in s for s in ours)
+    acc = _reload(str(tmp_path / "tb"))
+    assert [e.step for e in acc.Scalars("actor/pg_loss")] == [0]
+    assert [e.step for e in acc.Scalars("train/Bandit/success")] == [0, 1, 2]
+    assert "actor/grad_norm" not in acc.Tags()["scalars"]
