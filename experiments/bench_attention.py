@@ -6,7 +6,8 @@ query heads) on both sides, causal, no padding. Ours is `ragen_jax.models.attent
 scaled_dot_product_attention(is_causal=True, enable_gqa=True)` (its fused flash kernel on CPU). With --backward
 both sides also take the gradients of q, k and v for a fixed output cotangent. The two sides alternate call by
 call over --repeats calls after one untimed call each; medians are printed with the load average, the CPU other
-processes used while timing (`experiments/quiet.py`), the largest output difference, and the ratio.
+processes used while timing (`experiments/quiet.py`), the largest differences of the output (and with --backward
+of dq, dk, dv), each side's attention matmul FLOP/s against the measured GEMM bound, and the ratio.
 
     python experiments/bench_attention.py [--batch 8] [--length 3072] [--heads 4] [--kv-heads 2] [--head-dim 32]
         [--backward] [--repeats 5]
@@ -27,6 +28,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from experiments.compute_bound import bound_line  # noqa: E402
 from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models.attention import blockwise_attention  # noqa: E402
 
@@ -44,9 +46,10 @@ def ours_runner(q, k, v, d_out, backward: bool):
     q, k, v, d_out = map(jnp.asarray, (q, k, v, d_out))
     forward = jax.jit(blockwise_attention)
     if backward:
-        def loss(q, k, v):
-            return jnp.sum(blockwise_attention(q, k, v) * d_out)
-        fn = jax.jit(lambda q, k, v: (forward(q, k, v), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)))
+        def fwd_bwd(q, k, v):  # one forward and its vjp, as torch's forward + backward(d_out)
+            out, vjp = jax.vjp(blockwise_attention, q, k, v)
+            return out, vjp(d_out)
+        fn = jax.jit(fwd_bwd)
     else:
         fn = forward
     jax.block_until_ready(fn(q, k, v))
@@ -54,7 +57,8 @@ def ours_runner(q, k, v, d_out, backward: bool):
     def call():
         start = time.perf_counter()
         out = jax.block_until_ready(fn(q, k, v))
-        return time.perf_counter() - start, np.asarray(out[0] if backward else out)
+        elapsed = time.perf_counter() - start
+        return elapsed, ([np.asarray(out[0])] + [np.asarray(g) for g in out[1]] if backward else [np.asarray(out)])
     return call
 
 
@@ -70,16 +74,24 @@ def theirs_runner(q, k, v, d_out, backward: bool):
             out = sdpa(*leaves, is_causal=True, enable_gqa=True)
             out.backward(tg)
         else:
+            leaves = []
             with torch.inference_mode():
                 start = time.perf_counter()
                 out = sdpa(tq, tk, tv, is_causal=True, enable_gqa=True)
         elapsed = time.perf_counter() - start
-        return elapsed, out.detach().transpose(1, 2).numpy()
+        return elapsed, [x.transpose(1, 2).numpy() for x in [out.detach()] + [leaf.grad for leaf in leaves]]
     call()
     return call
 
 
-def main() -> None:
+def attention_flops(batch: int, length: int, heads: int, head_dim: int, backward: bool) -> float:
+    """Matmul FLOPs of causal attention (QK^T and AV over the T (T + 1) / 2 kept pairs); the backward's four
+    products (dV, dP, dQ, dK) double the forward's two."""
+    forward = 2 * 2.0 * batch * heads * head_dim * length * (length + 1) / 2
+    return 3 * forward if backward else forward
+
+
+def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--length", type=int, default=3072)
@@ -88,8 +100,9 @@ def main() -> None:
     p.add_argument("--head-dim", type=int, default=32)
     p.add_argument("--backward", action="store_true", help="time forward + gradients of q, k, v")
     p.add_argument("--repeats", type=int, default=5)
-    args = p.parse_args()
-    print(load_line(), flush=True)
+    args = p.parse_args(argv)
+    print(f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPUs; at the start: {load_line()}",
+          flush=True)
     q, k, v, d_out = inputs(args.batch, args.length, args.heads, args.kv_heads, args.head_dim)
     ours, theirs = ours_runner(q, k, v, d_out, args.backward), theirs_runner(q, k, v, d_out, args.backward)
     t_ours, t_theirs = [], []
@@ -104,8 +117,16 @@ def main() -> None:
     print(f"attention {what}, q [{args.batch}, {args.length}, {args.heads}, {args.head_dim}], "
           f"{args.kv_heads} kv heads, causal, float32, medians of {args.repeats}: ours {m_ours * 1e3:.1f} ms, "
           f"torch SDPA {m_theirs * 1e3:.1f} ms (torch {torch.__version__}, {torch.get_num_threads()} threads); "
-          f"max |ours - torch| {np.abs(out_ours - out_theirs).max():.1e}; {other.line()}")
-    print(f"ratio ours/torch speed: {m_theirs / m_ours:.2f}x", flush=True)
+          f"{other.line()}")
+    names = ["output", "dq", "dk", "dv"]
+    diffs = {n: float(np.abs(a - b).max()) for n, a, b in zip(names, out_ours, out_theirs)}
+    print("max |ours - torch| (the same random inputs on both sides): "
+          + ", ".join(f"{n} {d:.1e}" for n, d in diffs.items()))
+    flops = attention_flops(args.batch, args.length, args.heads, args.head_dim, args.backward)
+    print(f"matmul FLOPs of causal attention ({flops / 1e9:.2f} GFLOP a call): ours {bound_line(flops, m_ours)}; "
+          f"torch {bound_line(flops, m_theirs)}")
+    print(f"ratio ours/torch speed: {m_theirs / m_ours:.2f}x (above 1: ours faster)", flush=True)
+    return {"ratio": m_theirs / m_ours, "diffs": diffs}
 
 
 if __name__ == "__main__":
