@@ -11,7 +11,7 @@ the share of a step holds on any machine where both are compute-bound; `--step-s
 With fewer than 64 pairs (a 0.5B call at 64 takes on the order of an hour on a 2-core CPU) it also prints the
 cost at 64 pairs, from the tokens that call would score and the rate measured.
 
-    python experiments/bench_diagnostics.py [--models tiny,qwen2.5-0.5b] [--pairs 64] [--repeats 2]
+    python experiments/bench_diagnostics.py [--models tiny,qwen2.5-0.5b] [--pairs 64] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--models", default="tiny,qwen2.5-0.5b")
     parser.add_argument("--pairs", type=int, default=64, help="diagnostics.max_pairs (RAGEN: 64)")
     parser.add_argument("--batch-size", type=int, default=32, help="diagnostics.batch_size: pairs per forward")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="a measured step time, for the share")
     args = parser.parse_args()
     print(f"at the start: {load_line()}", flush=True)

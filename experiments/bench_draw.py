@@ -95,7 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=61)
     args = parser.parse_args()
-    print(load_line())
+    print(f"medians of {args.repeats} interleaved calls per draw; at the start: {load_line()}")
     draws = {"ours (single draw)": jax.jit(inverse_cdf_categorical), "count (before)": jax.jit(count_draw),
              "two-stage": jax.jit(two_stage_draw),
              "jax.random.categorical": jax.jit(lambda key, x: jax.random.categorical(key, x, axis=-1))}
@@ -110,7 +110,8 @@ def main() -> None:
                     times[name].append(time_ms(fn, jax.random.key(r), logits))
         medians = {name: float(np.median(t)) for name, t in times.items()}
         print(f"{batch} x {vocab:,}: " + ", ".join(f"{n} {m:.3f} ms" for n, m in medians.items())
-              + f"; ours / count {medians['ours (single draw)'] / medians['count (before)']:.2f}x, two-stage / ours "
+              + f"; time ratios (above 1: the first is slower): ours / count "
+              f"{medians['ours (single draw)'] / medians['count (before)']:.2f}x, two-stage / ours "
               f"{medians['two-stage'] / medians['ours (single draw)']:.2f}x  ({other.line()})")
         single, two = exact_tvs(np.asarray(logits[0]))
         print(f"  exact TV from softmax on row 0: ours {single:.2e}, two-stage {two:.2e}")
