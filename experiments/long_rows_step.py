@@ -23,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from experiments.quiet import load_line  # noqa: E402
+
 TAGS = ("timing_s/rollout", "timing_s/score_and_adv", "timing_s/update", "perf/trained_tokens")
 
 
@@ -61,7 +63,7 @@ def main() -> None:
                f"--config.trainer.total_steps={args.steps}", "--config.val.every=0", "--config.val.at_start=False",
                "--config.trainer.save_every=0", "--config.diagnostics.every=0"]
         print(" ".join(cmd[1:]), flush=True)
-        print(f"1-minute load average {os.getloadavg()[0]:.2f}", flush=True)
+        print(f"at the start: {load_line()}", flush=True)
         t0 = time.perf_counter()
         subprocess.run(cmd, cwd=args.repo, check=True, env={**os.environ, "PYTHONPATH": args.repo})
         wall = time.perf_counter() - t0
