@@ -293,6 +293,26 @@ def _close_quietly(env: HostEnv) -> None:
         pass
 
 
+def names_by_id(lookup: dict[str, int], names: Sequence[str] | None, env: str) -> list[str]:
+    """The name `step` receives for each action id (a parsed action reaches a host env as `names[id]`): `names`
+    checked against `lookup`, or without them the first name `lookup` gives each id. ValueError when ids are not
+    0..n-1 or a display name's lookup id is not its position (a 1-based lookup, as RAGEN's envs number actions,
+    would send every action's neighbour)."""
+    ids = sorted(set(lookup.values()))
+    if ids != list(range(len(ids))):
+        raise ValueError(f"{env}.action_lookup has ids {ids}; they must be 0..{len(ids) - 1}, positions in "
+                         "action_names (the parsed id i reaches step as action_names[i]). Renumber them from 0.")
+    if not names:
+        return [next(name for name, i in lookup.items() if i == k) for k in ids]
+    wrong = [f"{name!r} at position {k} has id {lookup[name.lower()]}" for k, name in enumerate(names)
+             if lookup.get(name.lower(), k) != k]
+    if len(names) != len(ids) or wrong:
+        raise ValueError(f"{env}.action_names {list(names)} do not follow action_lookup {lookup} in id order"
+                         f"{': ' + '; '.join(wrong) if wrong else f' ({len(names)} names for {len(ids)} ids)'}. "
+                         "List one display name per id, at the position of its id.")
+    return list(names)
+
+
 class HostEnvBatch(EnvBatch):
     """B host envs run concurrently; an exception or timeout ends only that episode, with the error recorded.
 
@@ -311,9 +331,8 @@ class HostEnvBatch(EnvBatch):
         first = self.envs[0]
         self.action_lookup = dict(first.action_lookup) if first.action_lookup else None
         self.action_names = list(first.action_names) if first.action_names else None
-        if self.action_lookup and not self.action_names:
-            by_id = sorted(self.action_lookup.items(), key=lambda kv: kv[1])
-            self.action_names = [name for name, _ in by_id]
+        if self.action_lookup:
+            self.action_names = names_by_id(self.action_lookup, self.action_names, type(first).__name__)
         self._done = np.zeros(len(self.envs), bool)
         self._observations = [""] * len(self.envs)  # current text, kept through turns without actions
         self._broken = np.zeros(len(self.envs), bool)  # a timed-out env may still be running: never reuse

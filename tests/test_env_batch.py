@@ -468,3 +468,24 @@ def test_a_turns_effectiveness_is_its_last_executed_actions_as_in_ragen():
         result = batch.step(actions, np.ones(4, bool))
         assert result.action_is_effective.tolist() == [False, True, True, False]
         assert result.actions_executed.tolist() == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("lookup, names, needle", [
+    ({"up": 1, "down": 2}, ["Up", "Down"], r"ids \[1, 2\]; they must be 0..1"),
+    ({"up": 0, "down": 1}, ["Down", "Up"], r"'Down' at position 0 has id 1; 'Up' at position 1 has id 0"),
+    ({"up": 0, "down": 1}, ["Up"], r"\(1 names for 2 ids\)"),
+])
+def test_a_host_env_whose_names_do_not_follow_its_lookup_is_refused(lookup, names, needle):
+    """Before: a 1-based lookup (as RAGEN's envs number actions) sent "Down" when the model answered "Up", and the
+    last action failed its episode with an IndexError."""
+    env = _GoStayHostEnv()
+    env.action_lookup, env.action_names = lookup, names
+    with pytest.raises(ValueError, match=needle):
+        HostEnvBatch([env])
+
+
+def test_aliases_without_display_names_reach_step_as_their_ids_first_name():
+    env = _GoStayHostEnv()
+    env.action_lookup, env.action_names = {"go": 0, "walk": 0, "stay": 1}, None
+    batch = HostEnvBatch([env])
+    assert batch.action_names == ["go", "stay"]  # before: ["go", "walk", "stay"], so id 1 sent "walk"
