@@ -50,3 +50,18 @@ def test_an_answer_token_of_its_own_keeps_one_stop_sequence():
     tokenizer = load_tiny_tokenizer()
     assert RolloutConfig(response_length=8).stop_sequences(tokenizer) == (tuple(tokenizer.encode("</answer>")),)
     assert RolloutConfig(response_length=8, stop_at_answer=False).stop_sequences(tokenizer) == ()
+
+
+@pytest.mark.parametrize("response", ["<think> I answer <answer> Up </answer> now </think> <answer> Up </answer>",
+                                      "<think>say<answer>Up</answer></think><answer>Up</answer>"])
+def test_an_answer_the_reasoning_quotes_does_not_end_the_turn(bpe, response):
+    """RAGEN's parse takes the answer after </think>: before, the turn stopped at the quoted "</answer>" inside
+    the reasoning, the response had no </think> and was penalised as malformed. Without thinking the prompt ends
+    in "<answer>", so the first "</answer>" ends the turn."""
+    ids = bpe.encode(response)
+    thinking = RolloutConfig(response_length=64)
+    config = thinking.sampling(bpe, thinking.stop_sequences(bpe), stop_after=thinking.stop_gates(bpe))
+    assert _stops_at(config, ids) == [len(ids) - 1]
+    plain = RolloutConfig(response_length=64, enable_think=False)
+    assert plain.stop_gates(bpe) == ()
+    assert len(_stops_at(plain.sampling(bpe, plain.stop_sequences(bpe)), ids)) == 2

@@ -73,6 +73,7 @@ class ContinuousEngine:
         self.chunk, self.share_prompts = int(chunk), share_prompts
         self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
         self.stop_sequences = config.stop_sequences(tokenizer)
+        self.stop_after = config.stop_gates(tokenizer)
         self.sampler = Sampler(graphdef, cache_size=config.max_model_len, pad_id=tokenizer.pad_token_id,
                                batch_size=self.slots, mesh=mesh, lanes=lanes or None)
 
@@ -82,7 +83,8 @@ class ContinuousEngine:
         """Play one episode per seed (episodes of a group share a seed) and build the batch (as RolloutEngine.run)."""
         cfg = self.config
         play = EpisodeBook.start(self, env, seeds, group_ids, tag)
-        sampling = cfg.sampling(self.tokenizer, self.stop_sequences, temperature=temperature, greedy=greedy)
+        sampling = cfg.sampling(self.tokenizer, self.stop_sequences, temperature=temperature, greedy=greedy,
+                                stop_after=self.stop_after)
         cache, _ = self.sampler.init_cache()
         state = self.sampler.idle_state(sampling)
         episode_of = np.full(self.slots, -1)  # the episode each slot holds

@@ -62,13 +62,18 @@ class RolloutConfig:
         """The token sequences that end a response besides the end-of-turn ids (an engine computes them once)."""
         return stop_sequences_for(tokenizer, "</answer>") if self.stop_at_answer else ()
 
+    def stop_gates(self, tokenizer) -> tuple[tuple[int, ...], ...]:
+        """With thinking, "</answer>" ends a response only after "</think>": RAGEN's parse reads the answer after
+        the reasoning, so an "</answer>" the reasoning quotes must not end the turn (an engine computes them once)."""
+        return stop_sequences_for(tokenizer, "</think>") if self.stop_at_answer and self.enable_think else ()
+
     def sampling(self, tokenizer, stop_sequences: tuple[tuple[int, ...], ...], *, temperature: float | None = None,
-                 greedy: bool = False) -> SamplingConfig:
+                 greedy: bool = False, stop_after: tuple[tuple[int, ...], ...] = ()) -> SamplingConfig:
         return SamplingConfig(
             max_new_tokens=self.response_length,
             temperature=self.temperature if temperature is None else temperature,
             top_p=self.top_p, top_k=self.top_k, greedy=greedy,
-            eos_ids=tuple(tokenizer.eos_token_ids), stop_sequences=stop_sequences)
+            eos_ids=tuple(tokenizer.eos_token_ids), stop_sequences=stop_sequences, stop_after=stop_after)
 
 
 STOP_CONTEXTS = (("", ""), (" ", ""), ("\n", ""), ("", "\n"), (" ", "\n"), ("\n", "\n"))
@@ -103,6 +108,7 @@ class RolloutEngine:
         self.batch_size = batch_size
         self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
         self.stop_sequences = config.stop_sequences(tokenizer)
+        self.stop_after = config.stop_gates(tokenizer)
         self.sampler = Sampler(graphdef, cache_size=config.max_model_len,
                                pad_id=tokenizer.pad_token_id, batch_size=batch_size, mesh=mesh, lanes=lanes or None)
         self.rows = self.sampler.rows
@@ -119,7 +125,8 @@ class RolloutEngine:
         cfg = self.config
         B = self.local_batch_size
         play = EpisodeBook.start(self, env, seeds, group_ids, tag, first_episode=self.rows.start)
-        sampling = cfg.sampling(self.tokenizer, self.stop_sequences, temperature=temperature, greedy=greedy)
+        sampling = cfg.sampling(self.tokenizer, self.stop_sequences, temperature=temperature, greedy=greedy,
+                                stop_after=self.stop_after)
         cache, cache_lens = self.sampler.init_cache()
         cache_lens = np.array(cache_lens, np.int32)
         active = play.opened.copy()

@@ -18,10 +18,14 @@ class SamplingConfig:
     greedy: bool = False
     eos_ids: tuple[int, ...] = ()
     stop_sequences: tuple[tuple[int, ...], ...] = ()  # e.g. the token ids of "</answer>"
+    # when given, a stop sequence ends a row only after one of these was generated before it (e.g. "</think>": an
+    # "</answer>" the reasoning quotes does not end the turn)
+    stop_after: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eos_ids", tuple(int(t) for t in self.eos_ids))
         object.__setattr__(self, "stop_sequences", tuple(tuple(int(t) for t in s) for s in self.stop_sequences))
+        object.__setattr__(self, "stop_after", tuple(tuple(int(t) for t in s) for s in self.stop_after))
         if self.top_k == -1:  # one program for both spellings of "off"
             object.__setattr__(self, "top_k", 0)
         if self.max_new_tokens < 1:
@@ -32,8 +36,8 @@ class SamplingConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}; 1.0 turns nucleus filtering off.")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 or -1 (0 and -1 = off), got {self.top_k}.")
-        if any(len(s) == 0 for s in self.stop_sequences):
-            raise ValueError("stop_sequences must not contain an empty sequence.")
+        if any(len(s) == 0 for s in self.stop_sequences + self.stop_after):
+            raise ValueError("stop_sequences and stop_after must not contain an empty sequence.")
 
     @property
     def truncates(self) -> bool:
