@@ -24,8 +24,8 @@ class ContextBuilder:
         self.generation_suffix = "<think>" if enable_think else "<answer>"
         self._encode_cached = functools.lru_cache(maxsize=cache_size)(self._encode)
         eos_ids = tuple(tokenizer.eos_token_ids)
-        self._eos_ids = frozenset(eos_ids)
-        self.eos_texts = tuple(tokenizer.decode([i]) for i in eos_ids)
+        self._eos_text = {i: tokenizer.decode([i]) for i in eos_ids}
+        self.eos_texts = tuple(self._eos_text.values())
 
     def _encode(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(text))
@@ -64,8 +64,8 @@ class ContextBuilder:
             sampled = list(message["tokens"])
             tokens.extend(sampled)
             turns.extend([i] * len(sampled))
-            if sampled and sampled[-1] in self._eos_ids:
-                rest = self._drop_leading_eos(rest)
+            if sampled and sampled[-1] in self._eos_text:
+                rest = _drop_prefix(rest, self._eos_text[sampled[-1]])
         self._append_text(tokens, turns, rest)
         if add_generation_prompt:
             self._append_text(tokens, turns, self.generation_suffix)
@@ -91,12 +91,12 @@ class ContextBuilder:
             tokens.extend(piece)
             turns.extend([-1] * len(piece))
 
-    def _drop_leading_eos(self, text: str) -> str:
-        """After a response that already ended with the end-of-turn token, skip the template's copy."""
-        for eos_text in self.eos_texts:
-            if eos_text and text.startswith(eos_text):
-                return text[len(eos_text):]
-        return text
+
+def _drop_prefix(text: str, prefix: str) -> str:
+    """text without a leading prefix: after a response that sampled the template's end-of-turn token, the template's
+    own copy. A different end token (Qwen's <|endoftext|>, Llama's <|end_of_text|>) leaves the template's end of turn
+    in place, as the chat template renders it after that message."""
+    return text[len(prefix):] if prefix and text.startswith(prefix) else text
 
 
 def common_prefix_length(a: np.ndarray, b: np.ndarray) -> int:
