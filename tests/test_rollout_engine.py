@@ -535,6 +535,31 @@ def test_rows_of_truncated_histories_train_only_kept_turns_at_their_positions(ti
     assert trained_same.all() == (mode != "full")  # only "full" rows train turns in a shortened context
 
 
+def test_a_turn_whose_context_text_changed_since_it_was_sampled_is_not_same_context(tiny):
+    """A template whose text changes between turns (Llama 3.2's date line past midnight) rebuilds the row with
+    other tokens before an earlier response than it was sampled after. Before, same_context looked only at
+    truncation and kept that turn's sampler log-probs, which a rollout correction then read as sampler mismatch."""
+    from ragen_jax.rollout.engine import finish_rollout
+
+    graphdef, params, tok = tiny
+    cfg = _cfg(max_turn=2)
+    engine = RolloutEngine(graphdef, tok, cfg, batch_size=1)
+    engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Left</answer>"]] * 2)
+    episodes = engine.run(params, LineEnv(1, goal=5), [1], [0], jax.random.PRNGKey(0), tag="Line").episodes
+    first, second = episodes[0].history
+    logprobs = {(0, t): (np.zeros(len(r.response_tokens)), np.zeros(len(r.response_tokens)))
+                for t, r in enumerate(episodes[0].history)}
+
+    def same_context():
+        batch = finish_rollout(engine.builder, cfg, tok, episodes, logprobs, "Line", {}, 1).batch
+        return [bool(batch.same_context[0, batch.turn_ids[0] == t].all()) for t in (0, 1)]
+
+    assert same_context() == [True, True]
+    first.context_tokens = first.context_tokens.copy()
+    first.context_tokens[3] += 1  # the system message's text when turn 0 was sampled differed by one token
+    assert same_context() == [False, True]
+
+
 def test_rollout_action_sep_is_what_the_prompt_states_and_the_parser_splits_on(tiny):
     """RAGEN's agent_proxy.action_sep: the system prompt names it and answers are split on it (fixed "||" before)."""
     graphdef, params, tok = tiny

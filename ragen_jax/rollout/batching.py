@@ -56,6 +56,17 @@ def _episode_samples(builder: ContextBuilder, ep: Episode, ep_idx: int, *, mode:
     return samples
 
 
+def sampled_in_row_context(row_tokens: np.ndarray, first: int, record, row_start: int) -> bool:
+    """Whether a row shows a response after exactly the tokens it was sampled after: row_tokens [L] of the row,
+    `first` its first response position. A `full` row past max_model_len drops the turns truncation dropped last,
+    so earlier turns were sampled seeing more; a template whose text changed between turns (a date line past
+    midnight) changes the context too. Without the recorded context (older dumps), the truncation test alone."""
+    context = record.context_tokens
+    if context is None:
+        return record.history_start == row_start
+    return len(context) == first and bool(np.array_equal(row_tokens[:first], context))
+
+
 def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, window: int,
                 max_tokens: int, enable_think: bool, format_penalty: float, use_turn_scores: bool,
                 norm_method: str, norm_grouping: str, logprobs: dict, pad_id: int,
@@ -111,8 +122,7 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
             sample_lp, raw_lp = logprobs[(s.episode, turn)]
             out["sample_logprobs"][row, pos] = sample_lp[: len(pos)]
             out["raw_logprobs"][row, pos] = raw_lp[: len(pos)]
-            # a "full" row drops the turns truncation dropped last: earlier turns were sampled seeing more
-            out["same_context"][row, pos] = ep.history[turn].history_start == s.start
+            out["same_context"][row, pos] = sampled_in_row_context(s.tokens, pos[0], ep.history[turn], s.start)
             if turn in s.trained and ok[s.episode]:
                 out["loss_mask"][row, pos] = 1.0
                 if s.reward_turn is None:
