@@ -79,3 +79,21 @@ def test_a_run_that_never_validated_ends_with_a_validation(tmp_path):
     summary = Trainer(cfg).train()
     assert [h["step"] for h in summary["val_history"]] == [cfg.trainer.total_steps]
     assert summary["val_success_final"] is not None
+
+
+def test_the_validation_before_training_is_not_one_of_the_low_success_streak(tmp_path):
+    """RAGEN counts the low-success stop over the validations of its training loop (test_freq), not the one before
+    training (val_before_train): with every validation at 0, patience 5 and a validation after each step, it trains
+    5 steps, not 4."""
+    cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
+    cfg.val.at_start, cfg.val.every = True, 1
+    cfg.trainer.total_steps, cfg.trainer.save_every, cfg.diagnostics.every = 8, 0, 0
+    trainer = Trainer(cfg)
+    es = trainer.cfg.trainer.early_stop
+    steps = []
+    trainer.train_step = lambda step: steps.append(step) or {}
+    trainer.validate = lambda step: {f"val/{trainer.val_tag}/success": 0.0}
+    summary = trainer.train()
+    assert steps == list(range(es.val_patience))
+    assert trainer.counters["val_low_streaks"] == {trainer.val_tag: es.val_patience}
+    assert [h["step"] for h in summary["val_history"]] == list(range(es.val_patience + 1))  # the first one still shown

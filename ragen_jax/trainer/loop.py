@@ -539,11 +539,12 @@ class Trainer:
                            "filter.empty_stop_steps).", self.workdir, self.start_step, reason)
         return reason
 
-    def _record_val(self, step: int, metrics: dict) -> None:
-        """The history follows the first validation env; the low-success streak is counted per env (RAGEN)."""
+    def _record_val(self, step: int, metrics: dict, streak: bool = True) -> None:
+        """The history follows the first validation env; the low-success streak is counted per env (RAGEN), over
+        the validations after RL steps (`streak`): RAGEN's validation before training does not count."""
         below = self.cfg.trainer.early_stop.val_success_below
         streaks = self.counters["val_low_streaks"]
-        for tag in self.val_tags:
+        for tag in self.val_tags if streak else ():
             low = metrics.get(f"val/{tag}/success", 0.0) < below
             streaks[tag] = streaks.get(tag, 0) + 1 if low else 0
         self.history.append({"step": step, "val_success": metrics.get(f"val/{self.val_tag}/success", 0.0)})
@@ -580,7 +581,7 @@ class Trainer:
             self.monitor.scalars(after, 0)
         elif cfg.val.every and cfg.val.at_start and self.start_step == 0:
             vm = self.validate(0)
-            self._record_val(0, vm)
+            self._record_val(0, vm, streak=False)
             self.monitor.scalars(vm, 0)
         resumed_stop = self._resumed_early_stop()
         if self.start_step >= t.total_steps > 0 and not resumed_stop:
