@@ -56,3 +56,22 @@ def test_ragens_reward_variance_collapse_rule():
     for _ in range(5):  # a zero baseline never stops the run (nothing is below 0)
         zero_base = reward_collapse(zero_base[0], zero_base[1], 0.0, window=3, ratio=0.1)
     assert not zero_base[2]
+
+
+def test_the_step_whose_reward_std_collapsed_is_not_trained(tmp_path):
+    """RAGEN checks the reward-variance collapse after the filter and stops before that step's update (its
+    agent_trainer breaks out of the loop there): the run's last policy is the previous step's."""
+    import jax
+    import numpy as np
+
+    cfg = bandit_config(tmp_path, use_critic=False, adv_estimator="grpo")
+    cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 0, 0, 0
+    cfg.trainer.early_stop.reward_collapse_window, cfg.trainer.early_stop.reward_collapse_ratio = 1, 0.1
+    trainer = Trainer(cfg)
+    trainer.counters["reward_std_first"] = [100.0]  # a baseline every step's std falls below a tenth of
+    before = [np.asarray(x) for x in jax.tree.leaves(trainer.actor.trainable)]
+    metrics = trainer.train_step(0)
+    assert all(np.array_equal(a, np.asarray(b)) for a, b in zip(before, jax.tree.leaves(trainer.actor.trainable)))
+    assert "actor/pg_loss" not in metrics
+    assert metrics["early_stop/reward_collapse"] == 1.0 and metrics["train/update_skipped_reward_collapse"] == 1.0
+    assert trainer._early_stop(metrics).startswith("the in-group reward std collapsed")

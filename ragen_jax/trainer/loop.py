@@ -347,6 +347,9 @@ class Trainer:
                                                        es.reward_collapse_window, es.reward_collapse_ratio)
             self.counters.update(reward_std_first=first, reward_std_recent=recent)
             metrics["early_stop/reward_collapse"] = float(collapsed)
+            if collapsed:  # RAGEN stops before this step's update: the collapsed rollout is not trained on
+                metrics["train/update_skipped_reward_collapse"] = 1.0
+                return {**metrics, **timing}
 
         t0 = time.perf_counter()
         batch = res.batch
