@@ -22,6 +22,8 @@ def test_each_validation_env_plays_its_episodes_and_reports_under_its_tag(tmp_pa
     metrics, episodes = both.run_validation(3)
     assert both.val_tags == ["Bandit", "BanditTest"] and both.val_tag == "Bandit"
     assert [ep.env_tag for ep in episodes] == ["Bandit"] * 6 + ["BanditTest"] * 6
+    # RAGEN's es_manager numbers every val tag's groups in one run of seeds (before: each env from 123 again)
+    assert [ep.seed for ep in episodes] == list(range(123, 135))
     for tag in ("Bandit", "BanditTest"):
         assert {"success", "reward", "num_turns"} <= {k.split("/", 2)[2] for k in metrics if k.startswith(f"val/{tag}/")}
     # the arm names differ between the two (BanditTest's are unseen in training)

@@ -260,7 +260,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation
     def run_validation(self, step: int) -> tuple[dict[str, float], list]:
-        """Validation episodes (seeds from val.seed, every run alike) of each validation env -> (metrics, episodes).
+        """Validation episodes of each validation env -> (metrics, episodes): env e's groups take seeds
+        val.seed + e * val.groups + g, as RAGEN numbers the groups of all its validation tags (every run alike).
         An env's metrics are under `val/{tag}/`, over its val.groups groups (a last chunk's extra groups are
         played, not kept); the untagged ones (response_length, response_length_per_turn) are over every env's
         episodes."""
@@ -271,7 +272,8 @@ class Trainer:
         chunks = [(e, first) for e in range(len(self.val_envs)) for first in firsts]
         for c, (e, first_group) in tqdm(list(enumerate(chunks)), desc="validate", leave=False,
                                         disable=not self.is_main or len(chunks) < 2, dynamic_ncols=True):
-            seeds, gids = group_seeds(v.seed + first_group, per_chunk_groups, v.group_size)
+            # RAGEN numbers the groups of all validation envs in one run of seeds from val.seed
+            seeds, gids = group_seeds(v.seed + e * v.groups + first_group, per_chunk_groups, v.group_size)
             key = jax.random.fold_in(jax.random.fold_in(self.base_key, 10_000_000 + step), c)
             res = self.val_engine.run(self.sampling_params(), self.val_envs[e], seeds, gids + first_group, key,
                                       tag=self.val_tags[e], temperature=v.temperature, greedy=v.greedy)
