@@ -60,6 +60,17 @@ def test_sequence_geometric_mask_drops_whole_rows(run):
     np.testing.assert_allclose(metrics["rollout_corr_token_masked_frac"], 2 / 6, rtol=1e-6)
 
 
+def test_sequence_geometric_mask_averages_unclamped_log_ratios(run):
+    """The row statistic is the mean of the raw log rho (veRL clamps only the mean): clamping each token to +-20
+    first turned log rho [25, -30] (geometric mean exp(-2.5)) into [20, -20] (mean 0) and kept the row."""
+    log_rho = np.array([[25.0, -30.0], [25.0, 0.0], [0.0, 0.0]])
+    old = np.full(log_rho.shape, -1.0)
+    _, keep, metrics = _correct(run, "seq_geo_mask", old=old, sampler=old - log_rho, mask=np.ones((3, 2)), bound=2.0)
+    # row means -2.5, 12.5 and 0: only the last lies in [log 1/2, log 2]
+    np.testing.assert_array_equal(np.asarray(keep).all(axis=1), [False, False, True])
+    np.testing.assert_allclose(metrics["rollout_corr_mismatch_k1"], -log_rho.mean(), rtol=1e-5)
+
+
 def test_no_correction_is_the_identity(run):
     weights, keep, metrics = _correct(run, "none")
     assert np.all(np.asarray(weights) == 1.0) and np.asarray(keep).all() and metrics == {}

@@ -31,10 +31,18 @@ Correction = Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Ar
 
 
 def log_mismatch(old_logprobs: jax.Array, sampler_logprobs: jax.Array) -> jax.Array:
-    """log rho_t = log pi_old - log pi_sampler, clamped like the policy losses' log-ratios. [B, T]."""
+    """log rho_t = log pi_old - log pi_sampler, without gradient. [B, T].
+
+    Not clamped: a band test or a row mean must see the real ratio (clamping each token to +-20 first made a row
+    with log rho [25, -30] average 0); clamp only where rho itself is formed (`_rho`)."""
     chex.assert_rank([old_logprobs, sampler_logprobs], 2)
     chex.assert_equal_shape([old_logprobs, sampler_logprobs])
-    return jax.lax.stop_gradient(jnp.clip(old_logprobs - sampler_logprobs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    return jax.lax.stop_gradient(old_logprobs - sampler_logprobs)
+
+
+def _rho(log_rho: jax.Array) -> jax.Array:
+    """exp(log rho) with log rho clamped like the policy losses' log-ratios, so it stays finite."""
+    return jnp.exp(jnp.clip(log_rho, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
 
 
 def _band(name: str, bound: float | None) -> float:
@@ -85,7 +93,7 @@ def icepop_correction(old_logprobs: jax.Array, sampler_logprobs: jax.Array, resp
     chex.assert_equal_shape([old_logprobs, sampler_logprobs, response_mask])
     log_rho = log_mismatch(old_logprobs, sampler_logprobs)
     keep = jnp.abs(log_rho) <= jnp.log(_band("icepop", bound))
-    weights = jnp.where(keep, jnp.exp(log_rho), 0.0)
+    weights = jnp.where(keep, _rho(log_rho), 0.0)
     return weights, keep, _metrics(log_rho, weights, keep, response_mask)
 
 
