@@ -35,6 +35,7 @@ def validate_config(cfg, mode: str = "train") -> None:
     from envs.registry import get_spec
     import ragen_jax.algos  # noqa: F401  registers the built-ins
     from ragen_jax.algos import registry as algos_registry
+    from ragen_jax.algos.presets import needs_critic
     from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
     from ragen_jax.filtering import FilterConfig
     from ragen_jax.trainer.settings import validation_envs
@@ -100,8 +101,9 @@ def validate_config(cfg, mode: str = "train") -> None:
     errors += _sampling_errors(cfg.rollout, cfg.val)
     if cfg.rollout.response_length >= cfg.rollout.max_model_len:
         errors.append("config.rollout.response_length must be < config.rollout.max_model_len")
-    if algo.adv_estimator == "gae" and not algo.use_critic:
-        errors.append("config.algo.adv_estimator='gae' needs config.algo.use_critic=True")
+    if not algo.custom_adv_estimator and needs_critic(dict(algo)) and not algo.use_critic:
+        errors.append(f"config.algo.adv_estimator={algo.adv_estimator!r} needs config.algo.use_critic=True "
+                      "(it reads the critic's values)")
     if len(errors) == 1:
         raise ValueError(f"Invalid config: {errors[0]}")
     if errors:

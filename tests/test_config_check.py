@@ -405,3 +405,16 @@ def test_algo_kwargs_that_would_not_reach_a_function_are_refused(kwargs, message
         validate_config(cfg)
     cfg.algo.kwargs = '{"scale": 2.0}'
     validate_config(cfg)
+
+
+@pytest.mark.parametrize("estimator,bi_level", [("gae", False), ("gae", True), ("bilevel_gae", False)])
+def test_a_critic_estimator_without_a_critic_is_refused(estimator, bi_level):
+    """GAE and bi-level GAE read the critic's values: without one they would train on values of 0. The registry
+    name "bilevel_gae" needs the critic as much as RAGEN's adv_estimator="gae" + bi_level_gae=True."""
+    cfg = get_base_config()
+    apply_tiny(cfg)
+    cfg.algo.adv_estimator, cfg.algo.bi_level_gae, cfg.algo.use_critic = estimator, bi_level, False
+    with pytest.raises(ValueError, match="needs config.algo.use_critic=True"):
+        validate_config(cfg)
+    cfg.algo.use_critic = True
+    validate_config(cfg)

@@ -96,3 +96,12 @@ def resolve_adv_estimator(config: dict[str, Any]) -> str:
     """
     name = config["adv_estimator"]
     return "bilevel_gae" if name == "gae" and config.get("bi_level_gae", False) else name
+
+
+# the built-in estimators that read the critic's values (AdvantageInputs.values)
+CRITIC_ESTIMATORS = ("gae", "bilevel_gae")
+
+
+def needs_critic(config: dict[str, Any]) -> bool:
+    """Whether the estimator a config selects reads critic values (GAE, bi-level GAE by either name)."""
+    return resolve_adv_estimator(config) in CRITIC_ESTIMATORS
