@@ -183,6 +183,17 @@ def test_rloo_hand_computed(run):
     np.testing.assert_allclose(adv, expected, rtol=1e-5)
 
 
+def test_reinforce_plus_plus_baseline_hand_computed(run):
+    """RAGEN's adv_estimator=reinforce_plus_plus_baseline (veRL's): score minus group mean (0 for a group of one)
+    on every sampled token, whitened over the batch's sampled tokens (unbiased variance); returns = advantages."""
+    adv, ret = run(algos.ADVANTAGE_ESTIMATORS.get("reinforce_plus_plus_baseline"), _group_inputs())
+    centred = np.array([4 / 3, -2 / 3, -2 / 3, 3.0, 5.0])[:, None] * np.ones((1, 4))
+    tokens = centred[GROUP_MASK > 0]
+    expected = (centred - tokens.mean()) / np.sqrt(tokens.var(ddof=1) + 1e-8) * GROUP_MASK
+    np.testing.assert_allclose(adv, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ret, expected, rtol=1e-5, atol=1e-6)
+
+
 def _ragen_grpo_reference(scores, index, episode_ids, norm, eps=1e-6):
     """RAGEN's `compute_grpo_outcome_advantage` loop with episode ids: one score per (group, episode), the
     first row seen; torch.std is unbiased; a group of one has mean 0 and std 1."""

@@ -15,6 +15,7 @@ from ragen_jax.algos.advantages import (
     group_mean_std,
     grpo,
     reinforce_plus_plus,
+    reinforce_plus_plus_baseline,
     rloo,
     turn_ends_from_mask,
     turn_ends_from_rewards,
@@ -72,7 +73,8 @@ __all__ = [
     "icepop_correction", "init_kl_controller", "kl_abs", "kl_k1", "kl_k2", "kl_k3", "kl_penalty", "log_mismatch",
     "logprobs_from_logits", "masked_mean", "masked_sum", "masked_var", "masked_whiten", "mse_value_loss",
     "no_correction", "ppo_clip_loss", "preset_names", "reinforce_loss", "resolve_adv_estimator",
-    "resolve_rollout_correction", "reinforce_plus_plus", "rloo", "sequence_geometric_mask", "sequence_log_ratio",
+    "resolve_rollout_correction", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo",
+    "sequence_geometric_mask", "sequence_log_ratio",
     "token_logprobs_and_entropy", "truncated_is_correction", "truncated_is_weights", "turn_ends_from_mask",
     "turn_ends_from_rewards", "update_kl_controller",
 ]

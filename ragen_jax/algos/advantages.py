@@ -266,6 +266,21 @@ def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> tuple
     return _finish(adv, returns, inputs.response_mask)
 
 
+@ADVANTAGE_ESTIMATORS.register("reinforce_plus_plus_baseline")
+def reinforce_plus_plus_baseline(inputs: AdvantageInputs) -> tuple[jax.Array, jax.Array]:
+    """REINFORCE++ with a group baseline: (score - group mean) on every sampled token, whitened over the batch.
+
+    A group of one has mean 0; with ``episode_ids`` each episode counts once in its group's mean (as ``grpo``;
+    veRL counts rows). The whitening is over sampled tokens, as veRL's. returns = advantages (as in veRL).
+    """
+    _check(inputs, need_groups=True)
+    scores = _episode_scores(inputs)
+    mean, _, count = group_mean_std(scores, inputs.group_ids, inputs.episode_ids)
+    adv = jnp.broadcast_to((scores - jnp.where(count <= 1, 0.0, mean))[:, None], inputs.response_mask.shape)
+    adv = masked_whiten(adv, inputs.response_mask)
+    return _finish(adv, adv, inputs.response_mask)
+
+
 def accepts_keyword(fn: Callable, name: str) -> bool:
     """Whether ``fn`` takes the keyword argument ``name`` (by name or through **kwargs)."""
     params = inspect.signature(fn).parameters
