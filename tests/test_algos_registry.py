@@ -46,6 +46,13 @@ def test_import_path_with_dotted_attribute():
     assert reg.get("ragen_jax.algos.policy_loss:ppo_clip_loss") is algos.ppo_clip_loss
 
 
+def test_verl_and_ragen_names_reach_the_built_ins():
+    """A RAGEN / veRL config's names select the same functions: policy_loss.loss_mode 'gpg' is the plain policy
+    gradient, adv_estimator 'reinforce_plus_plus_baseline' the group-baseline REINFORCE++."""
+    assert algos.POLICY_LOSSES.get("gpg") is algos.reinforce_loss
+    assert algos.ADVANTAGE_ESTIMATORS.get("reinforce_plus_plus_baseline") is algos.reinforce_plus_plus_baseline
+
+
 def test_builtin_registries_are_populated():
     assert {"gae", "bilevel_gae", "grpo", "rloo", "reinforce_plus_plus"} <= set(algos.ADVANTAGE_ESTIMATORS)
     assert {"vanilla", "ppo", "reinforce", "gspo", "gspo_token", "cispo"} <= set(algos.POLICY_LOSSES)

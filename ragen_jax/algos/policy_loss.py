@@ -3,7 +3,7 @@
 Signature: ``fn(logprobs, old_logprobs, advantages, response_mask, **hparams) ->
 (loss [B, T], metrics)``; aggregate the loss with ``aggregation.agg_loss``. Metrics are
 masked means over this batch's tokens (pg_clipfrac, ppo_kl, pg_clipfrac_lower, ...).
-Built-ins: PPO clip (``vanilla``/``ppo``), ``reinforce``, GSPO (``gspo``, ``gspo_token``) and
+Built-ins: PPO clip (``vanilla``/``ppo``), ``reinforce`` (= veRL's ``gpg``), GSPO (``gspo``, ``gspo_token``) and
 CISPO (``cispo``). Sequence-level losses (GSPO) read only their own row, so they stay exact when
 the trainer splits a mini-batch into micro-batches of whole rows.
 """
@@ -94,6 +94,7 @@ def reinforce_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax
 
 
 POLICY_LOSSES.register("ppo", ppo_clip_loss)
+POLICY_LOSSES.register("gpg", reinforce_loss)  # veRL's name (actor.policy_loss.loss_mode=gpg)
 
 # GSPO's clip ranges (Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv:2507.18071, sec. 5.1).
 GSPO_CLIP_LOW, GSPO_CLIP_HIGH = 3e-4, 4e-4
