@@ -412,34 +412,18 @@ def test_a_failing_replacement_is_tried_once_per_reset_not_once_per_slot():
     assert len(builds) == 2  # tried again, once, at the next reset
 
 
-class _GoStayEnv(JaxEnv):
+class _GoStayEnv(CoinEnv):
     """"Go" moves (an effective action), "Stay" does not."""
 
     action_lookup = {"go": 0, "stay": 1}
-
-    @property
-    def default_params(self):
-        return None
-
-    def reset_env(self, key, params):
-        return jnp.zeros(()), jnp.zeros((), jnp.int32)
 
     def step_env(self, key, state, action, params):
         info = {"action_is_effective": action == 0, "success": jnp.bool_(False)}
         return jnp.zeros(()), state + (action == 0), jnp.float32(0.0), jnp.bool_(False), info
 
-    def is_truncated(self, state, params):
-        return jnp.bool_(False)
-
     @property
     def action_names(self):
         return ["Go", "Stay"]
-
-    def instruction(self):
-        return "Go or stay."
-
-    def render_text(self, state, params=None):
-        return f"at={int(state)}"
 
 
 class _GoStayHostEnv(HostEnv):
