@@ -609,3 +609,33 @@ def test_close_during_a_stuck_step_closes_the_session_at_once(gated_server):
     env.close()
     assert time.monotonic() - start < NO_HANG_S
     assert session not in gated_server.service.sessions and env.session_id is None
+
+
+def test_calls_past_a_pool_held_by_hung_envs_are_refused_at_once_naming_why():
+    """A timed-out env call keeps its worker thread until it returns. Before, once hung calls held every worker, each
+    new call queued behind them and came back after the whole step timeout as a 504 blaming an env it never
+    reached; now it is a 503 at once saying what holds the workers, and the pool serves again when they return."""
+    import json
+
+    release = threading.Event()
+    srv = EnvServer(TOY, port=0, step_timeout_s=0.3, workers=1,
+                    env_kwargs={"delay_s": 60.0, "release": release}).start_background()
+    try:
+        env = RemoteEnv(srv.url, timeout_s=LONG_TIMEOUT_S, retries=0)
+        env.reset(0)
+        with pytest.raises(RemoteEnvError, match="504"):
+            env.step("up")  # hangs in the env: its worker stays busy
+        start = time.monotonic()
+        status, message = _status(srv.url, "POST", "/reset", {"seed": 1})
+        assert status == 503 and "All 1 env workers are held by" in message and "hung" in message
+        assert time.monotonic() - start < 0.3  # not after another step timeout
+        health = JsonClient(srv.url, timeout_s=LONG_TIMEOUT_S).call("GET", "/health", idempotent=True)
+        assert (health["hung_calls"], health["workers"]) == (1, 1), json.dumps(health)
+        release.set()
+        deadline = time.monotonic() + NO_HANG_S
+        while srv.service.hung_calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert RemoteEnv(srv.url, timeout_s=LONG_TIMEOUT_S).reset(1)[0] == "Value: 1"
+    finally:
+        release.set()
+        srv.stop()

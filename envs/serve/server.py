@@ -5,8 +5,8 @@ Endpoints (JSON): `GET /health`; `GET /spec` -> {env, instruction, legend, actio
 action_names, step_timeout_s}; `POST /reset {seed, session_id?}` -> {session_id, observation,
 info}; `POST /step {session_id, action}` -> {observation, reward, terminated, truncated, info};
 `POST /close {session_id}`. Errors: 400 bad body, 404 unknown session, 409 session busy or
-episode over, 500 the env raised, 503 too many sessions, 504 the env call timed out (the
-session is dropped, since its env may still be running).
+episode over, 500 the env raised, 503 too many sessions or every worker held by hung env calls, 504
+the env call timed out (the session is dropped, since its env may still be running).
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ class EnvService:
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="env")
+        self.workers = workers
+        self.hung_calls = 0  # env calls past the step timeout that still hold a worker
         self._last_sweep = 0.0
 
     def close(self) -> None:
@@ -112,14 +114,20 @@ class EnvService:
         if not session.lock.acquire(blocking=False):
             raise HttpError(409, f"Session {session_id!r} is busy with another call; send one call at a time.")
         try:
+            with self._lock:
+                if self.hung_calls >= self.workers:  # the call would wait for a worker that never comes back
+                    raise HttpError(503, f"All {self.workers} env workers are held by {self.env_name} calls that "
+                                         f"outlived the {self.step_timeout_s:g} s timeout and never returned (hung "
+                                         "envs); restart the server, or start it with more --workers.")
             future = self._pool.submit(fn)
             try:
                 return future.result(timeout=self.step_timeout_s)
             except concurrent.futures.TimeoutError:
                 with self._lock:
                     self.sessions.pop(session_id, None)
+                    self.hung_calls += 1
                 # the dropped env is closed once its call returns (closing it now would race the running call)
-                future.add_done_callback(lambda _: self._close_env(session.env))
+                future.add_done_callback(lambda _: self._call_returned(session.env))
                 raise HttpError(504, f"The {self.env_name} env did not answer within {self.step_timeout_s:g} s; "
                                      f"session {session_id!r} was dropped.") from None
             except HttpError:
@@ -131,10 +139,17 @@ class EnvService:
             session.last_used = self.clock()
             session.lock.release()
 
+    def _call_returned(self, env: HostEnv | None) -> None:
+        """A timed-out call finally returned: its worker is free again and its dropped env is closed."""
+        with self._lock:
+            self.hung_calls -= 1
+        self._close_env(env)
+
     # ---- routes
     def health(self, _: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self._sweep()
-        return 200, {"status": "ok", "env": self.env_name, "sessions": len(self.sessions)}
+        return 200, {"status": "ok", "env": self.env_name, "sessions": len(self.sessions),
+                     "hung_calls": self.hung_calls, "workers": self.workers}
 
     def get_spec(self, _: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         return 200, to_jsonable(self.spec)
