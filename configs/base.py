@@ -54,6 +54,9 @@ def get_base_config() -> ml_collections.ConfigDict:
         every=10,  # validate every N steps (0 = never)
         at_start=True,
         batch_size=128,  # episodes per validation rollout chunk
+        # overrides of the env's constructor arguments for validation only, over env.kwargs (RAGEN resets its
+        # validation envs with mode="val": WebShop then draws the val split's goals)
+        env_kwargs=ml_collections.ConfigDict(),
     )
     c.rollout = dict(
         response_length=400,

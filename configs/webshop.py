@@ -30,6 +30,7 @@ def get_config(arg: str | None = None):
     c.env.kwargs = ml_collections.ConfigDict(dict(
         data_dir=config_dict.placeholder(str), num_products=config_dict.placeholder(int), seed=0,
         split="train", reward_mode="binary", max_steps=config_dict.placeholder(int), show_tips=True))
+    c.val.env_kwargs = ml_collections.ConfigDict(dict(split="val"))  # RAGEN validates on the val split's goals
     c.rollout.max_model_len = 15000
     c.trainer.mini_batch_size = 32
     c.trainer.micro_batch_size = 4

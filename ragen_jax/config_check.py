@@ -133,7 +133,7 @@ def _message(error: Exception) -> str:
     return str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
 
 
-FREE_FORM = ("env.kwargs",)  # sections whose keys are the user's (an env's constructor arguments)
+FREE_FORM = ("env.kwargs", "val.env_kwargs")  # sections whose keys are the user's (an env's constructor arguments)
 
 
 def _unknown_keys(cfg, reference, prefix: str = "") -> list[str]:

@@ -154,7 +154,7 @@ def validation_rows() -> dict:
     def stop(*args, **kwargs):
         raise StopIteration  # the env batches are built: nothing more is needed
 
-    setup_lib.env_batch = lambda env_cfg, name, rows: built.append(rows)
+    setup_lib.env_batch = lambda env_cfg, name, rows, extra_kwargs=None: built.append(rows)
     setup_lib.load_policy_and_tokenizer = stop
     out = {}
     for groups, group_size, batch_size in ((3, 4, 12), (6, 1, 6), (4, 4, 16), (6, 2, 4)):

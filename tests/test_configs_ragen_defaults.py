@@ -189,3 +189,28 @@ def test_bandit_validates_on_both_arm_vocabularies_as_ragen():
     assert validation_envs(c.val.name, c.env.name) == ["Bandit", "BanditTest"] and c.val.groups == 256
     assert get_config("test").val.name == "BanditTest"
     assert get_config("tiny").val.name == "Bandit" and get_config("test,tiny").val.name == "BanditTest"
+
+
+def test_webshop_validates_on_ragens_val_goals():
+    """RAGEN's validation EnvStateManager resets its envs with mode="val" (agent_proxy.py:198, es_manager.py:138),
+    and only WebShop reads it: validation goals are the val split (webshop/env.py:104-105), training's the train
+    split. Our validation envs get val.env_kwargs over env.kwargs; the WebShop config sets split="val"."""
+    from configs.webshop import get_config
+    from ragen_jax.trainer import setup as setup_lib
+
+    for variant in (None, "tiny"):
+        c = get_config(variant)
+        validate_config(c)
+        train = setup_lib.env_batch(c.env, c.env.name, 1)
+        val = setup_lib.env_batch(c.env, c.env.name, 1, c.val.env_kwargs)
+        assert (train.envs[0].split, val.envs[0].split) == ("train", "val"), variant
+
+
+def test_val_env_kwargs_are_free_form_and_only_for_validation():
+    """val.env_kwargs takes any key (an env's constructor argument); other envs' configs leave it empty."""
+    c = get_base_config()
+    c.val.env_kwargs.anything_goes = 3
+    validate_config(c)
+    for module in ENV_MODULES:
+        if module != "webshop":
+            assert not importlib.import_module(f"configs.{module}").get_config().val.env_kwargs, module

@@ -128,6 +128,7 @@ def make_critic(model_cfg, policy: CausalLM) -> ValueModel:
     return ValueModel.from_causal_lm(policy, rngs=nnx.Rngs(model_cfg.seed + 2), keep_lora=lora)
 
 
-def env_batch(env_cfg, name: str, batch_size: int):
-    """An EnvBatch of `batch_size` episodes of registered env `name` with the config's overrides."""
-    return make_env_batch(name, batch_size, **dict(env_cfg.kwargs))
+def env_batch(env_cfg, name: str, batch_size: int, extra_kwargs=None):
+    """An EnvBatch of `batch_size` episodes of registered env `name` with the config's overrides (env.kwargs, then
+    `extra_kwargs` over them: val.env_kwargs for validation envs)."""
+    return make_env_batch(name, batch_size, **{**dict(env_cfg.kwargs), **dict(extra_kwargs or {})})
