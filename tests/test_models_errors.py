@@ -284,7 +284,8 @@ def test_a_config_json_that_is_not_a_json_object_names_the_file(bad, text):
     dict(use_sliding_window=True, sliding_window=64, max_window_layers=1),
     dict(use_sliding_window=False, sliding_window=64, max_window_layers=0),
     dict(use_sliding_window=True, sliding_window=None, max_window_layers=0),
-    dict(use_sliding_window=True, sliding_window=64, layer_types=["full_attention", "sliding_attention", "full_attention"]),
+    dict(use_sliding_window=True, sliding_window=64,
+         layer_types=["full_attention", "sliding_attention", "full_attention"]),
 ])
 def test_sliding_window_is_refused_only_where_a_layer_slides_as_transformers_reads_it(model_type, settings):
     """Before: any use_sliding_window=true was refused, although transformers slides no layer below
@@ -295,8 +296,8 @@ def test_sliding_window_is_refused_only_where_a_layer_slides_as_transformers_rea
     expected = [i for i, kind in enumerate(ref.layer_types) if kind == "sliding_attention" and ref.sliding_window]
     assert sliding_layers(hf) == expected
     if expected:
-        with pytest.raises(ValueError, match=rf"layers {re.escape(str(expected))} attend only to that many past tokens.*"
-                                             "use_sliding_window to false"):
+        with pytest.raises(ValueError, match=rf"layers {re.escape(str(expected))} attend only to that many past "
+                                             "tokens.*use_sliding_window to false"):
             config_from_hf(hf)
     else:
         assert config_from_hf(hf).num_layers == 3

@@ -101,8 +101,8 @@ class Trainer:
                         "data*fsdp devices; the extra episodes are not counted.", self.val_batch, val_rows,
                         sharding.batch_shards(self.mesh))
         self.train_env = setup_lib.env_batch(cfg.env, cfg.env.name, _local_rows(self.mesh, self.batch_size))
-        self.val_envs = [setup_lib.env_batch(cfg.env, name, _local_rows(self.mesh, self.val_batch), cfg.val.env_kwargs)
-                         for name in self.val_names]
+        self.val_envs = [setup_lib.env_batch(cfg.env, name, _local_rows(self.mesh, self.val_batch),
+                                             cfg.val.env_kwargs) for name in self.val_names]
         self.val_env = self.val_envs[0]
         policy, self.tokenizer = setup_lib.load_policy_and_tokenizer(cfg.model)
         self.lora = cfg.model.lora.rank > 0
