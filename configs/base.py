@@ -30,6 +30,7 @@ def get_base_config() -> ml_collections.ConfigDict:
         dtype="",  # compute dtype, "" = param dtype
         remat="none",  # none | full | dots
         critic_path="",  # "" = initialise the critic from the policy checkpoint
+        # target_modules: comma-separated projection names, or "all-linear" (RAGEN's default: every projection)
         lora=dict(rank=0, alpha=64.0, target_modules="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"),
         seed=0,
     )

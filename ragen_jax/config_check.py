@@ -169,7 +169,7 @@ def _lora_errors(lora) -> list[str]:
     known = ",".join(DEFAULT_TARGETS)
     if unknown := [t for t in targets if t not in DEFAULT_TARGETS]:
         errors.append(f"config.model.lora.target_modules={lora.target_modules!r} names {unknown}, which are not "
-                      f"projections of a decoder layer: choose comma-separated names from {known}")
+                      f"projections of a decoder layer: choose comma-separated names from {known}, or all-linear for every one")
     elif not targets:
         errors.append(f"config.model.lora.target_modules is empty, so LoRA (rank {lora.rank}) would train nothing: "
                       f"name projections from {known}, or set config.model.lora.rank=0 to train every weight")

@@ -418,3 +418,16 @@ def test_a_critic_estimator_without_a_critic_is_refused(estimator, bi_level):
         validate_config(cfg)
     cfg.algo.use_critic = True
     validate_config(cfg)
+
+
+@pytest.mark.parametrize("targets", ["all-linear", "ALL-LINEAR", "[q_proj, v_proj]", "['q_proj', 'v_proj']"])
+def test_lora_targets_accept_ragens_all_linear_and_a_yaml_list(targets):
+    """RAGEN's base.yaml default `lora.target_modules: all-linear` (PEFT's shorthand) and a veRL-style list were
+    refused as unknown projection names."""
+    from ragen_jax.models.lora import DEFAULT_TARGETS, parse_target_modules
+
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.model.lora.rank, cfg.model.lora.target_modules = 8, targets
+    validate_config(cfg)
+    expected = DEFAULT_TARGETS if "all" in targets.lower() else ("q_proj", "v_proj")
+    assert parse_target_modules(targets) == expected

@@ -108,3 +108,12 @@ def test_a_lora_critic_keeps_the_base_weights_frozen_and_trains_adapters_and_hea
     np.testing.assert_array_equal(critic.model.layers[0].mlp.down_proj.lora_b[...], before)
     with pytest.raises(ValueError, match="keep_lora=True needs"):
         ValueModel.from_causal_lm(CausalLM(CFG, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(2), keep_lora=True)
+
+
+def test_all_linear_targets_every_projection_as_peft_does():
+    """PEFT's `all-linear` (RAGEN's default target_modules) wraps every Linear of the decoder layers, not lm_head."""
+    from ragen_jax.models.lora import parse_target_modules
+
+    model = CausalLM(CFG, rngs=nnx.Rngs(0))
+    apply_lora(model, rank=2, alpha=4.0, target_modules=parse_target_modules("all-linear"), rngs=nnx.Rngs(1))
+    assert len(jax.tree.leaves(nnx.state(model, lora_filter))) == 2 * 7 * CFG.num_layers

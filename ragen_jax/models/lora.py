@@ -14,9 +14,19 @@ from ragen_jax.models.linear import rows_matmul
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+#: PEFT's shorthand (RAGEN's default `lora.target_modules: all-linear`): every Linear but the output layer, which
+#: in a decoder layer are these projections.
+ALL_LINEAR = "all-linear"
+
+
 def parse_target_modules(text: str) -> tuple[str, ...]:
-    """The config's comma-separated `model.lora.target_modules` ("q_proj, v_proj") as names."""
-    return tuple(t.strip() for t in text.split(",") if t.strip())
+    """The config's `model.lora.target_modules` as names: comma-separated ("q_proj, v_proj"), as a YAML list
+    ("[q_proj, v_proj]"), or PEFT's "all-linear" (every projection of a decoder layer)."""
+    names = tuple(t.strip().strip("'\"").strip() for t in text.strip().strip("[]").split(","))
+    names = tuple(t for t in names if t)
+    if len(names) == 1 and names[0].lower() == ALL_LINEAR:
+        return DEFAULT_TARGETS
+    return names
 
 #: Filter selecting the trainable LoRA variables: `nnx.split(model, lora_filter, ...)`,
 #: `nnx.Optimizer(model, tx, wrt=lora_filter)`.
