@@ -169,7 +169,8 @@ def _lora_errors(lora) -> list[str]:
     known = ",".join(DEFAULT_TARGETS)
     if unknown := [t for t in targets if t not in DEFAULT_TARGETS]:
         errors.append(f"config.model.lora.target_modules={lora.target_modules!r} names {unknown}, which are not "
-                      f"projections of a decoder layer: choose comma-separated names from {known}, or all-linear for every one")
+                      f"projections of a decoder layer: choose comma-separated names from {known}, "
+                      "or all-linear for every one")
     elif not targets:
         errors.append(f"config.model.lora.target_modules is empty, so LoRA (rank {lora.rank}) would train nothing: "
                       f"name projections from {known}, or set config.model.lora.rank=0 to train every weight")
@@ -216,6 +217,13 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     "rollout.format_penalty": (lambda v: math.isfinite(v), "must be a finite number"),
     **{f"optim.{m}.{k}": _AT_LEAST_0 for m in ("actor", "critic") for k in ("lr", "warmup_steps", "weight_decay")},
     **{f"optim.{m}.grad_clip": (lambda v: v >= 0, "must be >= 0 (0 = off)") for m in ("actor", "critic")},
+    # AdamW's bias correction divides by 1 - beta^t: a beta of 1 made every update NaN, so every one was skipped
+    # (torch.optim.AdamW refuses such betas, and a negative eps, when it is built)
+    **{f"optim.{m}.{k}": (lambda v: 0 <= v < 1, "must be in [0, 1)")
+       for m in ("actor", "critic") for k in ("b1", "b2")},
+    **{f"optim.{m}.eps": _AT_LEAST_0 for m in ("actor", "critic")},
+    **{f"optim.{m}.schedule": (lambda v: v in ("constant", "cosine"), "must be 'constant' or 'cosine'")
+       for m in ("actor", "critic")},
     **{f"warmstart.{k}": _AT_LEAST_0 for k in ("lr", "warmup_steps", "weight_decay", "steps", "max_seconds",
                                                "val_every", "filler_words")},
     **{f"warmstart.{k}": _POSITIVE for k in ("batch_size", "num_demos")},
