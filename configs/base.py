@@ -96,11 +96,13 @@ def get_base_config() -> ml_collections.ConfigDict:
         empty_stop_steps=5,  # stop after N steps in a row where the filter keeps nothing
     )
     c.algo = dict(preset="ppo", **_algo_defaults("ppo"))
-    c.optim = dict(
+    c.optim = dict(  # min_lr_ratio, num_cycles: the cosine schedule's (veRL's optim keys)
         actor=dict(lr=1e-6, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
-                   schedule="constant", grad_clip=1.0, state_dtype="float32"),
+                   schedule="constant", grad_clip=1.0, state_dtype="float32",
+                   min_lr_ratio=0.0, num_cycles=0.5),
         critic=dict(lr=1e-5, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
-                    schedule="constant", grad_clip=1.0, state_dtype="float32"),
+                    schedule="constant", grad_clip=1.0, state_dtype="float32",
+                    min_lr_ratio=0.0, num_cycles=0.5),
     )
     c.trainer = dict(
         total_steps=200,

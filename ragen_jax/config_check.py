@@ -222,6 +222,8 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     **{f"optim.{m}.{k}": (lambda v: 0 <= v < 1, "must be in [0, 1)")
        for m in ("actor", "critic") for k in ("b1", "b2")},
     **{f"optim.{m}.eps": _AT_LEAST_0 for m in ("actor", "critic")},
+    **{f"optim.{m}.min_lr_ratio": _UNIT for m in ("actor", "critic")},  # veRL asserts it
+    **{f"optim.{m}.num_cycles": _AT_LEAST_0 for m in ("actor", "critic")},
     **{f"optim.{m}.schedule": (lambda v: v in ("constant", "cosine"), "must be 'constant' or 'cosine'")
        for m in ("actor", "critic")},
     **{f"warmstart.{k}": _AT_LEAST_0 for k in ("lr", "warmup_steps", "weight_decay", "steps", "max_seconds",

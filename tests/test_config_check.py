@@ -150,6 +150,8 @@ def test_greedy_validation_at_a_positive_temperature_is_valid():
     ("optim.actor.b2", 1.0, r"config.optim.actor.b2 must be in \[0, 1\) \(got 1.0\)"),
     ("optim.critic.b1", -0.1, r"config.optim.critic.b1 must be in \[0, 1\)"),
     ("optim.actor.eps", -1e-8, r"config.optim.actor.eps must be >= 0"),
+    ("optim.actor.min_lr_ratio", 1.5, r"config.optim.actor.min_lr_ratio must be in \[0, 1\]"),
+    ("optim.critic.num_cycles", -0.5, r"config.optim.critic.num_cycles must be >= 0"),
     ("optim.critic.schedule", "linear", r"config.optim.critic.schedule must be 'constant' or 'cosine'"),
     ("algo.gamma", 1.5, r"config.algo.gamma must be in \[0, 1\] \(got 1.5\)"),
     ("algo.lam", -0.1, r"config.algo.lam must be in \[0, 1\]"),

@@ -2,6 +2,7 @@
 aggregation mode (actor and critic), and a custom loss chosen by import path really being the loss."""
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -369,6 +370,26 @@ def test_an_optimizer_scaled_outside_steps_as_adamw_at_that_rate():
         b, ob = guarded_apply(outside, b, ob, grads, jnp.float32(0.0), jnp.float32(schedule(i)))[:2]
         np.testing.assert_allclose(b["w"], a["w"], rtol=1e-6, atol=1e-8)
     assert np.abs(np.asarray(a["w"] - params["w"])).max() > 1e-2
+
+
+@pytest.mark.parametrize("warmup, total, floor, cycles", [(0, 10, 0.0, 0.5), (3, 10, 0.1, 0.5), (2, 9, 0.0, 1.0),
+                                                          (1, 8, 0.2, 1.5)])
+def test_the_cosine_schedule_is_verls_with_min_lr_ratio_and_num_cycles(warmup, total, floor, cycles):
+    """veRL's get_cosine_schedule_with_warmup, written out here: linear warmup from 0, then
+    max(floor, floor + (1 - floor)(1 + cos(2 pi cycles p)) / 2) at progress p; before, min_lr_ratio and num_cycles
+    did not exist here and the decay always reached 0 in one half-wave."""
+    from ragen_jax.trainer.optim import make_schedule
+
+    def verl(i):
+        if i < warmup:
+            return i / max(1, warmup)
+        x = math.cos(math.pi * cycles * 2.0 * (i - warmup) / max(1, total - warmup))
+        return max(floor, x * (1 - floor) * 0.5 + (1 + floor) * 0.5)
+
+    schedule = make_schedule(dict(lr=2e-3, warmup_steps=warmup, schedule="cosine", min_lr_ratio=floor,
+                                  num_cycles=cycles), total)
+    np.testing.assert_allclose([float(schedule(i)) for i in range(total)], [2e-3 * verl(i) for i in range(total)],
+                               rtol=1e-5, atol=1e-10)
 
 
 def test_algo_kwargs_reach_the_functions_that_name_them():

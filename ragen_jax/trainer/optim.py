@@ -16,13 +16,21 @@ import optax
 
 
 def make_schedule(cfg: Mapping[str, Any], total_updates: int) -> optax.Schedule:
-    """Linear warmup over `warmup_steps` updates, then constant or cosine decay to 0."""
+    """Linear warmup over `warmup_steps` updates, then constant, or cosine as veRL's get_cosine_schedule_with_warmup:
+    lr * max(min_lr_ratio, min + (1 - min) (1 + cos(2 pi num_cycles p)) / 2) at progress p of the decay (0.5 cycles:
+    one half-wave, down to lr * min_lr_ratio at the last update)."""
     lr, warmup = float(cfg["lr"]), int(cfg["warmup_steps"])
     kind = cfg["schedule"]
     if kind == "constant":
         main = optax.constant_schedule(lr)
     elif kind == "cosine":
-        main = optax.cosine_decay_schedule(lr, max(total_updates - warmup, 1))
+        floor, cycles = float(cfg.get("min_lr_ratio", 0.0)), float(cfg.get("num_cycles", 0.5))
+        decay = max(total_updates - warmup, 1)
+
+        def main(count):
+            progress = jnp.minimum(count, decay) / decay
+            wave = 0.5 * (1.0 + jnp.cos(jnp.pi * 2.0 * cycles * progress))
+            return lr * jnp.maximum(floor, floor + (1.0 - floor) * wave)
     else:
         raise ValueError(f"Unknown lr schedule {kind!r}; use 'constant' or 'cosine'.")
     if warmup <= 0:
