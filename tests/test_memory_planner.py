@@ -95,7 +95,8 @@ def test_bf16_lora_and_remat_shrink_the_plan():
     base = estimate_memory(small, micro_batch_size=8, seq_len=2048, mesh_shape=(1, 8, 1))
     bf16 = estimate_memory(small, micro_batch_size=8, seq_len=2048, mesh_shape=(1, 8, 1),
                            param_dtype="bfloat16", compute_dtype="bfloat16", optimizer_dtype="float32")
-    assert bf16.params * 2 == pytest.approx(base.params, rel=1e-6) and bf16.optimizer == base.optimizer
+    assert bf16.params * 2 == pytest.approx(base.params, rel=1e-6)
+    assert bf16.optimizer * 2 == base.optimizer * 3  # float32 moments and the float32 master copy of bf16 weights
     lora = estimate_memory(small, micro_batch_size=8, seq_len=2048, mesh_shape=(1, 8, 1), lora_rank=16)
     assert lora.optimizer < base.optimizer / 50 and lora.grads < base.grads / 50
     full = estimate_memory(small, micro_batch_size=8, seq_len=2048, mesh_shape=(1, 8, 1), remat="full")

@@ -439,3 +439,35 @@ def test_the_config_gives_algo_kwargs_as_sorted_pairs():
     hash(algo_settings(cfg))  # static under jit
     with pytest.raises(ValueError, match="is not JSON"):
         parse_algo_kwargs("{scale: 2}")
+
+
+def test_bfloat16_weights_take_updates_below_their_resolution_through_a_float32_master():
+    """An actor lr of 1e-6 moves a bfloat16 weight of 1.0 by far less than its spacing (2^-7): the rounded weight
+    never changed, so a bf16 run (a Qwen checkpoint's own dtype) trained nothing. The master copy in the optimizer
+    state gathers the updates and the weight follows it; float32 parameters keep their plain state and values."""
+    from ragen_jax.trainer.optim import MasterWeights, make_optimizer
+
+    cfg = dict(lr=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant",
+               grad_clip=1.0)
+    tx, _ = make_optimizer(cfg, 10, lr_outside=True)
+    step = jax.jit(lambda p, o: guarded_apply(tx, p, o, jax.tree.map(jnp.ones_like, p), jnp.float32(0.0),
+                                              jnp.float32(1e-4))[:2])
+    params = {"w": jnp.ones((4,), jnp.bfloat16)}
+    opt = tx.init(params)
+    assert isinstance(opt, MasterWeights) and opt.master["w"].dtype == jnp.float32
+    for _ in range(100):
+        params, opt = step(params, opt)
+    assert params["w"].dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(opt.master["w"]), 1.0 - 100 * 1e-4, rtol=1e-5)
+    assert float(params["w"][0]) == float(jnp.bfloat16(1.0 - 100 * 1e-4))  # 0.9921875, not 1.0
+
+    wide = {"w": jnp.ones((4,), jnp.float32)}
+    wide_opt = tx.init(wide)
+    assert not isinstance(wide_opt, MasterWeights)  # float32 runs: the state (and old checkpoints) as before
+    plain_tx, _ = make_optimizer(dict(cfg, state_dtype=""), 10, lr_outside=True)
+    plain_params, plain_opt = {"w": jnp.ones((4,), jnp.float32)}, plain_tx.init({"w": jnp.ones((4,), jnp.float32)})
+    for _ in range(3):
+        wide, wide_opt = step(wide, wide_opt)
+        plain_params, plain_opt, _, _ = guarded_apply(plain_tx, plain_params, plain_opt, jax.tree.map(
+            jnp.ones_like, plain_params), jnp.float32(0.0), jnp.float32(1e-4))
+    np.testing.assert_array_equal(np.asarray(wide["w"]), np.asarray(plain_params["w"]))

@@ -223,7 +223,8 @@ def estimate_memory(
 ) -> MemoryPlan:
     """Per-device bytes of a PPO/GRPO run: training (micro-batch [micro_batch_size, seq_len]) and sampling
     (KV cache [rollout_batch_size, cache_len]). `optimizer_states` = arrays per parameter (AdamW: 2), in
-    `optimizer_dtype` (None = the parameters' dtype); gradients accumulate in float32. `decode_weights`: the
+    `optimizer_dtype` (None = the parameters' dtype), one more (a master copy) for parameters stored narrower;
+    gradients accumulate in float32. `decode_weights`: the
     sampler keeps the projections laid out [out, in] for decoding (`Sampler(out_first_weights=...)`, by default
     on a CPU for large models), one more copy of them in the compute dtype while sampling."""
     c = model_config.replace(**{k: v for k, v in dict(param_dtype=param_dtype, dtype=compute_dtype,
@@ -232,6 +233,9 @@ def estimate_memory(
     tensor = mesh.shape["tensor"]
     trainable, frozen = _abstract_split(CausalLM, c.replace(remat="none"), lora_rank, tuple(lora_targets))
     params = _shard_bytes(trainable, mesh, rules) + _shard_bytes(frozen, mesh, rules)
+    # parameters narrower than the optimizer dtype keep a master copy in it (trainer/optim.py MasterWeights)
+    optimizer_states += int(bool(optimizer_dtype) and jnp.dtype(optimizer_dtype).itemsize
+                            > jnp.dtype(c.param_dtype).itemsize)
     opt = optimizer_states * _shard_bytes(trainable, mesh, rules, optimizer_dtype)
     grads = _shard_bytes(trainable, mesh, rules, "float32")  # accumulated in float32 (trainer/steps.py)
     if with_critic:

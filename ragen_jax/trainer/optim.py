@@ -2,13 +2,16 @@
 guarded step every update applies them with (a non-finite loss, gradient, weight or state changes nothing).
 
 `state_dtype` ("float32" by default) keeps the AdamW moments (and the clipping norm) in that dtype
-whatever the parameters' dtype: bfloat16 parameters train with float32 optimizer state. "" keeps
-optax's default (moments in the gradients' dtype).
+whatever the parameters' dtype: bfloat16 parameters train with float32 optimizer state and a float32 master copy
+of themselves in it (`MasterWeights`): each update lands on the master, and the parameters are its rounding, as
+veRL's FSDP keeps float32 parameters under bfloat16 compute. Without it, an update below bfloat16's resolution
+(~0.4% of a weight; an actor lr of 1e-6 gives ~1e-6) rounds away and the weights never move. "" keeps
+optax's default (moments in the gradients' dtype, no master copy).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,15 +41,39 @@ def make_schedule(cfg: Mapping[str, Any], total_updates: int) -> optax.Schedule:
     return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), main], [warmup])
 
 
+class MasterWeights(NamedTuple):
+    """Optimizer state of parameters stored narrower than the state dtype: `master`, their copy in that dtype
+    (the weights updates land on; `guarded_apply` moves it and rounds the parameters from it), and `inner`."""
+
+    master: Any
+    inner: Any
+
+
+def _narrower(params: Any, dtype: jnp.dtype) -> bool:
+    """Whether some floating leaf of params is stored in fewer bytes than dtype (e.g. bfloat16 vs float32)."""
+    return any(jnp.issubdtype(x.dtype, jnp.inexact) and jnp.dtype(x.dtype).itemsize < dtype.itemsize
+               for x in jax.tree.leaves(params))
+
+
 def with_state_dtype(inner: optax.GradientTransformation, dtype: Any) -> optax.GradientTransformation:
-    """`inner` run on `dtype` copies of the updates and parameters, so every state it keeps is `dtype`."""
+    """`inner` run on `dtype` copies of the updates and parameters, so every state it keeps is `dtype`; parameters
+    stored narrower get a `MasterWeights` copy in `dtype`, which `inner` then sees as the parameters."""
     dtype = jnp.dtype(dtype)
     cast = lambda tree: jax.tree.map(lambda x: x.astype(dtype), tree)  # noqa: E731
 
+    def init(params):
+        if _narrower(params, dtype):
+            master = cast(params)
+            return MasterWeights(master, inner.init(master))
+        return inner.init(cast(params))
+
     def update(updates, state, params=None):
+        if isinstance(state, MasterWeights):  # the master moves in guarded_apply, after the caller's lr
+            new_updates, new_inner = inner.update(cast(updates), state.inner, state.master)
+            return new_updates, MasterWeights(state.master, new_inner)
         return inner.update(cast(updates), state, None if params is None else cast(params))
 
-    return optax.GradientTransformation(lambda params: inner.init(cast(params)), update)
+    return optax.GradientTransformation(init, update)
 
 
 def _unit_rate(count: jax.Array) -> jax.Array:
@@ -97,7 +124,12 @@ def guarded_apply(tx: optax.GradientTransformation, params: Any, opt_state: Any,
     updates, new_opt = tx.update(grads, opt_state, params)
     if lr is not None:
         updates = jax.tree.map(lambda u: u * lr.astype(u.dtype), updates)
-    new_params = optax.apply_updates(params, updates)
+    if isinstance(new_opt, MasterWeights):  # the update lands on the wide copy; the parameters are its rounding
+        master = optax.apply_updates(new_opt.master, updates)
+        new_opt = new_opt._replace(master=master)
+        new_params = jax.tree.map(lambda m, p: m.astype(p.dtype), master, params)
+    else:
+        new_params = optax.apply_updates(params, updates)
     applied = jnp.isfinite(grad_norm) & jnp.isfinite(loss) & all_finite((new_params, new_opt))
     # one pick of the whole state (no per-leaf select): a non-finite gradient's NaNs in `new` are dropped here
     params, opt_state = jax.lax.cond(applied, lambda new, old: new, lambda new, old: old,
