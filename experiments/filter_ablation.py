@@ -3,7 +3,7 @@
   python experiments/filter_ablation.py --config configs/sokoban.py:tiny --seeds 0,1,2 --out runs/ablation
 
 Each (arm, seed) is a run of run.py (its own workdir); the script then prints the final validation
-success of each arm as mean +- std over seeds and writes curves.png (validation success and
+success of each arm as mean +- sample std over seeds (as docs/quickstart.md reports it) and writes curves.png (validation success and
 in-group reward std per run). Extra flags after `--` go to every run.
 """
 
@@ -44,6 +44,16 @@ def run_all(jobs: list[tuple[str, list[str]]], parallel: int) -> None:
                 active.remove((proc, log))
 
 
+def arm_line(finals: dict[str, list[float]]) -> str:
+    """Each arm's final validation success over seeds: mean +- sample std (ddof 1; "-" for a single seed)."""
+    line = []
+    for arm, values in finals.items():
+        if values:
+            std = f"{np.std(values, ddof=1):.3f}" if len(values) > 1 else "-"
+            line.append(f"{arm}: {np.mean(values):.3f} +- {std} (n={len(values)})")
+    return "final validation success, mean +- sample std  " + " | ".join(line)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/sokoban.py:tiny")
@@ -81,12 +91,8 @@ def main() -> int:
                          {"validation success": ["val/*/success"],
                           "in-group reward std": ["rollout/in_group_reward_std"],
                           "filter kept ratio": ["rollout/filter_kept_ratio"]})
-    line = []
-    for arm, values in finals.items():
-        if values:
-            line.append(f"{arm}: {np.mean(values):.3f} +- {np.std(values):.3f} (n={len(values)})")
     print(f"plot: {png}")
-    print("final validation success  " + " | ".join(line))
+    print(arm_line(finals))
     return 0
 
 
