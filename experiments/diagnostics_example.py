@@ -1,12 +1,15 @@
 """The picture in docs/diagnostics.md: the offline CLI's printed report beside the regime plane.
 
   python run.py --config configs/bandit.py:tiny --config.trainer.total_steps=2 \\
-      --config.trainer.dump_rollouts_every=1 --config.diagnostics.every=1 --workdir runs/diag
+      --config.trainer.dump_rollouts_every=1 --config.diagnostics.every=1 --config.warmstart.steps=40 \\
+      --config.warmstart.reasoning_text="pick the arm that pays more" --config.rollout.response_length=32 \\
+      --workdir runs/diag
   python experiments/diagnostics_example.py runs/diag/rollouts/train_step2.jsonl --checkpoint runs/diag \\
       --step 2 --out docs/img/diagnostics_example.png
 
 The plane shows the run's own path (its logged first-turn H(Z|X) and MI per diagnostics step, read
-from the run's TensorBoard files) when --checkpoint is a run folder, else the report's point.
+from the run's TensorBoard files) when --checkpoint is a run folder, else the report's point, with the run
+folder's regime thresholds. Responses that think nothing leave nothing to draw: one error line says so.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ragen_jax.diagnostics import FIRST_TURN  # noqa: E402
 from ragen_jax.diagnostics.__main__ import main as diagnostics_main  # noqa: E402
+from ragen_jax.diagnostics.offline import run_settings  # noqa: E402
 from ragen_jax.diagnostics.plots import regime_plane_image  # noqa: E402
 
 
@@ -49,13 +53,13 @@ def run_path(run_dir: str) -> tuple[list[int], list[float], list[float]]:
     return steps, [h[s] for s in steps], [mi[s] for s in steps]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("rollouts")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--step", type=int, default=None)
     parser.add_argument("--out", default="docs/img/diagnostics_example.png")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report_json = args.out + ".json"
     cli = [args.rollouts, "--checkpoint", args.checkpoint] + (["--step", str(args.step)] if args.step is not None else [])
     printed = io.StringIO()
@@ -71,9 +75,16 @@ def main() -> int:
     os.remove(report_json)
     steps, h, mi = run_path(args.checkpoint)
     if not steps:
+        if f"{FIRST_TURN}/mi_estimate" not in metrics:
+            print(f"diagnostics_example.py: error: no first-turn (prompt, reasoning) pairs in {args.rollouts} and no "
+                  f"logged {FIRST_TURN}/mi_estimate under {args.checkpoint}: nothing to draw (the responses think "
+                  "nothing; warm-start with --config.warmstart.reasoning_text=... or use a :tiny_reasoning config, and "
+                  "turn on --config.diagnostics.every=1).", file=sys.stderr)
+            return 2
         steps, h, mi = [args.step or 0], [metrics[f"{FIRST_TURN}/conditional_entropy_est"]], [
             metrics[f"{FIRST_TURN}/mi_estimate"]]
-    plane = regime_plane_image(h, mi, steps, mi_upper_bound=metrics.get(f"{FIRST_TURN}/mi_upper_bound"))
+    plane = regime_plane_image(h, mi, steps, thresholds=run_settings(args.checkpoint).get("thresholds"),
+                               mi_upper_bound=metrics.get(f"{FIRST_TURN}/mi_upper_bound"))
     text = "$ python -m ragen_jax.diagnostics " + " ".join(cli) + "\n" + printed.getvalue().rstrip()
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [1.2, 1]})
     left.axis("off")
