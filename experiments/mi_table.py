@@ -44,7 +44,7 @@ def run_table(run_dir: str, prefix: str, thresholds: dict | None = None) -> list
     s = plot.read_scalars(run_dir)
     mi = _series(s, f"{prefix}/mi_estimate")
     if not mi:
-        raise ValueError(f"{run_dir}: no {prefix}/mi_estimate scalars (were the diagnostics on?)")
+        raise ValueError(f"{run_dir}: no {prefix}/mi_estimate scalars (turn on the diagnostics: --config.diagnostics.every=N, on a policy that reasons)")
     cols = {name: _series(s, f"{prefix}/{tag}") for name, tag in (
         ("bound", "mi_upper_bound"), ("h", "conditional_entropy_est"), ("retrieval", "retrieval_accuracy"),
         ("chance", "retrieval_chance_level"), ("regime", "regime"))}

@@ -133,7 +133,9 @@ def plot_regimes(run_dirs: list[str], out: str, prefix: str, thresholds: dict | 
 
     tags = [f"{prefix}/conditional_entropy_est", f"{prefix}/mi_estimate"]
     runs = {name: (d, read_scalars(d)) for name, d in zip(run_names(run_dirs), run_dirs)}
-    check_metrics({name: scalars for name, (_, scalars) in runs.items()}, tags)
+    if not any(all(t in scalars for t in tags) for _, scalars in runs.values()):
+        raise ValueError(f"--regime {prefix}: no run of {', '.join(runs)} logged both {tags[0]} and {tags[1]}; turn on "
+                         "the diagnostics (--config.diagnostics.every=N) on a policy that reasons (docs/diagnostics.md).")
     images = []
     for name, (folder, scalars) in runs.items():
         if not all(t in scalars for t in tags):

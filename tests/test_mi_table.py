@@ -40,6 +40,7 @@ def test_table_rows_and_the_collapse_verdict(tmp_path, capsys):
     assert capsys.readouterr().out.count("diverse") == 6
     with pytest.raises(SystemExit):
         mi_table.main([collapsing, "--prefix", "collapse_trajectory_sample"])
+    assert "--config.diagnostics.every" in capsys.readouterr().err
 
 
 def test_lead_lag_names_what_moved_first():

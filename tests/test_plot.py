@@ -127,6 +127,18 @@ def test_regime_plane_needs_a_run_with_both_tags(tmp_path):
         plot.plot_regimes([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "x.png"), prefix)
 
 
+def test_regime_plane_of_a_run_without_diagnostics_says_what_to_turn_on(tmp_path, capsys):
+    """A run that logged no diagnostics: one line naming --regime's tags and diagnostics.every, not --metrics."""
+    m = Monitor(str(tmp_path / "run" / "tb"))
+    m.scalars({"val/Bandit/success": 0.5}, 1)
+    m.close()
+    with pytest.raises(SystemExit) as e:
+        plot.main([str(tmp_path / "run"), "--regime", "collapse_first_turn_sample", "--out", str(tmp_path / "r.png")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--config.diagnostics.every" in err and "--metrics" not in err
+
+
 def test_a_runs_eval_outputs_stay_out_of_its_curves(tmp_path):
     """`run.py --mode=eval` writes RUN/eval/step_N/tb with the same val/* tags: plotting RUN keeps only the run's."""
     run = tmp_path / "run"
