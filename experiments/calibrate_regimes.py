@@ -114,8 +114,11 @@ def load_points(paths: list[str]) -> list[dict]:
     """The points of earlier `--json` files, each tagged with its source (the config it came from, else the file)."""
     records = []
     for path in paths:
-        with open(path) as f:
-            data = json.load(f)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--points {path}: cannot read it as JSON ({e}).") from None
         if not isinstance(data, dict) or not isinstance(data.get("points"), list):
             raise SystemExit(f"{path}: not a calibrate_regimes.py --json file (no 'points' list).")
         records.extend(dict(p, source=p.get("source", path)) for p in data["points"])

@@ -42,3 +42,8 @@ def test_points_of_two_environments_calibrate_together(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(SystemExit, match="not a calibrate_regimes.py --json file"):
         calibrate_regimes.main(["--points", str(tmp_path / "bad.json")])
+    with pytest.raises(SystemExit, match="--points .*missing.json: cannot read it as JSON"):
+        calibrate_regimes.main(["--points", str(tmp_path / "missing.json")])
+    (tmp_path / "torn.json").write_text('{"points": [')
+    with pytest.raises(SystemExit, match="torn.json: cannot read it as JSON"):
+        calibrate_regimes.main(["--points", str(tmp_path / "torn.json")])
