@@ -63,7 +63,8 @@ def validate_config(cfg, mode: str = "train") -> None:
     errors += _lora_errors(cfg.model.lora)
     if cfg.model.preset == "tiny" and cfg.model.path:
         errors.append(f"config.model.path={cfg.model.path!r} is not loaded: config.model.preset='tiny' builds the "
-                      "built-in model; to load the folder instead add --config.model.preset=''")
+                      "built-in model; to load the folder instead add --config.model.preset='', to train the built-in "
+                      "model add --config.model.path=''")
     algo = cfg.algo
     try:
         ADVANTAGE_ESTIMATORS.get(algo.custom_adv_estimator or algo.adv_estimator)

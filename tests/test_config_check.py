@@ -97,12 +97,15 @@ def test_an_oracle_warm_start_on_a_jax_env_without_an_oracle_is_refused(monkeypa
 
 
 def test_a_model_path_beside_the_tiny_preset_is_refused_with_the_fix():
-    """The tiny preset builds its own model, so a --config.model.path next to it would be ignored silently."""
+    """The tiny preset builds its own model, so a --config.model.path next to it would be ignored silently.
+
+    The error names both fixes: a path added to a `:tiny` config (drop the preset) and the preset added to a
+    full-size config, whose path is RAGEN's hub id (drop the path)."""
     cfg = _config("SimpleSokoban", warmstart=False)
     validate_config(cfg)  # the preset alone: no path to load
     cfg.model.path = "runs/quickstart/hf_export"
     with pytest.raises(ValueError, match=r"model.path='runs/quickstart/hf_export' is not loaded.*"
-                                         r"--config.model.preset=''"):
+                                         r"--config.model.preset=''.*--config.model.path=''"):
         validate_config(cfg)
     cfg.model.preset = ""
     validate_config(cfg)
