@@ -98,7 +98,8 @@ def validate_config(cfg, mode: str = "train") -> None:
             errors.append(f"config.trainer.mini_batch_size={mini} exceeds the at most {episodes * cfg.env.max_turn} "
                           f"rows of a step ({episodes} episodes x env.max_turn {cfg.env.max_turn})")
     if cfg.val.group_size > 0 and cfg.val.batch_size % cfg.val.group_size:
-        errors.append("config.val.batch_size must be a multiple of config.val.group_size")
+        errors.append(f"config.val.batch_size ({cfg.val.batch_size}) must be a multiple of config.val.group_size "
+                      f"({cfg.val.group_size}): validation plays whole groups")
     errors += _sampling_errors(cfg.rollout, cfg.val)
     if cfg.rollout.response_length >= cfg.rollout.max_model_len:
         errors.append("config.rollout.response_length must be < config.rollout.max_model_len")

@@ -440,3 +440,15 @@ def test_lora_targets_accept_ragens_all_linear_and_a_yaml_list(targets):
     validate_config(cfg)
     expected = DEFAULT_TARGETS if "all" in targets.lower() else ("q_proj", "v_proj")
     assert parse_target_modules(targets) == expected
+
+
+def test_a_validation_batch_of_part_of_a_group_names_both_sizes():
+    """val.batch_size and val.group_size set apart (e.g. sudoku's 16 episodes a group, a batch of 2): the error
+    gives both values, so the user sees which one to change."""
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.val.group_size, cfg.val.batch_size = 16, 2
+    with pytest.raises(ValueError, match=r"config.val.batch_size \(2\) must be a multiple of config.val.group_size "
+                                         r"\(16\)"):
+        validate_config(cfg)
+    cfg.val.batch_size = 32
+    validate_config(cfg)
