@@ -70,6 +70,7 @@ def main(argv):
     maybe_initialize_distributed(cfg)  # multi-host: join the other processes before any device is touched
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from envs.batch import EnvSetupError
     from ragen_jax.checkpoint import CheckpointWriteError
     from ragen_jax.models import CheckpointError
     from ragen_jax.trainer import report
@@ -98,8 +99,8 @@ def main(argv):
     with logging_redirect_tqdm():  # log lines print above the progress bars instead of through them
         try:
             trainer = Trainer(cfg, workdir, log_dir=log_dir)
-        except (OSError, CheckpointError) as e:  # a missing model, file or service: the message says what to do
-            sys.exit(f"FATAL {_one_line(str(e))}")
+        except (OSError, CheckpointError, EnvSetupError) as e:  # a missing model, file or service, unusable env
+            sys.exit(f"FATAL {_one_line(str(e))}")  # data: the message says what to do
         except KeyboardInterrupt:  # while the model loads or compiles: nothing trained yet
             _exit_interrupted(os.path.join(os.path.abspath(workdir), "checkpoints"))
         if trainer.is_main:

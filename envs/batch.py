@@ -454,14 +454,27 @@ class HostEnvBatch(EnvBatch):
             _close_quietly(env)
 
 
+class EnvSetupError(ValueError):
+    """An env that its kwargs cannot build (a data file without usable rows, a missing setting or package)."""
+
+
 def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, **overrides: Any) -> EnvBatch:
-    """A batch of `batch_size` episodes of a registered env (`overrides` replace its kwargs)."""
+    """A batch of `batch_size` episodes of a registered env (`overrides` replace its kwargs).
+
+    A ValueError or ImportError while building the env is the setup's (its files, kwargs or packages): it comes
+    back as an EnvSetupError that names the env, so run.py can print it as one line instead of a traceback."""
     spec = registry.get_spec(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
-    factory = spec.resolve_factory()
     kwargs = {**spec.kwargs, **overrides}
-    if spec.kind == "jax":
-        batch = JaxEnvBatch(factory(**kwargs), batch_size)
-    else:
-        batch = HostEnvBatch([factory(**kwargs) for _ in range(batch_size)], factory=lambda: factory(**kwargs))
+    try:
+        factory = spec.resolve_factory()
+        if spec.kind == "jax":
+            batch = JaxEnvBatch(factory(**kwargs), batch_size)
+        else:
+            batch = HostEnvBatch([factory(**kwargs) for _ in range(batch_size)], factory=lambda: factory(**kwargs))
+    except (ValueError, ImportError) as e:
+        if isinstance(e, EnvSetupError):
+            raise
+        raise EnvSetupError(f"env {spec.name} could not be built from its kwargs (--config.env.kwargs.*): "
+                            f"{type(e).__name__}: {e}") from e
     batch.prompt_max_tokens = spec.prompt_max_tokens  # what the prompts state as the "Max response length"
     return batch

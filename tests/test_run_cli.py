@@ -65,6 +65,21 @@ def test_lean_without_a_server_stops_before_any_rollout(tmp_path):
     assert_one_fatal_line(proc, wd, url, "docs/lean.md", "--config.env.kwargs.server_url")
 
 
+@pytest.mark.parametrize("args, needles", [
+    (["--config=configs/searchqa.py:tiny,dense"], ["SearchQA", "model_dir", "--config.env.kwargs.model_dir"]),
+    (["--config=configs/countdown.py:tiny", "--config.env.kwargs.data_path={empty}"],
+     ["Countdown", "No usable Countdown tasks", "{empty}"]),
+])
+def test_an_env_its_kwargs_cannot_build_is_one_fatal_line(tmp_path, args, needles):
+    """An env's setup problem (a data file without usable rows, dense retrieval without its encoder folder) is one
+    FATAL line naming the env and the fix; before, it was a ValueError traceback from inside the trainer."""
+    empty = tmp_path / "tasks.jsonl"
+    empty.write_text("")
+    wd = tmp_path / "run"
+    proc = run_cli(*[a.format(empty=empty) for a in args], workdir=wd, mode="train")
+    assert_one_fatal_line(proc, wd, *[n.format(empty=empty) for n in needles])
+
+
 def test_unknown_key_names_the_flag(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/countdown.py:tiny", "--config.trainer.no_such_key=1", workdir=wd)

@@ -87,6 +87,7 @@ def make_retriever(docs: Sequence[Document], method: str = "bm25", model_dir: st
         return BM25Retriever(docs)
     if method == "dense":
         if not model_dir:
-            raise ValueError("Dense retrieval needs model_dir: a local folder with an encoder (e.g. e5-base-v2).")
+            raise ValueError("Dense retrieval needs model_dir: a local folder with an encoder (e.g. e5-base-v2); "
+                             "pass --config.env.kwargs.model_dir=DIR, or use retrieval_method='bm25'.")
         return DenseRetriever(docs, model_dir)
     raise ValueError(f"Unknown retrieval method {method!r}; use 'bm25' or 'dense'.")
