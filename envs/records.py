@@ -16,7 +16,8 @@ SUPPORTED_SUFFIXES = (".json", ".jsonl", ".parquet")
 def read_records(path: str, limit: int | None = None) -> list[dict[str, Any]]:
     """Rows of the file at `path` as dicts (first `limit` rows when given); format from the suffix."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"Dataset file {path!r} does not exist; pass the path of a local "
+        what = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+        raise FileNotFoundError(f"Dataset file {path!r} {what}; pass the path of a local "
                                 f"{'/'.join(SUPPORTED_SUFFIXES)} file.")
     lower = path.lower()
     if lower.endswith(".jsonl"):
