@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from typing import Any, Callable, Sequence
 
 import jax
@@ -474,7 +475,8 @@ def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, **over
     except (ValueError, ImportError) as e:
         if isinstance(e, EnvSetupError):
             raise
+        where = traceback.extract_tb(e.__traceback__)[-1]  # a bug in an env's own code is found from here
         raise EnvSetupError(f"env {spec.name} could not be built from its kwargs (--config.env.kwargs.*): "
-                            f"{type(e).__name__}: {e}") from e
+                            f"{type(e).__name__}: {e} (raised at {where.filename}:{where.lineno})") from e
     batch.prompt_max_tokens = spec.prompt_max_tokens  # what the prompts state as the "Max response length"
     return batch
