@@ -219,3 +219,46 @@ def test_the_learning_rate_schedule_runs_over_rl_steps_as_verls(tmp_path):
     metrics = trainer.train_step(1)
     assert metrics["actor/lr"] == pytest.approx(5e-4) and metrics["critic/lr"] == pytest.approx(5e-4)
     assert not all(np.array_equal(a, b) for a, b in zip(before, leaves()))
+
+
+def test_a_step_without_an_update_does_not_move_the_learning_rate_schedule(tmp_path, monkeypatch):
+    """veRL steps a scheduler only when its update runs: a step the filter emptied (or a collapsed one) moves no
+    warmup. Before, the schedules ran on the RL step, so the first update after an empty step 0 trained at
+    lr(1) (here 5e-4) instead of lr(0) = 0, and a resume reads the position from the checkpoint's counters."""
+    import ragen_jax.trainer.loop as loop_module
+
+    cfg = bandit_config(tmp_path)
+    cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 1, 0, 0
+    for model in ("actor", "critic"):
+        cfg.optim[model].warmup_steps, cfg.optim[model].lr = 2, 1e-3
+    real = loop_module.filter_rollouts
+    calls = []
+
+    def empty_first(rewards, group_size, cfg, valid, **kw):
+        calls.append(1)
+        return real(rewards, group_size, cfg, valid=valid & (len(calls) > 1), **kw)
+
+    monkeypatch.setattr(loop_module, "filter_rollouts", empty_first)
+    trainer = Trainer(cfg)
+    assert trainer.train_step(0)["train/update_skipped_empty"] == 1.0
+    metrics = trainer.train_step(1)
+    assert metrics["actor/lr"] == 0.0 and metrics["critic/lr"] == 0.0  # the schedules' first update
+    assert trainer.counters["actor_update_steps"] == trainer.counters["critic_update_steps"] == 1
+    trainer.save(1)
+    cfg.trainer.resume = True
+    resumed = Trainer(cfg)
+    assert resumed.start_step == 2
+    assert resumed._learning_rates() == pytest.approx((5e-4, 5e-4))
+    # a checkpoint saved before these counters existed: every step until it counts as trained
+    restore = loop_module.Checkpointer.restore
+
+    def without_counters(self, *a, **k):
+        state, meta = restore(self, *a, **k)
+        for key in ("actor_update_steps", "critic_update_steps"):
+            meta["counters"].pop(key)
+        return state, meta
+
+    monkeypatch.setattr(loop_module.Checkpointer, "restore", without_counters)
+    old = Trainer(cfg)
+    assert old.counters["actor_update_steps"] == old.counters["critic_update_steps"] == 2
+    assert old._learning_rates() == pytest.approx((1e-3, 1e-3))

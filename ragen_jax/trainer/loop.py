@@ -148,6 +148,7 @@ class Trainer:
         self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
         self.counters = {"empty_streak": 0, "val_low_streaks": {}, "std_zero_streak": 0, "skipped_in_a_row": 0,
                          "updates_applied": 0, "updates_skipped": 0, "steps_run": 0, "kept_ratio_sum": 0.0,
+                         "actor_update_steps": 0, "critic_update_steps": 0,  # RL steps each model trained on
                          "checkpoint_save_failures": 0,
                          "kl_in_reward_coef": float(cfg.algo.kl_ctrl_coef),
                          "reward_std_first": [], "reward_std_recent": []}
@@ -251,6 +252,10 @@ class Trainer:
             self.ref_is_initial = False
             self.__dict__.pop("_ref_parts", None)
         self.counters.update(meta["counters"])
+        if "actor_update_steps" not in meta["counters"]:  # saved before the schedules counted updates: every
+            done = int(meta["step"]) + 1                   # step until then had trained
+            self.counters.update(actor_update_steps=max(done - self.cfg.trainer.critic_warmup, 0),
+                                 critic_update_steps=done)
         self.history = list(meta.get("history", []))
         self.warmstart_metrics = dict(meta.get("warmstart") or {})
         self.collapse.load_state(meta.get("collapse", {}))
@@ -473,7 +478,7 @@ class Trainer:
             keys.append("ref_logprobs")
         critic_keys = ["tokens", "attention_mask", "loss_mask", "values", "returns"]
         actor_metrics, critic_metrics = [], []
-        actor_lr, critic_lr = self._learning_rates(step)
+        actor_lr, critic_lr = self._learning_rates()
         valid_rows = np.nonzero(row_valid)[0]
         pad_rows = np.nonzero(~row_valid)[0]
         for _ in range(t.epochs):
@@ -492,6 +497,8 @@ class Trainer:
                         self.actor.trainable, self.actor_opt, self.actor.frozen, mb, jnp.float32(actor_lr)))
                     actor_metrics.append(am)
                     self._count_update("actor", step, am)
+        self.counters["critic_update_steps"] += self.critic is not None
+        self.counters["actor_update_steps"] += step >= t.critic_warmup
         out = {}
         for prefix, ms in (("actor", actor_metrics), ("critic", critic_metrics)):
             for k in (ms[0] if ms else {}):
@@ -503,11 +510,13 @@ class Trainer:
             out["critic/lr"] = critic_lr
         return out
 
-    def _learning_rates(self, step: int) -> tuple[float, float | None]:
-        """(actor, critic) learning rates of RL step `step` (0-based): veRL steps each scheduler once per update
-        call, so the actor's schedule starts when it does, after trainer.critic_warmup steps."""
-        actor = float(self.actor_lr(max(step - self.cfg.trainer.critic_warmup, 0)))
-        return actor, None if self.critic is None else float(self.critic_lr(step))
+    def _learning_rates(self) -> tuple[float, float | None]:
+        """(actor, critic) learning rates of the coming update: veRL steps each scheduler once per update call, so
+        each schedule is at the number of RL steps its model has trained on. The actor's starts after
+        trainer.critic_warmup steps, and a step whose update did not run (the filter kept nothing, the rewards
+        collapsed) moves neither."""
+        actor = float(self.actor_lr(self.counters["actor_update_steps"]))
+        return actor, None if self.critic is None else float(self.critic_lr(self.counters["critic_update_steps"]))
 
     def _count_update(self, model: str, step: int, metrics: dict) -> None:
         """Counts applied and skipped updates; a skipped one (non-finite loss, gradient or new weights) is

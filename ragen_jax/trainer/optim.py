@@ -18,11 +18,19 @@ import jax.numpy as jnp
 import optax
 
 
+def warmup_updates(cfg: Mapping[str, Any], total_updates: int) -> int:
+    """`warmup_steps`, or veRL's `int(warmup_steps_ratio * total)` when only the ratio is given."""
+    steps, ratio = int(cfg["warmup_steps"]), float(cfg.get("warmup_steps_ratio", 0.0))
+    if steps and ratio:
+        raise ValueError(f"warmup_steps={steps} and warmup_steps_ratio={ratio} are both set; set one of them.")
+    return steps or int(ratio * total_updates)
+
+
 def make_schedule(cfg: Mapping[str, Any], total_updates: int) -> optax.Schedule:
-    """Linear warmup over `warmup_steps` updates, then constant, or cosine as veRL's get_cosine_schedule_with_warmup:
+    """Linear warmup over `warmup_updates` updates, then constant, or cosine as veRL's get_cosine_schedule_with_warmup:
     lr * max(min_lr_ratio, min + (1 - min) (1 + cos(2 pi num_cycles p)) / 2) at progress p of the decay (0.5 cycles:
     one half-wave, down to lr * min_lr_ratio at the last update)."""
-    lr, warmup = float(cfg["lr"]), int(cfg["warmup_steps"])
+    lr, warmup = float(cfg["lr"]), warmup_updates(cfg, total_updates)
     kind = cfg["schedule"]
     if kind == "constant":
         main = optax.constant_schedule(lr)
@@ -87,8 +95,8 @@ def make_optimizer(cfg: Mapping[str, Any], total: int,
 
     The schedule runs over `total` of the optimizer's own updates. With `lr_outside` AdamW's rate is 1 and the
     caller scales each update by schedule(i) for an index of its own (`guarded_apply`'s lr): the RL trainer's
-    index is the RL step, as veRL steps its scheduler once per training step however many mini-batches the
-    filter left. The state has the same structure either way. optax.apply_updates casts each update back to its
+    index counts the RL steps that trained, as veRL steps its scheduler once per update call however many
+    mini-batches the filter left. The state has the same structure either way. optax.apply_updates casts each update back to its
     parameter's dtype."""
     schedule = make_schedule(cfg, total)
     parts = []
