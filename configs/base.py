@@ -96,11 +96,13 @@ def get_base_config() -> ml_collections.ConfigDict:
         empty_stop_steps=5,  # stop after N steps in a row where the filter keeps nothing
     )
     c.algo = dict(preset="ppo", **_algo_defaults("ppo"))
-    c.optim = dict(  # min_lr_ratio, num_cycles: the cosine schedule's (veRL's optim keys)
-        actor=dict(lr=1e-6, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
+    # min_lr_ratio, num_cycles: the cosine schedule's; warmup_steps_ratio: a warmup of that share of total_steps
+    # (veRL's lr_warmup_steps_ratio; set it or warmup_steps). veRL's optim keys.
+    c.optim = dict(
+        actor=dict(lr=1e-6, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, warmup_steps_ratio=0.0,
                    schedule="constant", grad_clip=1.0, state_dtype="float32",
                    min_lr_ratio=0.0, num_cycles=0.5),
-        critic=dict(lr=1e-5, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
+        critic=dict(lr=1e-5, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, warmup_steps_ratio=0.0,
                     schedule="constant", grad_clip=1.0, state_dtype="float32",
                     min_lr_ratio=0.0, num_cycles=0.5),
     )

@@ -101,6 +101,11 @@ def validate_config(cfg, mode: str = "train") -> None:
         errors.append(f"config.val.batch_size ({cfg.val.batch_size}) must be a multiple of config.val.group_size "
                       f"({cfg.val.group_size}): validation plays whole groups")
     errors += _sampling_errors(cfg.rollout, cfg.val)
+    for m in ("actor", "critic"):
+        o = cfg.optim[m]
+        if o.warmup_steps and o.warmup_steps_ratio:  # veRL lets the steps win silently: say it
+            errors.append(f"config.optim.{m}.warmup_steps={o.warmup_steps} and warmup_steps_ratio="
+                          f"{o.warmup_steps_ratio} are both set; set one of them (the other to 0)")
     if cfg.rollout.response_length >= cfg.rollout.max_model_len:
         errors.append("config.rollout.response_length must be < config.rollout.max_model_len")
     if not algo.custom_adv_estimator and needs_critic(dict(algo)) and not algo.use_critic:
@@ -224,7 +229,7 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     **{f"optim.{m}.{k}": (lambda v: 0 <= v < 1, "must be in [0, 1)")
        for m in ("actor", "critic") for k in ("b1", "b2")},
     **{f"optim.{m}.eps": _AT_LEAST_0 for m in ("actor", "critic")},
-    **{f"optim.{m}.min_lr_ratio": _UNIT for m in ("actor", "critic")},  # veRL asserts it
+    **{f"optim.{m}.{k}": _UNIT for m in ("actor", "critic") for k in ("min_lr_ratio", "warmup_steps_ratio")},
     **{f"optim.{m}.num_cycles": _AT_LEAST_0 for m in ("actor", "critic")},
     **{f"optim.{m}.schedule": (lambda v: v in ("constant", "cosine"), "must be 'constant' or 'cosine'")
        for m in ("actor", "critic")},

@@ -154,6 +154,7 @@ def test_greedy_validation_at_a_positive_temperature_is_valid():
     ("optim.critic.b1", -0.1, r"config.optim.critic.b1 must be in \[0, 1\)"),
     ("optim.actor.eps", -1e-8, r"config.optim.actor.eps must be >= 0"),
     ("optim.actor.min_lr_ratio", 1.5, r"config.optim.actor.min_lr_ratio must be in \[0, 1\]"),
+    ("optim.critic.warmup_steps_ratio", 1.2, r"config.optim.critic.warmup_steps_ratio must be in \[0, 1\]"),
     ("optim.critic.num_cycles", -0.5, r"config.optim.critic.num_cycles must be >= 0"),
     ("optim.critic.schedule", "linear", r"config.optim.critic.schedule must be 'constant' or 'cosine'"),
     ("algo.gamma", 1.5, r"config.algo.gamma must be in \[0, 1\] \(got 1.5\)"),
@@ -183,6 +184,16 @@ def test_values_outside_their_range_fail_before_anything_is_built(key, value, me
     node[name] = value
     with pytest.raises(ValueError, match=message):
         validate_config(cfg)
+
+
+def test_a_warmup_given_both_in_steps_and_as_a_ratio_is_refused():
+    """veRL's steps win over its ratio without a word; here the two are one setting given twice."""
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.optim.actor.warmup_steps, cfg.optim.actor.warmup_steps_ratio = 5, 0.1
+    with pytest.raises(ValueError, match=r"config.optim.actor.warmup_steps=5 and warmup_steps_ratio=0.1 are both set"):
+        validate_config(cfg)
+    cfg.optim.actor.warmup_steps = 0
+    validate_config(cfg)
 
 
 def test_the_edges_of_each_range_are_valid():

@@ -392,6 +392,18 @@ def test_the_cosine_schedule_is_verls_with_min_lr_ratio_and_num_cycles(warmup, t
                                rtol=1e-5, atol=1e-10)
 
 
+@pytest.mark.parametrize("ratio, total, warmup", [(0.1, 200, 20), (0.25, 10, 2), (0.05, 10, 0)])
+def test_a_warmup_ratio_is_verls_lr_warmup_steps_ratio(ratio, total, warmup):
+    """veRL: int(lr_warmup_steps_ratio * total_training_steps) warmup steps when no step count is given."""
+    from ragen_jax.trainer.optim import make_schedule
+
+    cfg = dict(lr=1e-3, warmup_steps=0, warmup_steps_ratio=ratio, schedule="constant")
+    by_ratio = make_schedule(cfg, total)
+    by_steps = make_schedule(dict(cfg, warmup_steps=warmup, warmup_steps_ratio=0.0), total)
+    assert [float(by_ratio(i)) for i in range(total)] == [float(by_steps(i)) for i in range(total)]
+    assert float(by_ratio(0)) == (0.0 if warmup else 1e-3)
+
+
 def test_algo_kwargs_reach_the_functions_that_name_them():
     """config.algo.kwargs: a custom estimator's and a custom policy loss's own keywords, set from the config."""
     from ragen_jax.algos import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
