@@ -140,7 +140,11 @@ def report(records: list[dict], classify_runs: list[str], json_path: str) -> int
           f"{quality['accuracy']:.3f} of {quality['points']}")
     defaults, counts, counts_defaults = dict(DEFAULT_THRESHOLDS), collections.Counter(), collections.Counter()
     for path in classify_runs:
-        for p in run_points(path):
+        points = run_points(path)
+        if not points:
+            print(f"{os.path.basename(os.path.normpath(path)):<24} no diagnostics logged in {path} (run it with "
+                  "--config.diagnostics.every=N to classify it)")
+        for p in points:
             ours = classify(p["h"], p["mi_rel"], th, 1.0)
             old = classify(p["h"], p["mi"], defaults, p["bound"])
             print(f"{os.path.basename(os.path.normpath(path)):<24} step {p['step']:>3} {p['sampling']:<27} "

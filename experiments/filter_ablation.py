@@ -28,20 +28,22 @@ ARMS = {
 }
 
 
-def run_all(jobs: list[tuple[str, list[str]]], parallel: int) -> None:
-    """Run (workdir, argv) jobs, `parallel` at a time, each logging to workdir/log.txt."""
-    pending, active = list(jobs), []
+def run_all(jobs: list[tuple[str, list[str]]], parallel: int) -> dict[str, int]:
+    """Run (workdir, argv) jobs, `parallel` at a time, each logging to workdir/log.txt -> {workdir: exit code}."""
+    pending, active, codes = list(jobs), [], {}
     while pending or active:
         while pending and len(active) < max(parallel, 1):
             workdir, argv = pending.pop(0)
             os.makedirs(workdir, exist_ok=True)
             log = open(os.path.join(workdir, "log.txt"), "w")
-            active.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
+            active.append((workdir, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
         time.sleep(1.0)
-        for proc, log in list(active):
+        for workdir, proc, log in list(active):
             if proc.poll() is not None:
                 log.close()
-                active.remove((proc, log))
+                codes[workdir] = proc.returncode
+                active.remove((workdir, proc, log))
+    return codes
 
 
 def arm_line(finals: dict[str, list[float]]) -> str:
@@ -75,12 +77,15 @@ def main() -> int:
             jobs.append((arm, seed, workdir, argv))
     todo = [(workdir, argv) for _, _, workdir, argv in jobs
             if not (args.reuse and os.path.exists(os.path.join(workdir, "summary.json")))]
-    run_all(todo, args.parallel)
+    codes = run_all(todo, args.parallel)
     finals: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    failed = []
     for arm, seed, workdir, _ in jobs:
         path = os.path.join(workdir, "summary.json")
-        if not os.path.exists(path):
-            print(f"{arm} seed {seed}: no summary (see {workdir}/log.txt)")
+        if codes.get(workdir, 0) != 0 or not os.path.exists(path):  # a failed run may leave an earlier summary
+            how = f"exit code {codes[workdir]}" if codes.get(workdir, 0) else "no summary.json"
+            print(f"{arm} seed {seed}: FAILED ({how}; see {workdir}/log.txt)")
+            failed.append(f"{arm} seed {seed}")
             continue
         with open(path) as f:
             summary = json.load(f)
@@ -93,6 +98,9 @@ def main() -> int:
                           "filter kept ratio": ["rollout/filter_kept_ratio"]})
     print(f"plot: {png}")
     print(arm_line(finals))
+    if failed:
+        print(f"{len(failed)} of {len(jobs)} runs failed ({', '.join(failed)}): the line above leaves them out")
+        return 1
     return 0
 
 

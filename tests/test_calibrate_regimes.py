@@ -47,3 +47,16 @@ def test_points_of_two_environments_calibrate_together(tmp_path, capsys):
     (tmp_path / "torn.json").write_text('{"points": [')
     with pytest.raises(SystemExit, match="torn.json: cannot read it as JSON"):
         calibrate_regimes.main(["--points", str(tmp_path / "torn.json")])
+
+
+def test_a_run_without_diagnostics_is_named_when_classified(tmp_path, capsys):
+    """Before, --classify printed nothing at all for such a run, as if it had been classified."""
+    a = _points(tmp_path / "a.json", "env_a", {"fixed": ((0.001, 0.002), (0.0, 0.001)),
+                                              "state": ((0.01, 0.05), (0.35, 0.55)),
+                                              "filler": ((2.1, 2.2), (0.0, 0.004)),
+                                              "state_filler": ((0.9, 1.0), (0.23, 0.38))})
+    plain = tmp_path / "plain_run"
+    plain.mkdir()
+    assert calibrate_regimes.main(["--points", a, "--classify", str(plain)]) == 0
+    assert (f"plain_run                no diagnostics logged in {plain} (run it with --config.diagnostics.every=N"
+            in capsys.readouterr().out)
