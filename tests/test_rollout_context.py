@@ -90,3 +90,14 @@ def test_a_response_kept_as_sampled_where_transformers_would_tokenize_it_differe
     tokens, turns = ContextBuilder(tok).assemble(ours, add_generation_prompt=True)
     assert tokens[turns == 0].tolist() == sampled
     assert tok.decode(tokens.tolist()) == tok.decode(_transformers_tokens(tok, text, gen=True))
+
+
+@pytest.mark.parametrize("family", ["qwen25", "llama31"])
+def test_the_end_of_turn_is_the_templates_when_the_tokenizers_eos_is_another(family):
+    """A base model's tokenizer ends text with <|endoftext|> / <|end_of_text|>, while its chat template closes an
+    assistant message with <|im_end|> / <|eot_id|>: the end of turn a demo response is taught is the template's."""
+    tok, eot, other = _tokenizer(family)
+    assert ContextBuilder(tok).end_of_turn_id == tok.token_id(eot)
+    tok.hf.eos_token = other
+    assert tok.eos_token_ids[0] == tok.token_id(other)
+    assert ContextBuilder(tok).end_of_turn_id == tok.token_id(eot)

@@ -66,6 +66,19 @@ def test_sokoban_demos_parse_back_to_shortest_solutions(tok, sokoban_eps):
         assert bool(result.success[0])
 
 
+def test_demo_responses_end_with_the_templates_end_of_turn():
+    """Without stop_at_answer a demo teaches the token that ends the turn. It was the tokenizer's first eos, which
+    for a base Qwen2.5 is <|endoftext|>, where the chat template (and the context built after the turn) closes an
+    assistant message with <|im_end|>."""
+    tok = load_tiny_tokenizer()
+    tok.hf.eos_token = "<|endoftext|>"
+    assert tok.eos_token_ids[0] == tok.token_id("<|endoftext|>")
+    cfg = _cfg(stop_at_answer=False)
+    eps = play_oracle_episodes(make_env_batch("Bandit", 4), list(range(4)), tok, cfg)
+    ends = {record.response_tokens[-1] for ep in eps for record in ep.history}
+    assert ends == {tok.token_id("<|im_end|>")}
+
+
 def test_frozenlake_and_bandit_demos(tok):
     cfg = _cfg()
     eps = oracle_demo_episodes("FrozenLake", 8, tok, cfg, seed=5, batch_size=8)

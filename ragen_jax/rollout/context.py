@@ -27,6 +27,22 @@ class ContextBuilder:
         self._eos_text = {i: tokenizer.decode([i]) for i in eos_ids}
         self.eos_texts = tuple(self._eos_text.values())
 
+    @functools.cached_property
+    def end_of_turn_id(self) -> int:
+        """The end-of-turn id the chat template puts after an assistant message (Qwen2.5's `<|im_end|>`, also
+        for a base model whose tokenizer's eos is `<|endoftext|>`); the tokenizer's first eos id when the
+        template follows the message with none of them."""
+        ids = tuple(self.tokenizer.eos_token_ids)
+        try:
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": "x"}, {"role": "assistant", "content": _SENTINEL.format(0)}],
+                add_generation_prompt=False)
+        except Exception:  # noqa: BLE001 - a template that cannot render this pair: keep the tokenizer's eos
+            return ids[0]
+        after = text.partition(_SENTINEL.format(0))[2]
+        matches = [i for i in ids if self._eos_text[i] and after.startswith(self._eos_text[i])]
+        return max(matches, key=lambda i: len(self._eos_text[i])) if matches else ids[0]
+
     def _encode(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(text))
 

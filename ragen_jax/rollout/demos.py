@@ -115,10 +115,12 @@ def _action_names(env_batch: EnvBatch) -> list[str]:
     return [name for name, _ in by_id]
 
 
-def _response_tokens(tokenizer, text: str, cfg: RolloutConfig) -> list[int]:
-    tokens = list(tokenizer.encode(text))
+def _response_tokens(builder: ContextBuilder, text: str, cfg: RolloutConfig) -> list[int]:
+    """A demo response's tokens; without stop_at_answer they end with the template's end-of-turn token, which then
+    ends generation (the tokenizer's own eos may be another: a base Qwen2.5's `<|endoftext|>`)."""
+    tokens = list(builder.tokenizer.encode(text))
     if not cfg.stop_at_answer:  # generation then ends at the end-of-turn token: teach it
-        tokens.append(int(tokenizer.eos_token_ids[0]))
+        tokens.append(builder.end_of_turn_id)
     return tokens
 
 
@@ -174,7 +176,7 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
             text = response_text([names[a] for a in chosen], reasoning=thinking, enable_think=cfg.enable_think,
                                  separator=cfg.action_sep)
             fit_context(builder, cfg, ep)  # records the first turn shown, exactly as the engine does
-            record.response_tokens = _response_tokens(tokenizer, text, cfg)
+            record.response_tokens = _response_tokens(builder, text, cfg)
             full = builder.generation_suffix + tokenizer.decode(record.response_tokens)
             check_response_length(len(record.response_tokens), cfg, f"The demo response {full!r}",
                                   "its thinking (warmstart.reasoning_text, warmstart.filler_words)")
@@ -335,7 +337,7 @@ def _assistant_tokens(tokenizer, builder: ContextBuilder, content: str, given: l
         raise ValueError(f"{where}: an assistant message must start with the generation prefix {prefix!r} "
                          f"(rollout.enable_think={cfg.enable_think}), e.g. "
                          f"{prefix + response_text(['Up'], enable_think=cfg.enable_think)!r}.")
-    return _response_tokens(tokenizer, content[len(prefix):], cfg)
+    return _response_tokens(builder, content[len(prefix):], cfg)
 
 
 def _recorded_tokens(record: Any) -> list | None:
