@@ -483,3 +483,22 @@ def test_bfloat16_weights_take_updates_below_their_resolution_through_a_float32_
         plain_params, plain_opt, _, _ = guarded_apply(plain_tx, plain_params, plain_opt, jax.tree.map(
             jnp.ones_like, plain_params), jnp.float32(0.0), jnp.float32(1e-4))
     np.testing.assert_array_equal(np.asarray(wide["w"]), np.asarray(plain_params["w"]))
+
+
+def test_a_master_copy_of_mixed_dtype_parameters_shares_no_buffer_with_them():
+    """A bfloat16 critic's float32 value head: its master leaf was the parameter itself (astype to its own dtype
+    returns the array), so the update step, which donates both, failed on the first step of a bf16 GAE run with
+    "Attempt to donate the same buffer twice"."""
+    from ragen_jax.trainer.optim import MasterWeights, make_optimizer
+
+    cfg = dict(lr=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant",
+               grad_clip=1.0)
+    tx, _ = make_optimizer(cfg, 10, lr_outside=True)
+    step = jax.jit(lambda p, o: guarded_apply(tx, p, o, jax.tree.map(jnp.ones_like, p), jnp.float32(0.0),
+                                              jnp.float32(1e-2))[:2], donate_argnums=(0, 1))
+    params = {"w": jnp.ones((4,), jnp.bfloat16), "head": jnp.ones((4,), jnp.float32)}
+    opt = tx.init(params)
+    assert isinstance(opt, MasterWeights) and opt.master["head"] is not params["head"]
+    params, opt = step(params, opt)
+    np.testing.assert_allclose(np.asarray(params["head"]), 0.99, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(opt.master["head"]), np.asarray(params["head"]))

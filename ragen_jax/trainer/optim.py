@@ -63,6 +63,12 @@ def _narrower(params: Any, dtype: jnp.dtype) -> bool:
                for x in jax.tree.leaves(params))
 
 
+def master_copy(params: Any, dtype: Any = jnp.float32) -> Any:
+    """params as `dtype` copies in their own buffers and shardings (a leaf already of `dtype` is copied, not
+    returned: the update step donates both the parameters and the optimizer state, and one buffer given twice fails)."""
+    return jax.tree.map(lambda x: jnp.array(x, dtype=dtype, copy=True), params)
+
+
 def with_state_dtype(inner: optax.GradientTransformation, dtype: Any) -> optax.GradientTransformation:
     """`inner` run on `dtype` copies of the updates and parameters, so every state it keeps is `dtype`; parameters
     stored narrower get a `MasterWeights` copy in `dtype`, which `inner` then sees as the parameters."""
@@ -71,7 +77,7 @@ def with_state_dtype(inner: optax.GradientTransformation, dtype: Any) -> optax.G
 
     def init(params):
         if _narrower(params, dtype):
-            master = cast(params)
+            master = master_copy(params, dtype)
             return MasterWeights(master, inner.init(master))
         return inner.init(cast(params))
 
