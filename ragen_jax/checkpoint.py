@@ -148,14 +148,7 @@ class Checkpointer:
         (another model size, LoRA rank, critic) or cannot be read is a CheckpointError saying what to do."""
         from ragen_jax.models.hf_files import CheckpointError
 
-        try:
-            stored = self.manager.item_metadata(step)["state"]
-            if stored is None:
-                raise FileNotFoundError(f"no model state in {os.path.join(self.directory, str(step))}")
-            stored = leaf_shapes(stored)
-        except Exception as e:  # noqa: BLE001 - any failure to read it means the same to the user
-            raise CheckpointError(unreadable_checkpoint(self.directory, step, e)) from e
-        problems = state_differences(stored, leaf_shapes(abstract_state))
+        problems = state_differences(self.stored_leaves(step), leaf_shapes(abstract_state))
         if problems:
             run_config = os.path.join(os.path.dirname(self.directory), "config.json")
             raise CheckpointError(
@@ -169,6 +162,18 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001
             raise CheckpointError(unreadable_checkpoint(self.directory, step, e)) from e
         return restored["state"], restored["meta"]
+
+    def stored_leaves(self, step: int) -> dict[str, tuple[int, ...]]:
+        """Leaf name -> shape of the model state checkpoint `step` holds (its metadata only; no array is read)."""
+        from ragen_jax.models.hf_files import CheckpointError
+
+        try:
+            stored = self.manager.item_metadata(step)["state"]
+            if stored is None:
+                raise FileNotFoundError(f"no model state in {os.path.join(self.directory, str(step))}")
+            return leaf_shapes(stored)
+        except Exception as e:  # noqa: BLE001 - any failure to read it means the same to the user
+            raise CheckpointError(unreadable_checkpoint(self.directory, step, e)) from e
 
     def restore_meta(self, step: int) -> dict:
         """Only the JSON metadata of `step` (to learn what its state holds before restoring it)."""

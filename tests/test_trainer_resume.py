@@ -458,3 +458,44 @@ def test_a_run_into_the_folder_of_one_that_never_saved_shows_only_its_own_curves
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
     assert [e.step for e in acc.Scalars("actor/lr")] == [1]
+
+
+def test_a_bfloat16_checkpoint_without_the_float32_master_resumes_with_the_master_rebuilt(tmp_path, caplog):
+    """bfloat16 parameters train through a float32 master copy in the optimizer state (MasterWeights); a
+    checkpoint written before it holds only what is now `.inner`, and its resume failed with "does not fit"
+    (actor_opt.master.* missing). It restores the inner state and rebuilds the master as init would."""
+    import jax.numpy as jnp
+
+    from ragen_jax.checkpoint import Checkpointer
+    from ragen_jax.trainer.optim import MasterWeights
+
+    def config(workdir):
+        cfg = bandit_config(workdir)  # with a critic: both optimizer states
+        cfg.model.param_dtype = "bfloat16"
+        cfg.trainer.total_steps, cfg.trainer.save_every = 1, 0
+        cfg.val.every, cfg.diagnostics.every = 0, 0
+        return cfg
+
+    old = Trainer(config(tmp_path / "old"))
+    old.train()
+    assert isinstance(old.actor_opt, MasterWeights) and isinstance(old.critic_opt, MasterWeights)
+    legacy = dict(old._state(False), actor_opt=old.actor_opt.inner, critic_opt=old.critic_opt.inner)
+    meta = old.checkpointer.restore_meta(0)
+    Checkpointer(str(tmp_path / "legacy" / "checkpoints")).save(0, legacy, meta)
+
+    cfg = config(tmp_path / "legacy")
+    cfg.trainer.update(resume=True, total_steps=2)
+    with caplog.at_level("INFO"):
+        resumed = Trainer(cfg)
+    assert resumed.start_step == 1
+    for model in ("actor", "critic"):
+        params, opt = getattr(resumed, model).trainable, getattr(resumed, f"{model}_opt")
+        assert isinstance(opt, MasterWeights)
+        assert_bitwise(getattr(old, model).trainable, params, f"{model} parameters")
+        assert_bitwise(getattr(old, f"{model}_opt").inner, opt.inner, f"{model} optimizer state")
+        assert_bitwise(jax.tree.map(lambda p: p.astype(jnp.float32), params), opt.master, f"{model} master")
+        for m, p in zip(jax.tree.leaves(opt.master), jax.tree.leaves(params)):
+            assert m.sharding == p.sharding
+    notes = [r.getMessage() for r in caplog.records if "master" in r.getMessage()]
+    assert len(notes) == 1 and "float32" in notes[0], notes
+    assert resumed.train()["steps_run"] == 2  # it trains on

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from ragen_jax.algos.kl import apply_kl_penalty, init_kl_controller, update_kl_controller
 from ragen_jax import sharding
-from ragen_jax.checkpoint import Checkpointer, CheckpointWriteError, earlier_run_error
+from ragen_jax.checkpoint import Checkpointer, CheckpointWriteError, earlier_run_error, leaf_shapes
 from ragen_jax.filtering import (FilterConfig, advantage_scale, compact, episode_values, filter_rollouts,
                                   metric_quantity, update_empty_streak)
 from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
@@ -33,7 +33,7 @@ from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer.diagnose import CollapseMonitor
 from ragen_jax.trainer.early_stop import early_stop_reason, resumed_stop_reason, reward_collapse, stop_metrics
 from ragen_jax.trainer.interrupt import StopRequests, stop_message
-from ragen_jax.trainer.optim import make_optimizer
+from ragen_jax.trainer.optim import MasterWeights, make_optimizer, with_rebuilt_master, without_masters
 from ragen_jax.trainer.settings import (algo_settings, env_tag, resumed_config_warning, rollout_config,
                                         truncated_sampling_warning, validation_envs, write_config_json)
 from ragen_jax.trainer.steps import (explained_variance, in_row_context, make_step_fns, row_total_stats,
@@ -243,7 +243,7 @@ class Trainer:
         with_reference = with_reference and self.need_ref
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                                 self._state(with_reference))
-        state, meta = checkpointer.restore(step, abstract)
+        state, meta = self._restore_state(checkpointer, step, abstract)
         self.actor.trainable, self.actor_opt = state["actor"], state["actor_opt"]
         if self.critic is not None:
             self.critic.trainable, self.critic_opt = state["critic"], state["critic_opt"]
@@ -262,6 +262,23 @@ class Trainer:
         self.last_stop_metrics = dict(meta.get("stop_metrics") or {})
         self.start_step = int(meta["step"]) + 1
         logger.info("Restored step %d from %s.", step, directory)
+
+    @staticmethod
+    def _restore_state(checkpointer: Checkpointer, step: int, abstract: dict) -> tuple[dict, dict]:
+        """Checkpoint `step` into `abstract` -> (state, meta). A bfloat16 run's checkpoint written before the float32
+        master copy (its optimizer states are what is now `.inner`) restores that state and rebuilds the master
+        from the restored parameters, as init would."""
+        legacy = without_masters(abstract)
+        stored = checkpointer.stored_leaves(step)
+        if stored == leaf_shapes(abstract) or stored != leaf_shapes(legacy):
+            return checkpointer.restore(step, abstract)
+        state, meta = checkpointer.restore(step, legacy)
+        rebuilt = [k for k, v in abstract.items() if isinstance(v, MasterWeights)]
+        for key in rebuilt:  # "actor_opt" holds the master of "actor"
+            state[key] = with_rebuilt_master(state[key.removesuffix("_opt")], state[key], abstract[key])
+        logger.info("Checkpoint %d predates the float32 master copy of bfloat16 parameters (%s): rebuilt it from the "
+                    "restored parameters.", step, ", ".join(rebuilt))
+        return state, meta
 
     # ------------------------------------------------------------------ validation
     def run_validation(self, step: int) -> tuple[dict[str, float], list]:

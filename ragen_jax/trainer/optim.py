@@ -90,6 +90,21 @@ def with_state_dtype(inner: optax.GradientTransformation, dtype: Any) -> optax.G
     return optax.GradientTransformation(init, update)
 
 
+def without_masters(tree: Any) -> Any:
+    """`tree` (a state or its ShapeDtypeStructs) with each `MasterWeights` node replaced by its `inner`: the
+    optimizer state of bfloat16 parameters as checkpoints written before the master copy existed hold it."""
+    return jax.tree.map(lambda x: x.inner if isinstance(x, MasterWeights) else x, tree,
+                        is_leaf=lambda x: isinstance(x, MasterWeights))
+
+
+def with_rebuilt_master(params: Any, inner: Any, abstract: MasterWeights) -> MasterWeights:
+    """The state `abstract` describes from a checkpoint's `inner` state alone: the master is the restored params'
+    wide copy, as init makes it, in the dtype and shardings of `abstract.master`."""
+    master = jax.tree.map(lambda p, a: jax.device_put(jnp.array(p, dtype=a.dtype, copy=True), a.sharding),
+                          params, abstract.master)
+    return MasterWeights(master, inner)
+
+
 def _unit_rate(count: jax.Array) -> jax.Array:
     del count
     return jnp.ones((), jnp.float32)
