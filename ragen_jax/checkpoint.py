@@ -14,6 +14,7 @@ import shutil
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from ragen_jax.trainer.optim import all_finite
@@ -51,6 +52,12 @@ def leaf_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
     """Leaf name ("actor.model.norm.scale.value", "actor_opt.1.0.mu. ...") -> shape, for a pytree of arrays, of
     ShapeDtypeStructs or of the array metadata Orbax keeps of a saved one (the same names for the same tree)."""
     return {".".join(_key_name(k) for k in path): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def leaf_dtypes(tree: Any) -> dict[str, str]:
+    """Leaf name -> dtype name ("bfloat16"), for the same trees and names as `leaf_shapes`."""
+    return {".".join(_key_name(k) for k in path): jnp.dtype(leaf.dtype).name
             for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
@@ -148,7 +155,7 @@ class Checkpointer:
         (another model size, LoRA rank, critic) or cannot be read is a CheckpointError saying what to do."""
         from ragen_jax.models.hf_files import CheckpointError
 
-        problems = state_differences(self.stored_leaves(step), leaf_shapes(abstract_state))
+        problems = state_differences(leaf_shapes(self.stored_state(step)), leaf_shapes(abstract_state))
         if problems:
             run_config = os.path.join(os.path.dirname(self.directory), "config.json")
             raise CheckpointError(
@@ -163,15 +170,15 @@ class Checkpointer:
             raise CheckpointError(unreadable_checkpoint(self.directory, step, e)) from e
         return restored["state"], restored["meta"]
 
-    def stored_leaves(self, step: int) -> dict[str, tuple[int, ...]]:
-        """Leaf name -> shape of the model state checkpoint `step` holds (its metadata only; no array is read)."""
+    def stored_state(self, step: int) -> Any:
+        """The metadata tree (each leaf's shape and dtype, no array read) of the model state checkpoint `step` holds."""
         from ragen_jax.models.hf_files import CheckpointError
 
         try:
             stored = self.manager.item_metadata(step)["state"]
             if stored is None:
                 raise FileNotFoundError(f"no model state in {os.path.join(self.directory, str(step))}")
-            return leaf_shapes(stored)
+            return stored
         except Exception as e:  # noqa: BLE001 - any failure to read it means the same to the user
             raise CheckpointError(unreadable_checkpoint(self.directory, step, e)) from e
 

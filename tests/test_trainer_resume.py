@@ -499,3 +499,27 @@ def test_a_bfloat16_checkpoint_without_the_float32_master_resumes_with_the_maste
     notes = [r.getMessage() for r in caplog.records if "master" in r.getMessage()]
     assert len(notes) == 1 and "float32" in notes[0], notes
     assert resumed.train()["steps_run"] == 2  # it trains on
+
+
+def test_only_a_bfloat16_checkpoint_without_the_master_gets_one_rebuilt(tmp_path):
+    """The master is rebuilt only where the stored leaves are the wanted ones without it, dtypes too: a float32
+    run's checkpoint resumed with bfloat16 parameters is refused as before, not rounded and given a master."""
+    import jax.numpy as jnp
+
+    from ragen_jax.checkpoint import Checkpointer
+    from ragen_jax.models import CheckpointError
+    from ragen_jax.trainer.optim import MasterWeights
+
+    spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)  # noqa: E731
+    params = {"w": jnp.arange(3, dtype=jnp.bfloat16)}
+    inner = {"mu": jnp.full(3, 0.5), "count": jnp.int32(4)}
+    abstract = jax.tree.map(spec, {"actor": params, "actor_opt": MasterWeights(
+        {"w": jnp.zeros(3)}, inner)})
+    Checkpointer(str(tmp_path / "bf16")).save(0, {"actor": params, "actor_opt": inner}, {"step": 0})
+    state, meta = Trainer._restore_state(Checkpointer(str(tmp_path / "bf16")), 0, abstract)
+    assert meta == {"step": 0} and isinstance(state["actor_opt"], MasterWeights)
+    assert_bitwise(state["actor_opt"], MasterWeights({"w": jnp.arange(3, dtype=jnp.float32)}, inner), "state")
+    wide = {"w": jnp.arange(3, dtype=jnp.float32)}
+    Checkpointer(str(tmp_path / "f32")).save(0, {"actor": wide, "actor_opt": inner}, {"step": 0})
+    with pytest.raises(CheckpointError, match="actor_opt.master.w: this config builds it, the checkpoint lacks it"):
+        Trainer._restore_state(Checkpointer(str(tmp_path / "f32")), 0, abstract)

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from ragen_jax.algos.kl import apply_kl_penalty, init_kl_controller, update_kl_controller
 from ragen_jax import sharding
-from ragen_jax.checkpoint import Checkpointer, CheckpointWriteError, earlier_run_error, leaf_shapes
+from ragen_jax.checkpoint import Checkpointer, CheckpointWriteError, earlier_run_error, leaf_dtypes, leaf_shapes
 from ragen_jax.filtering import (FilterConfig, advantage_scale, compact, episode_values, filter_rollouts,
                                   metric_quantity, update_empty_streak)
 from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
@@ -268,9 +268,9 @@ class Trainer:
         """Checkpoint `step` into `abstract` -> (state, meta). A bfloat16 run's checkpoint written before the float32
         master copy (its optimizer states are what is now `.inner`) restores that state and rebuilds the master
         from the restored parameters, as init would."""
-        legacy = without_masters(abstract)
-        stored = checkpointer.stored_leaves(step)
-        if stored == leaf_shapes(abstract) or stored != leaf_shapes(legacy):
+        legacy, stored = without_masters(abstract), checkpointer.stored_state(step)
+        if (leaf_shapes(stored) == leaf_shapes(abstract) or leaf_shapes(stored) != leaf_shapes(legacy)
+                or leaf_dtypes(stored) != leaf_dtypes(legacy)):  # this case exactly, not a float32 run's checkpoint
             return checkpointer.restore(step, abstract)
         state, meta = checkpointer.restore(step, legacy)
         rebuilt = [k for k, v in abstract.items() if isinstance(v, MasterWeights)]
