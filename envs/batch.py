@@ -459,15 +459,17 @@ class EnvSetupError(ValueError):
     """An env that its kwargs cannot build (a data file without usable rows, a missing setting or package)."""
 
 
-def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, **overrides: Any) -> EnvBatch:
-    """A batch of `batch_size` episodes of a registered env (`overrides` replace its kwargs).
+def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, *, later_overrides: Any = None,
+                   **overrides: Any) -> EnvBatch:
+    """A batch of `batch_size` episodes of a registered env (`overrides`, then `later_overrides`, replace its
+    kwargs; either may use RAGEN's env_config names, see registry.env_kwargs).
 
     A ValueError or ImportError while building the env is the setup's (its files, kwargs or packages): it comes
     back as an EnvSetupError that names the env, so run.py can print it as one line instead of a traceback."""
     spec = registry.get_spec(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
-    kwargs = {**spec.kwargs, **overrides}
     try:
         factory = spec.resolve_factory()
+        kwargs = registry.env_kwargs(spec, overrides, later_overrides)
         if spec.kind == "jax":
             batch = JaxEnvBatch(factory(**kwargs), batch_size)
         else:

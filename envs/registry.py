@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 from typing import Any, Callable, Literal
 
 EnvKind = Literal["jax", "host"]
@@ -105,11 +106,43 @@ def registered_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _unknown_arguments(factory: Callable[..., Any], kwargs: dict[str, Any], env: str) -> None:
+    """ValueError naming keywords `factory` does not take, with the ones it does (instead of a bare TypeError)."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    names = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "self"]
+    unknown = sorted(set(kwargs) - set(names))
+    if unknown:
+        keys = getattr(factory, "ragen_keys", None)
+        ragen = keys.names() if keys is not None else []
+        also = f"; RAGEN env_config keys it reads: {', '.join(ragen)}" if ragen else ""
+        raise ValueError(f"{env} takes no argument {', '.join(map(repr, unknown))} (config.env.kwargs / "
+                         f"val.env_kwargs); its arguments: {', '.join(names)}{also}")
+
+
+def env_kwargs(spec: EnvSpec, *layers: Any) -> dict[str, Any]:
+    """The constructor kwargs of `spec`: its variant's kwargs, then each layer of overrides (env.kwargs, then
+    val.env_kwargs) over them. Each layer may use RAGEN's env_config names (envs.ragen_keys), translated to ours
+    first, so RAGEN's name of a setting replaces the variant's value under our name."""
+    from envs.ragen_keys import translate
+
+    factory = spec.resolve_factory()
+    keys = getattr(factory, "ragen_keys", None)
+    kwargs = translate(keys, spec.kwargs, spec.name)
+    for layer in layers:
+        kwargs.update(translate(keys, dict(layer or {}), spec.name))
+    _unknown_arguments(factory, kwargs, spec.name)
+    return kwargs
+
+
 def make(name: str, **overrides: Any) -> Any:
-    """Build one env instance of variant `name`; `overrides` replace the variant's kwargs."""
+    """Build one env instance of variant `name`; `overrides` (our or RAGEN's names) replace the variant's kwargs."""
     spec = get_spec(name)
-    kwargs = {**spec.kwargs, **overrides}
-    return spec.resolve_factory()(**kwargs)
+    return spec.resolve_factory()(**env_kwargs(spec, overrides))
 
 
 # RAGEN's built-in variants (config/envs.yaml in the original, with its max_tokens for the prompts).

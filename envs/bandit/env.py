@@ -28,6 +28,7 @@ from flax import struct
 from gymnax.environments import spaces
 
 from envs.protocols import JaxEnv
+from envs.ragen_keys import RagenKeys
 
 # (low-risk arm, high-risk arm) pairs, as in RAGEN's bandit config.
 ARM_PAIRS = {
@@ -88,11 +89,22 @@ def _state_from_draws(u, num_pairs: int, hi_prob, xp) -> BanditState:
                        reward=xp.zeros(shape, xp.float32), time=xp.zeros(shape, xp.int32))
 
 
+# RAGEN's BanditEnvConfig names -> ours.
+RAGEN_KEYS = RagenKeys(
+    renames={"split": "arm_names", "lo_arm_score": "lo_reward", "hi_arm_hiscore": "hi_reward",
+             "hi_arm_loscore": "hi_loss_reward", "hi_arm_hiscore_prob": "hi_prob"},
+    fixed={"action_space_start": (1, "the model sees arm names; ids here are 0-based arm-name ids (module docstring)"),
+           "render_mode": ("text", "the observation is RAGEN's text"),
+           "action_lookup": (None, "the lookup is built from the split's arm names")})
+
+
 class Bandit(JaxEnv[BanditState, BanditParams]):
     """Two named arms per episode; actions are arm-name ids (see module docstring)."""
 
+    ragen_keys = RAGEN_KEYS  # RAGEN's env_config names (split, lo_arm_score, ...) in env.kwargs
+
     def __init__(self, arm_names: str = "train", lo_reward: float = 0.1, hi_reward: float = 1.0,
-                 hi_prob: float = 0.25, max_steps: int = 1, instruction: str = ""):
+                 hi_prob: float = 0.25, max_steps: int = 1, instruction: str = "", hi_loss_reward: float = 0.0):
         super().__init__()
         if arm_names not in ARM_PAIRS:
             raise ValueError(f"arm_names must be one of {sorted(ARM_PAIRS)}, got {arm_names!r}.")
@@ -101,12 +113,14 @@ class Bandit(JaxEnv[BanditState, BanditParams]):
         self._names = [name for pair in self.pairs for name in pair]  # id 2k: low arm of pair k; 2k+1: high
         self.action_lookup = {name.lower(): i for i, name in enumerate(self._names)}
         self.lo_reward, self.hi_reward, self.hi_prob, self.max_steps = lo_reward, hi_reward, hi_prob, max_steps
+        self.hi_loss_reward = hi_loss_reward  # the high arm's payout when it does not pay hi_reward
         self._instruction = instruction
 
     @property
     def default_params(self) -> BanditParams:
         return BanditParams(lo_reward=self.lo_reward, hi_reward=self.hi_reward, hi_prob=self.hi_prob,
-                            num_pairs=len(self.pairs), max_steps_in_episode=self.max_steps)
+                            hi_loss_reward=self.hi_loss_reward, num_pairs=len(self.pairs),
+                            max_steps_in_episode=self.max_steps)
 
     def reset_env(self, key: chex.PRNGKey, params: BanditParams) -> tuple[jax.Array, BanditState]:
         state = _state_from_draws(jax.random.uniform(key, (3,)), params.num_pairs, params.hi_prob, jnp)

@@ -13,6 +13,7 @@ from envs.countdown.data import load_tasks
 from envs.countdown.expression import score_answer
 from envs.countdown.generator import CountdownTask, generate_task
 from envs.protocols import HostEnv
+from envs.ragen_keys import RagenKeys
 
 INSTRUCTION = (
     "You are solving the Countdown puzzle. You should use the num list to create an equation that "
@@ -22,9 +23,16 @@ INSTRUCTION = (
 )
 
 
+# RAGEN's CountdownEnvConfig names -> ours.
+RAGEN_KEYS = RagenKeys(renames={"train_path": "data_path"},
+                       fixed={"render_mode": ("text", "the observation is RAGEN's text")})
+
+
 class CountdownEnv(HostEnv):
     """RAGEN's Countdown env. `data_path` None -> generated tasks (`solvable_ops` "+-" or "+-*/");
     a .parquet/.jsonl/.json path -> its first `max_instances` rows, filtered by `solvable_ops`."""
+
+    ragen_keys = RAGEN_KEYS  # RAGEN's env_config names in env.kwargs (envs.ragen_keys)
 
     def __init__(self, data_path: str | None = None, max_instances: int | None = 20000,
                  solvable_ops: str | None = "+-", score: float = 1.0, format_score: float = 0.1,

@@ -13,6 +13,7 @@ from envs.deepcoder.problems import Problem, format_prompt, load_problems
 from envs.deepcoder.sandbox import Sandbox, SandboxConfig
 from envs.deepcoder.slots import max_concurrent_sandboxes, set_max_concurrent_sandboxes
 from envs.protocols import HostEnv
+from envs.ragen_keys import RagenKeys
 
 # RAGEN's DeepCoder env_instruction (config/envs.yaml), verbatim.
 INSTRUCTION = ("You are solving a coding task. Provide a complete Python function solution only. "
@@ -42,6 +43,15 @@ class _LiveRuns:
 _LIVE_RUNS = _LiveRuns()
 
 
+_LOCAL_PROBLEMS = ("ragen-jax never downloads a dataset: dataset_path is a local JSON/JSONL/parquet file of the "
+                   "problems (one split); without it the built-in problems are used")
+# RAGEN's DeepCoderEnvConfig keys ragen-jax has no argument for (dataset_path and max_steps are ours too).
+RAGEN_KEYS = RagenKeys(
+    fixed={"render_mode": ("text", "the observation is RAGEN's text"),
+           "invalid_action_score": (0.0, "an answer with no code scores 0, the fraction of tests passed")},
+    unsupported={"cache_dir": _LOCAL_PROBLEMS, "split": _LOCAL_PROBLEMS})
+
+
 class DeepCoderEnv(HostEnv):
     """Single turn by default (`max_steps=1`, as RAGEN). A failed attempt with turns left shows feedback.
 
@@ -51,6 +61,8 @@ class DeepCoderEnv(HostEnv):
     process-wide bound on sandboxed runs alive at once, shared by every env of the batch (the last
     env created with it sets it; None keeps the current bound, see `slots.py`).
     """
+
+    ragen_keys = RAGEN_KEYS  # RAGEN's env_config names in env.kwargs (envs.ragen_keys)
 
     def __init__(self, dataset_path: str | None = None, max_steps: int = 1, test_timeout_s: float = 3.0,
                  max_concurrency: int = 4, memory_bytes: int = 1 << 30, limit: int | None = None,

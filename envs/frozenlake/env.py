@@ -22,6 +22,7 @@ from envs.frozenlake import oracle, render
 from envs.frozenlake.generator import DELTAS, GOAL, HOLE, START, generate_map_jax, generate_map_numpy
 from envs.frozenlake.types import FrozenLakeParams, FrozenLakeState
 from envs.protocols import JaxEnv
+from envs.ragen_keys import RagenKeys, observation_format, take_one
 
 _INSTRUCTION = (
     "You are solving the FrozenLake puzzle. Forbid the whole and go to the target. You may move to the unintended "
@@ -60,10 +61,41 @@ def seeded_slips(seed: int, num_steps: int, success_rate: float) -> np.ndarray:
     return slip_offsets(np.random.default_rng(seed).random(num_steps + 1)[1:], success_rate)
 
 
+def _ragen_frozenlake(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """RAGEN's FrozenLakeEnvConfig forms: observation_format -> render_mode; is_slippery=False (gymnasium's
+    deterministic moves, RAGEN then ignores success_rate) -> success_rate=1.0."""
+    kwargs = observation_format(kwargs, "FrozenLake")
+    if "is_slippery" in kwargs:
+        slippery = kwargs.pop("is_slippery")
+        if not isinstance(slippery, bool):
+            raise ValueError(f"FrozenLake: is_slippery must be True or False, got {slippery!r}")
+        if not slippery:  # True keeps success_rate as given
+            if "success_rate" in kwargs and float(kwargs["success_rate"]) != 1.0:
+                raise ValueError(f"FrozenLake: is_slippery=False and success_rate={kwargs['success_rate']!r} "
+                                 "contradict (RAGEN ignores success_rate when is_slippery is False): give one of them "
+                                 "(is_slippery=False is success_rate=1.0)")
+            take_one(kwargs, "success_rate", "is_slippery=False", 1.0, "FrozenLake")
+    return kwargs
+
+
+_FIXED_SYMBOLS = "ragen-jax uses RAGEN's symbols and action names (ids 0..3 here: Left, Down, Right, Up)"
+RAGEN_KEYS = RagenKeys(
+    fixed={"action_lookup": ({1: "Left", 2: "Down", 3: "Right", 4: "Up"}, _FIXED_SYMBOLS),
+           "action_map": ({1: 0, 2: 1, 3: 2, 4: 3}, _FIXED_SYMBOLS),
+           "grid_lookup": (dict(enumerate("P_OGX√")), _FIXED_SYMBOLS),
+           "grid_vocab": (render.GRID_VOCAB, _FIXED_SYMBOLS)},
+    unsupported={"map_seed": "each episode's map comes from its seed, as in RAGEN, whose reset overwrites map_seed "
+                             "with the episode seed (so it never chose the map); the seeds are config.env.train_seed and "
+                             "config.val.seed",
+                 "map_lookup": "its map codes are internal here (not settable): remove it"},
+    convert=_ragen_frozenlake, converted=("observation_format", "render_mode", "is_slippery"))
+
+
 class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
     """RAGEN's FrozenLake: random solvable maps, slippery moves, reward 1 at the goal."""
 
     action_lookup = {"left": 0, "down": 1, "right": 2, "up": 3}
+    ragen_keys = RAGEN_KEYS  # RAGEN's env_config names (observation_format, is_slippery, ...) in env.kwargs
 
     def __init__(self, size: int = 4, p: float = 0.9, success_rate: float = 0.8, render_mode: str = "text",
                  max_steps: int = 100, instruction: str | None = None):

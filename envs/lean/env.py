@@ -16,6 +16,7 @@ from typing import Any
 from envs.lean.client import KiminaLeanClient, LeanServerError, LeanServerUnavailable, ReplResult
 from envs.lean.problems import BUILTIN_THEOREMS, DEFAULT_IMPORTS, LeanTheorem, build_proof, load_theorems
 from envs.protocols import HostEnv
+from envs.ragen_keys import RagenKeys
 
 # A batch builds many envs on one server: a URL that answered /health this recently is not probed again.
 HEALTH_MEMO_S = 10.0
@@ -76,12 +77,21 @@ def format_messages(messages: list[dict[str, Any]], limit: int = 0) -> list[str]
     return out or ["(no Lean messages)"]
 
 
+# RAGEN's LeanEnvConfig names -> ours (the other keys are ours too).
+RAGEN_KEYS = RagenKeys(
+    renames={"dataset_name_or_path": "dataset_path"},
+    unsupported={"dataset_split": "ragen-jax never downloads a dataset: dataset_path is a local file of one split's "
+                                  "theorems; without it the built-in theorems are used"})
+
+
 class LeanEnv(HostEnv):
     """`dataset_path`: miniF2F-style .jsonl/.json/.lean file; None -> two built-in theorems.
 
     The server is probed when the env is built (`check_server=False` defers that to the first reset),
     so a run without a Lean server stops before its first rollout with the address and how to start one.
     """
+
+    ragen_keys = RAGEN_KEYS  # RAGEN's env_config names in env.kwargs (envs.ragen_keys)
 
     def __init__(self, dataset_path: str | None = None, server_url: str = "http://127.0.0.1:8000",
                  api_key: str | None = None, request_timeout: float = 30.0, http_timeout: float = 60.0,

@@ -16,6 +16,7 @@ from typing import Any
 from envs.metamathqa.answers import answers_match, extract_label, normalize_original
 from envs.metamathqa.generator import generate_problem
 from envs.protocols import HostEnv
+from envs.ragen_keys import RagenKeys
 from envs.records import read_records
 
 INSTRUCTION = "You are solving Math problems. "
@@ -34,8 +35,17 @@ def load_problems(path: str, max_instances: int | None = None) -> list[dict[str,
     return rows
 
 
+_LOCAL_DATA = ("ragen-jax never downloads a dataset: give data_path, a local JSON/JSONL/parquet copy of MetaMathQA's "
+               "train rows (query, response); without it seeded offline problems are used")
+# RAGEN's MetaMathQAEnvConfig names (a Hugging Face dataset it downloads) -> what ragen-jax offers.
+RAGEN_KEYS = RagenKeys(fixed={"split": ("train", _LOCAL_DATA)},
+                       unsupported={"dataset_path": _LOCAL_DATA, "cache_dir": _LOCAL_DATA})
+
+
 class MetaMathQAEnv(HostEnv):
     """RAGEN's MetamathQA env over local data or seeded offline word problems."""
+
+    ragen_keys = RAGEN_KEYS  # RAGEN's env_config names in env.kwargs (envs.ragen_keys)
 
     def __init__(self, data_path: str | None = None, max_instances: int | None = None,
                  max_attempts: int | None = 1) -> None:

@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from envs.protocols import HostEnv
+from envs.ragen_keys import RagenKeys
 from envs.searchqa.client import LocalSearch, RetrievalClient, SearchBackend, format_results
 from envs.searchqa.corpus import Question, load_corpus, load_questions, synthetic_data
 from envs.searchqa.retriever import make_retriever
@@ -46,8 +47,22 @@ def _questions(path: str | None, limit: int | None, seed: int) -> tuple[Question
     return questions
 
 
+# RAGEN's SearchEnvConfig names -> ours.
+RAGEN_KEYS = RagenKeys(
+    renames={"train_path": "questions_path", "retrieval_server_url": "retrieval_url",
+             "retrieval_timeout": "timeout_s", "max_search_results": "top_k"},
+    fixed={"dataset_name": ("hotpotqa", "questions_path reads any HotpotQA-style file"),
+           "render_mode": ("text", "the observation is RAGEN's text"),
+           "correct_reward": (1.0, "the reward is RAGEN's exact match 1.0, else F1 >= f1_threshold"),
+           "incorrect_reward": (0.0, "the reward is RAGEN's exact match 1.0, else F1 >= f1_threshold")},
+    unsupported={"mock_mode": "without retrieval_url ragen-jax needs no server: it searches a local corpus "
+                              "(corpus_path, or a built-in synthetic one) in-process; remove mock_mode"})
+
+
 class SearchQAEnv(HostEnv):
     """Search-and-answer env; `seed % len(questions)` picks the question (as in RAGEN)."""
+
+    ragen_keys = RAGEN_KEYS  # RAGEN's env_config names in env.kwargs (envs.ragen_keys)
 
     def __init__(self, questions_path: str | None = None, corpus_path: str | None = None,
                  retrieval_url: str | None = None, retrieval_method: str = "bm25", model_dir: str | None = None,

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from envs.batch import step_result_problems
 from envs.protocols import HostEnv
-from envs.registry import EnvSpec, get_spec
+from envs.registry import EnvSpec, env_kwargs as build_kwargs, get_spec
 from envs.serve.http import HttpError, JsonServer, require, to_jsonable
 
 
@@ -33,7 +33,7 @@ def resolve_env_factory(env: str, env_kwargs: dict[str, Any] | None = None) -> C
         spec = get_spec(env)
         if spec.kind != "host":
             raise ValueError(f"{env!r} is a JAX env; only host envs are served (JAX envs run batched in-process).")
-    factory, kwargs = spec.resolve_factory(), {**spec.kwargs, **(env_kwargs or {})}
+    factory, kwargs = spec.resolve_factory(), build_kwargs(spec, env_kwargs)
     return lambda: factory(**kwargs)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from gymnax.environments import spaces
 
 from envs.protocols import JaxEnv
+from envs.ragen_keys import RagenKeys, observation_format, plain, take_one
 from envs.sokoban import levels, oracle, render
 from envs.sokoban.generator import BOX, BOX_ON_TARGET, DELTAS, FLOOR, PLAYER, TARGET, WALL, GeneratorConfig
 from envs.sokoban.types import SokobanParams, SokobanState
@@ -84,10 +85,59 @@ def step_level(state: SokobanState, action: jax.Array) -> tuple[SokobanState, ja
     return new_state, reward, moved
 
 
+_VOCAB_NAMES = {"default": (render.GRID_LOOKUP, render.GRID_VOCAB),
+                "different": (render.DIFFERENT_GRID_LOOKUP, render.DIFFERENT_GRID_VOCAB)}
+
+
+def _table_name(key: str, table: Any, index: int) -> str:
+    """The grid_vocab name ("default" | "different") of one of RAGEN's symbol tables (grid_lookup: index 0, its
+    grid_vocab dict: index 1); other tables are refused."""
+    for name, tables in _VOCAB_NAMES.items():
+        if plain(table) == tables[index]:
+            return name
+    raise ValueError(f"Sokoban: RAGEN's {key}={table!r} is not one of the symbol tables ragen-jax renders: give "
+                     "grid_vocab='default' (symbols # _ O √ X P S) or 'different' (W . G C B A @, RAGEN's "
+                     "SokobanDifferentGridVocab), or exactly one of those tables as RAGEN writes it")
+
+
+def _ragen_sokoban(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """RAGEN's SokobanEnvConfig forms: dim_x + dim_y (both, as RAGEN sets dim_room only then), observation_format,
+    and the grid_lookup / grid_vocab dicts (RAGEN's two tables) -> dim_room, render_mode, grid_vocab."""
+    kwargs = observation_format(kwargs, "Sokoban")
+    if "dim_x" in kwargs or "dim_y" in kwargs:
+        if "dim_x" not in kwargs or "dim_y" not in kwargs:
+            given = "dim_x" if "dim_x" in kwargs else "dim_y"
+            raise ValueError(f"Sokoban: {given} is given without {'dim_y' if given == 'dim_x' else 'dim_x'}; RAGEN "
+                             "sets dim_room = (dim_x, dim_y) only when both are given (and ignores one alone): give "
+                             "both, or dim_room")
+        take_one(kwargs, "dim_room", "dim_x/dim_y", [int(kwargs.pop("dim_x")), int(kwargs.pop("dim_y"))], "Sokoban")
+    names = {}
+    if isinstance(kwargs.get("grid_vocab"), str):
+        names["grid_vocab"] = kwargs["grid_vocab"]
+    elif "grid_vocab" in kwargs:
+        names["grid_vocab (dict)"] = _table_name("grid_vocab", kwargs["grid_vocab"], 1)
+    if "grid_lookup" in kwargs:
+        names["grid_lookup"] = _table_name("grid_lookup", kwargs.pop("grid_lookup"), 0)
+    if len(set(names.values())) > 1:
+        raise ValueError(f"Sokoban: the symbol tables disagree: {', '.join(f'{k} -> {v!r}' for k, v in names.items())}"
+                         "; give one table (grid_vocab='default' or 'different')")
+    if names:
+        kwargs["grid_vocab"] = next(iter(names.values()))
+    return kwargs
+
+
+RAGEN_KEYS = RagenKeys(
+    fixed={"action_lookup": ({1: "Up", 2: "Down", 3: "Left", 4: "Right"},
+                             "the actions are Up, Down, Left, Right (ids 0..3 here)")},
+    convert=_ragen_sokoban, converted=("dim_x", "dim_y", "observation_format", "render_mode", "grid_lookup",
+                                       "grid_vocab"))
+
+
 class Sokoban(JaxEnv[SokobanState, SokobanParams]):
     """RAGEN's Sokoban: rewards -0.1/step, +1 box on target, -1 box off, +10 solved; 100-step cap."""
 
     action_lookup = {"up": 0, "down": 1, "left": 2, "right": 3}
+    ragen_keys = RAGEN_KEYS  # RAGEN's env_config names (dim_x/dim_y, observation_format, ...) in env.kwargs
 
     def __init__(self, dim_room: Sequence[int] = (6, 6), num_boxes: int = 1, max_steps: int = 100,
                  search_depth: int = 300, render_mode: str = "text", grid_vocab: str = "default",

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from envs.protocols import HostEnv
+from envs.ragen_keys import RagenKeys
 from envs.sudoku.actions import Placement, parse_action
 from envs.sudoku.board import conflict_units, is_solved, valid_numbers
 from envs.sudoku.generator import REMOVAL_FRACTION, cells_to_remove, generate_puzzle
@@ -32,8 +33,17 @@ INSTRUCTION = (
 )
 
 
+# RAGEN's SudokuEnvConfig keys ragen-jax has no argument for (its other keys are ours too).
+RAGEN_KEYS = RagenKeys(fixed={
+    "render_mode": ("text", "the observation is RAGEN's text"),
+    "show_candidates": (False, "RAGEN defines it but never renders candidates; show_valid_numbers shows the valid "
+                               "numbers of the empty cells")})
+
+
 class SudokuEnv(HostEnv):
     """RAGEN's Sudoku env (`difficulty` easy 40% / medium 50% / hard 60% of cells removed)."""
+
+    ragen_keys = RAGEN_KEYS  # RAGEN's env_config names in env.kwargs (envs.ragen_keys)
 
     def __init__(self, difficulty: str = "easy", grid_size: int = 9, max_steps: int | None = 81,
                  render_format: str = "with_feedback", show_conflicts: bool = True,

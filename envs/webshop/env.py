@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from envs.protocols import HostEnv
+from envs.ragen_keys import RagenKeys
 from envs.webshop.data import Catalog, load_catalog
 from envs.webshop.generate import synthetic_catalog
 from envs.webshop.site import ProductSearch, Session, WebShopSite
@@ -73,8 +74,21 @@ def goal_index(seed: int, split: Split, num_goals: int) -> int:
     return _permutation(num_goals)[idx]
 
 
+_WEBSHOP_DATA = ("the site is built from data_dir (a local folder with WebShop's product and goal files; "
+                 "num_products limits the catalogue) or, without it, a generated catalogue")
+# RAGEN's WebShopEnvConfig keys (its SimServer's arguments) -> what ragen-jax offers.
+RAGEN_KEYS = RagenKeys(
+    fixed={"observation_mode": ("text", "the observation is RAGEN's text mode"),
+           "limit_goals": (-1, "every goal of the split is used (split: train / val / test)"),
+           "human_goals": (False, _WEBSHOP_DATA), "show_attrs": (False, "product pages show no extra attributes")},
+    unsupported={"dataset": _WEBSHOP_DATA, "file_path": _WEBSHOP_DATA,
+                 "server": "the site runs in-process; give data_dir", "filter_goals": "every goal of the split is used"})
+
+
 class WebShopEnv(HostEnv):
     """WebShop text env. Data: the synthetic catalogue by default, or the original files in `data_dir`."""
+
+    ragen_keys = RAGEN_KEYS  # RAGEN's env_config names in env.kwargs (envs.ragen_keys)
 
     def __init__(self, data_dir: str | None = None, num_products: int | None = None, seed: int = 0,
                  split: Split = "train", reward_mode: Literal["binary", "score"] = "binary",

@@ -131,4 +131,4 @@ def make_critic(model_cfg, policy: CausalLM) -> ValueModel:
 def env_batch(env_cfg, name: str, batch_size: int, extra_kwargs=None):
     """An EnvBatch of `batch_size` episodes of registered env `name` with the config's overrides (env.kwargs, then
     `extra_kwargs` over them: val.env_kwargs for validation envs)."""
-    return make_env_batch(name, batch_size, **{**dict(env_cfg.kwargs), **dict(extra_kwargs or {})})
+    return make_env_batch(name, batch_size, later_overrides=dict(extra_kwargs or {}), **dict(env_cfg.kwargs))
