@@ -111,7 +111,7 @@ def test_cli_reads_the_jsonl_of_the_same_run(played, tmp_path, capsys, caplog):
     prompts = int(from_text["collapse_first_turn_sample/num_prompts"])  # distinct arm pairs among the 8 episodes
     assert f"[collapse_first_turn_sample] 8 pairs x {prompts} prompts" in text and "regime" in text
     assert "retrieval_at_1" in text and "@" not in text
-    assert "(8 trajectories, re-tokenized text)" in caplog.text
+    assert "(8 trajectories, recorded sampled tokens)" in caplog.text
     exact = offline_report(played.pkl, played.export, num_samples=None, sampling="first_turn")
     # The JSONL's rebuilt prompts are the sampled contexts: the same first-turn numbers as the exact tokens.
     first_turn = {k: v for k, v in exact.items() if k.startswith("collapse_first_turn_sample/")}
@@ -160,3 +160,33 @@ def test_bad_checkpoint_folders_are_named(played, tmp_path, capsys):
     shutil.copytree(played.run / "checkpoints", no_config / "checkpoints")
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_policy(str(no_config))
+
+
+def test_jsonl_pairs_are_cut_from_the_recorded_tokens_as_the_trainer_cuts_them(played):
+    """A sampled response need not be its text's canonical tokenization; the trainer scores the sampled tokens, so
+    the JSONL path now reads them from metadata.response_tokens (before, the text was re-tokenized: the offline
+    report of a training step's JSONL read 6.04 nats where the trainer logged 6.01). RAGEN's dumps, without
+    token ids, still use the text."""
+    from ragen_jax.diagnostics.offline import load_rollouts, record_pairs
+    from ragen_jax.diagnostics.pairs import rollout_pairs
+    from ragen_jax.models.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_folder(played.export)
+    records = load_rollouts(played.jsonl)
+    text = tok.decode(records[0]["metadata"]["response_tokens"][0])
+    by_piece = [t for piece in text.split(" ") for t in tok.encode(piece + " ")][:-1]  # the same text, other tokens
+    assert tok.decode(by_piece).rstrip() == text.rstrip() and by_piece != tok.encode(text)
+    records[0]["metadata"]["response_tokens"][0] = by_piece
+    played.episodes[0].history[0].response_tokens, kept = by_piece, played.episodes[0].history[0].response_tokens
+    try:
+        want = rollout_pairs(played.episodes, tok.encode("</think>"), tok.decode)
+    finally:
+        played.episodes[0].history[0].response_tokens = kept
+    got = record_pairs(records, tok)
+    assert got.turn_reasonings == want.turn_reasonings and got.turn_prompts == want.turn_prompts
+    assert got.first_turn_reasonings[0] != tok.encode(text.split("</think>")[0].strip())
+    for rec in records:
+        del rec["metadata"]["response_tokens"]
+    by_text = record_pairs(records, tok)
+    assert by_text.first_turn_reasonings[0] == tok.encode(text.split("</think>")[0].strip())
+    assert by_text.turn_prompts == want.turn_prompts

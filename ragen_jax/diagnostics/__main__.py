@@ -1,8 +1,8 @@
 """`python -m ragen_jax.diagnostics ROLLOUTS --checkpoint DIR`: reasoning-collapse report for saved rollouts.
 
 ROLLOUTS: `rollouts.pkl` of `run.py --mode=eval` (exact sampled tokens, as the trainer scores them) or a
-JSONL dump (text, re-tokenized). DIR: a Hugging Face model folder, or a run folder (its hf_export/, else
-its latest checkpoint); a run folder also gives the run's diagnostics settings (pairs, samplings,
+JSONL dump (its recorded response tokens; text re-tokenized where it has none). DIR: a Hugging Face model
+folder, or a run folder (its hf_export/, else its latest checkpoint); a run folder also gives the run's diagnostics settings (pairs, samplings,
 thresholds) unless flags override them. `--step N` draws the pairs as the trainer does at step N.
 """
 

@@ -6,8 +6,10 @@ Two dump kinds:
   with the same policy and `step` the report equals the trainer's metrics of that step;
 - a JSONL (one trajectory per line {"custom_id", "messages": [OpenAI chat messages], "metadata":
   {group_id, ...}}; or a pickle of a list of such dicts): each turn's prompt is rebuilt with the
-  checkpoint tokenizer's chat template (+ "<think>", as the rollout prompts end) and the text
-  between the think tags is re-tokenized, because such dumps keep text, not token ids (as RAGEN's).
+  checkpoint tokenizer's chat template (+ "<think>", as the rollout prompts end). Where the record keeps the
+  sampled tokens of each response (metadata.response_tokens, as ragen-jax's dumps do), the earlier responses
+  are spliced into the prompt and the reasoning is cut from them, as the trainer does; otherwise (RAGEN's
+  dumps keep text only) the text between the think tags is re-tokenized.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from ragen_jax.diagnostics.collapse import CollapseConfig, RolloutPairs, collapse_metrics
 from ragen_jax.diagnostics.cross_score import cross_score
-from ragen_jax.diagnostics.pairs import rollout_pairs, step_rng
+from ragen_jax.diagnostics.pairs import reasoning_tokens, rollout_pairs, step_rng
 from ragen_jax.rollout.dump import read_jsonl
 
 logger = logging.getLogger(__name__)
@@ -111,14 +113,47 @@ def _turns(messages: Sequence[Mapping[str, str]]) -> list[tuple[list[dict], str]
     ]
 
 
+def recorded_responses(record: Mapping[str, Any], count: int) -> list[list[int]] | None:
+    """metadata.response_tokens when it holds one list of token ids per assistant message (`count`), else None."""
+    tokens = (record.get("metadata") or {}).get("response_tokens")
+    if not isinstance(tokens, list) or len(tokens) != count:
+        return None
+    if not all(isinstance(t, list) and all(_is_int(i) for i in t) for t in tokens):
+        return None
+    return [[int(i) for i in t] for t in tokens]
+
+
+def _with_tokens(context: list[dict], responses: list[list[int]]) -> list[dict]:
+    """The context's assistant messages carrying their sampled tokens, in order (ContextBuilder splices them)."""
+    out, k = [], 0
+    for m in context:
+        if m["role"] == "assistant":
+            m = {**m, "tokens": responses[k]}
+            k += 1
+        out.append(m)
+    return out
+
+
 def record_pairs(records: Sequence[Mapping[str, Any]], tokenizer: Any, think_tag: str = "<think>") -> RolloutPairs:
-    """Re-tokenized prompts and reasonings of every turn [N]; groups from metadata.group_id, else by prompt."""
+    """Prompts and reasonings of every turn [N]: from the recorded response tokens where a record has them (see the
+    module docstring), else re-tokenized; groups from metadata.group_id, else by prompt."""
+    from ragen_jax.rollout.context import ContextBuilder
+
+    builder = ContextBuilder(tokenizer, enable_think=think_tag == "<think>")
+    think_close = tokenizer.encode("</think>")
     first_prompts, first_reasonings, group_ids = [], [], []
     turn_prompts, turn_reasonings = [], []
     by_prompt: dict[tuple[int, ...], int] = {}
     for rec in records:
         prompts, reasonings = [], []
-        for context, content in _turns(rec["messages"]):
+        turns = _turns(rec["messages"])
+        recorded = recorded_responses(rec, len(turns))
+        for k, (context, content) in enumerate(turns):
+            if recorded is not None:
+                tokens, _ = builder.assemble(_with_tokens(context, recorded), add_generation_prompt=True)
+                prompts.append(tokens.tolist())
+                reasonings.append(reasoning_tokens(recorded[k], think_close, tokenizer.decode))
+                continue
             text = tokenizer.apply_chat_template(context, add_generation_prompt=True) + think_tag
             prompts.append(tokenizer.encode(text))
             reasonings.append(tokenizer.encode(think_text(content)))
@@ -138,8 +173,8 @@ def record_pairs(records: Sequence[Mapping[str, Any]], tokenizer: Any, think_tag
 
 
 def dump_pairs(kind: str, items: list[Any], tokenizer: Any) -> RolloutPairs:
-    """The (prompt, reasoning) pairs of `load_dump`'s result: exact tokens for episodes, re-tokenized text
-    for records."""
+    """The (prompt, reasoning) pairs of `load_dump`'s result: exact tokens for episodes; for records, their
+    recorded tokens, else re-tokenized text."""
     if kind == "episodes":
         return rollout_pairs(items, tokenizer.encode("</think>"), tokenizer.decode)
     return record_pairs(items, tokenizer)
@@ -168,7 +203,13 @@ def offline_report(
         raise ValueError(f"sampling={sampling!r} must be 'both', 'first_turn' or 'trajectory'.")
     kind, items = load_dump(rollouts)  # a bad dump fails before the model loads
     model, tokenizer, source = load_policy(checkpoint)
-    what = "episodes, exact sampled tokens" if kind == "episodes" else "trajectories, re-tokenized text"
+    if kind == "episodes":
+        what = "episodes, exact sampled tokens"
+    else:
+        exact = sum(recorded_responses(r, len(_turns(r["messages"]))) is not None for r in items)
+        what = ("trajectories, recorded sampled tokens" if exact == len(items) else
+                f"trajectories, re-tokenized text ({exact} with recorded tokens)" if exact else
+                "trajectories, re-tokenized text")
     logger.info("policy: %s\nrollouts: %s (%d %s)", source, rollouts, len(items), what)
     graphdef, params = nnx.split(model)
     pairs = dump_pairs(kind, items, tokenizer)
