@@ -99,3 +99,16 @@ def test_the_validation_before_training_is_not_one_of_the_low_success_streak(tmp
     assert steps == list(range(es.val_patience))
     assert trainer.counters["val_low_streaks"] == {trainer.val_tag: es.val_patience}
     assert [h["step"] for h in summary["val_history"]] == list(range(es.val_patience + 1))  # the first one still shown
+
+
+def test_the_banner_says_a_run_without_validation_validates_nothing(tmp_path):
+    """val.every=0 and no warm start: no validation runs (the summary shows 0 episodes per validation), so the
+    start-up lines must not promise validation episodes; a run that validates still names them."""
+    from ragen_jax.trainer import report
+
+    cfg = _config(tmp_path / "none", "Bandit")
+    cfg.val.every, cfg.warmstart.enabled = 0, False
+    banner = report.banner(Trainer(cfg), None)
+    assert "no validation (val.every=0)" in banner and "per validation" not in banner, banner
+    banner = report.banner(Trainer(_config(tmp_path / "some", "Bandit")), None)
+    assert "6 episodes of Bandit per validation" in banner, banner

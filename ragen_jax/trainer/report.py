@@ -94,11 +94,20 @@ def _validation_text(trainer) -> str:
     return f"{v.groups * v.group_size} episodes{each} of {' and '.join(trainer.val_names)} per validation ({sampling})"
 
 
+def _train_validation_text(trainer) -> str:
+    """What a training run validates: nothing when val.every is 0 and no warm start validates (the summary then
+    shows no validation figure), else the validation's episodes."""
+    cfg = trainer.cfg
+    if not cfg.val.every and not cfg.warmstart.enabled:
+        return "no validation (val.every=0)"
+    return _validation_text(trainer)
+
+
 def _train_lines(trainer) -> list[str]:
     cfg = trainer.cfg
     return [
         f"env         {cfg.env.name}: {cfg.env.groups} groups x {cfg.env.group_size} = {trainer.batch_size} "
-        f"episodes per step, up to {cfg.env.max_turn} turn(s); {_validation_text(trainer)}",
+        f"episodes per step, up to {cfg.env.max_turn} turn(s); {_train_validation_text(trainer)}",
         f"algorithm   {cfg.algo.preset}: {cfg.algo.custom_adv_estimator or cfg.algo.adv_estimator} advantages, "
         f"{cfg.algo.custom_policy_loss or cfg.algo.policy_loss} loss, "
         f"{cfg.algo.loss_agg_mode}; filter {cfg.filter.strategy} {cfg.filter.value:g}; "
