@@ -36,8 +36,8 @@ from ragen_jax.trainer.interrupt import StopRequests, stop_message
 from ragen_jax.trainer.optim import MasterWeights, make_optimizer, with_rebuilt_master, without_masters
 from ragen_jax.trainer.settings import (algo_settings, env_tag, resumed_config_warning, rollout_config,
                                         truncated_sampling_warning, validation_envs, write_config_json)
-from ragen_jax.trainer.steps import (explained_variance, in_row_context, make_step_fns, row_total_stats,
-                                     sampler_agreement, scored_positions, take_rows, token_stats)
+from ragen_jax.trainer.steps import (explained_variance, in_row_context, make_step_fns, mean_update_metrics,
+                                     row_total_stats, sampler_agreement, scored_positions, take_rows, token_stats)
 
 logger = logging.getLogger(__name__)
 
@@ -518,10 +518,7 @@ class Trainer:
         self.counters["actor_update_steps"] += step >= t.critic_warmup
         out = {}
         for prefix, ms in (("actor", actor_metrics), ("critic", critic_metrics)):
-            for k in (ms[0] if ms else {}):
-                out[f"{prefix}/{k}"] = float(np.mean([np.asarray(x[k]) for x in ms]))
-            if ms:
-                out[f"{prefix}/updates_skipped"] = float(sum(float(x["update_skipped"]) for x in ms))
+            out.update({f"{prefix}/{k}": v for k, v in mean_update_metrics(ms).items()})
         out["actor/lr"] = actor_lr
         if self.critic is not None:
             out["critic/lr"] = critic_lr

@@ -185,6 +185,15 @@ def reduce_micro_metrics(metrics: dict[str, jax.Array], mask: jax.Array, micro: 
     return {k: v.sum() if k in summed else jnp.sum(v * weights) for k, v in per_micro.items()}  # may be arrays
 
 
+def mean_update_metrics(updates: list[dict[str, Any]]) -> dict[str, float]:
+    """One RL step's metrics from its updates' (one dict per mini-batch and epoch): each key averaged over the
+    updates, and `updates_skipped` the number whose update did not apply."""
+    out = {k: float(np.mean([np.asarray(u[k]) for u in updates])) for k in (updates[0] if updates else {})}
+    if updates:
+        out["updates_skipped"] = float(sum(float(u["update_skipped"]) for u in updates))
+    return out
+
+
 def advantage_hparams(algo: AlgoSettings) -> dict[str, Any]:
     """The keywords an advantage estimator may take (each receives those its signature names)."""
     return dict(gamma=algo.gamma, lam=algo.lam, high_level_gamma=algo.high_level_gamma,
