@@ -15,7 +15,7 @@ from configs.base import apply_tiny, get_base_config
 from ragen_jax.algos import ppo_clip_loss
 from ragen_jax.trainer.settings import algo_settings
 from ragen_jax.trainer.optim import all_finite, guarded_apply
-from ragen_jax.trainer.steps import make_step_fns, scored_positions
+from ragen_jax.trainer.steps import make_step_fns, mean_update_metrics, scored_positions
 from test_algos_step_integration import BASE, ROWS, TX, BigramLM, make_batch, split_actor
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
@@ -502,3 +502,38 @@ def test_a_master_copy_of_mixed_dtype_parameters_shares_no_buffer_with_them():
     params, opt = step(params, opt)
     np.testing.assert_allclose(np.asarray(params["head"]), 0.99, rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(opt.master["head"]), np.asarray(params["head"]))
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+def test_a_steps_update_metrics_are_verls_flat_mean_over_micro_batches(micro):
+    """veRL appends one value per micro-batch (append_to_dict) and logs their flat mean (reduce_metrics): a
+    mini-batch padded with empty rows weighs its micro-batches with tokens, not the mini-batch as a whole.
+    Plain numpy on the model's own log-probs (a zero learning rate keeps the model the same for every update)."""
+    raw = make_batch()
+    real, mini = 5, 4
+    batch = _zero_rows({k: v[:real] for k, v in raw.items()}, 2 * mini - real)  # [4 real] [1 real + 3 padding]
+    algo = dataclasses.replace(BASE, policy_loss="vanilla", clip_ratio_low=0.002, clip_ratio_high=0.002)
+    graphdef, trainable, frozen = split_actor()
+    fns = make_step_fns(graphdef, None, algo, optax.sgd(0.0), None, micro)
+    lp = np.asarray(fns["score_policy"](trainable, frozen, batch["tokens"], batch["attention_mask"])[0])
+    updates = []
+    for rows in (slice(0, mini), slice(mini, 2 * mini)):
+        params, opt = jax.tree.map(jnp.copy, (trainable, optax.sgd(0.0).init(trainable)))  # the update donates
+        updates.append(fns["actor_update"](params, opt, frozen, {k: jnp.asarray(v[rows]) for k, v in batch.items()})[2])
+    step = mean_update_metrics(updates)
+
+    mask, adv, log_ratio = batch["loss_mask"], batch["advantages"], np.clip(lp - batch["old_logprobs"], -20, 20)
+    ratio = np.exp(log_ratio)
+    clipped = (-adv * np.clip(ratio, 1 - 0.002, 1 + 0.002) > -adv * ratio).astype(np.float64)
+    per_micro = {"ppo_kl": [], "pg_clipfrac": []}
+    for i in range(0, len(mask), micro):
+        m = mask[i:i + micro]
+        if m.sum() > 0:  # RAGEN pads with copies of real rows: it has no micro-batch without tokens
+            per_micro["ppo_kl"].append((-log_ratio[i:i + micro] * m).sum() / m.sum())
+            per_micro["pg_clipfrac"].append((clipped[i:i + micro] * m).sum() / m.sum())
+    assert 0.05 < np.mean(per_micro["pg_clipfrac"]) < 0.95
+    for key, values in per_micro.items():
+        np.testing.assert_allclose(step[key], np.mean(values), rtol=1e-4, atol=1e-7, err_msg=key)
+    for key in ("loss", "pg_loss", "grad_norm"):  # computed once per mini-batch: veRL's grad_norm, one per update
+        np.testing.assert_allclose(step[key], np.mean([float(u[key]) for u in updates]), rtol=1e-6, err_msg=key)
+    assert "micro_batches_trained" not in step

@@ -177,20 +177,38 @@ def reduce_micro_metrics(metrics: dict[str, jax.Array], mask: jax.Array, micro: 
                          summed: tuple[str, ...] = ()) -> dict[str, jax.Array]:
     """Per-micro-batch metrics [n_micro] -> scalars: the keys in `summed` (parts of the loss) added up, the others
     (clip fractions, ppo_kl, ...) averaged over the micro-batches with tokens to train in mask [M, T]; a
-    micro-batch of padding rows has no clip fraction, and its 0 would pull the mean down."""
+    micro-batch of padding rows has no clip fraction, and its 0 would pull the mean down. Their number is
+    `micro_batches_trained`, the weight `mean_update_metrics` gives this mini-batch's averages."""
     n_micro = mask.shape[0] // micro
     trained = mask.reshape(n_micro, -1).astype(bool).any(axis=-1).astype(jnp.float32)
     weights = trained / jnp.maximum(trained.sum(), 1.0)
     per_micro = {k: jnp.reshape(v, (n_micro, -1)).mean(axis=-1) for k, v in metrics.items()}  # a custom loss's
-    return {k: v.sum() if k in summed else jnp.sum(v * weights) for k, v in per_micro.items()}  # may be arrays
+    out = {k: v.sum() if k in summed else jnp.sum(v * weights) for k, v in per_micro.items()}  # may be arrays
+    return dict(out, **{MICRO_BATCHES_TRAINED: trained.sum()})
+
+
+MICRO_BATCHES_TRAINED = "micro_batches_trained"
+# what an update computes once over its mini-batch; its other metrics are averages over micro-batches
+MINI_BATCH_METRICS = ("loss", "vf_loss", "grad_norm", "update_skipped", "pg_loss", "entropy", "kl_loss")
 
 
 def mean_update_metrics(updates: list[dict[str, Any]]) -> dict[str, float]:
-    """One RL step's metrics from its updates' (one dict per mini-batch and epoch): each key averaged over the
-    updates, and `updates_skipped` the number whose update did not apply."""
-    out = {k: float(np.mean([np.asarray(u[k]) for u in updates])) for k in (updates[0] if updates else {})}
-    if updates:
-        out["updates_skipped"] = float(sum(float(u["update_skipped"]) for u in updates))
+    """One RL step's metrics from its updates' (one dict per mini-batch and epoch), as veRL's reduce_metrics of
+    its append_to_dict lists: the mini-batch values (MINI_BATCH_METRICS, rollout correction) averaged over the
+    updates, the micro-batch averages (clip fractions, ppo_kl, ...) over all micro-batches with tokens (one flat
+    mean: a mini-batch that padding rows fill counts for its real micro-batches only); `updates_skipped` the
+    number of updates that did not apply."""
+    if not updates:
+        return {}
+    counts = np.array([float(u.get(MICRO_BATCHES_TRAINED, 1.0)) for u in updates])
+    out = {}
+    for k in updates[0]:
+        if k == MICRO_BATCHES_TRAINED:
+            continue
+        values = np.array([float(np.mean(np.asarray(u[k]))) for u in updates])
+        per_mini = k in MINI_BATCH_METRICS or k.startswith("rollout_corr_") or counts.sum() == 0
+        out[k] = float(values.mean() if per_mini else (values * counts).sum() / counts.sum())
+    out["updates_skipped"] = float(sum(float(u["update_skipped"]) for u in updates))
     return out
 
 
