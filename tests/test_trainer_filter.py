@@ -171,3 +171,24 @@ def test_data_metrics_are_verls_over_the_trained_tokens(tmp_path, monkeypatch):
                 1.0 - diff.var(ddof=1) / (ret.var(ddof=1) + 1e-5), rel=1e-4, abs=1e-5)
         else:
             assert not [k for k in metrics if k.startswith("critic/values/") or k == "critic/vf_explained_var"]
+
+
+def test_actor_entropy_is_ragens_before_the_update_over_the_whole_batch(tmp_path, monkeypatch):
+    """RAGEN logs `actor/entropy` from the old log-probs' scoring: agg_loss(entropys, response_mask,
+    loss_agg_mode) over the whole batch before the update, not a mean of mini-batch values during it."""
+    from ragen_jax.trainer.steps import scored_positions
+    probe, result = _scripted_rollout(tmp_path, monkeypatch)
+    cfg = grpo_config(tmp_path / "run", 0.5)
+    cfg.algo.loss_agg_mode = "seq-mean-token-mean"
+    trainer = Trainer(cfg)
+    trainer.engine.run = lambda *a, **k: result
+    seen = {}
+    monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev) or {})
+    metrics = trainer.train_step(0)
+    dev = {k: np.asarray(v) for k, v in seen["dev"].items()}
+    ent = np.asarray(trainer.fns["score_policy"](trainer.actor.trainable, trainer.actor.frozen, dev["tokens"],
+                                                 dev["attention_mask"], scored_positions(dev["loss_mask"]))[1])
+    mask = dev["loss_mask"]
+    rows = mask.sum(axis=1) > 0
+    expected = ((ent * mask).sum(axis=1)[rows] / mask.sum(axis=1)[rows]).mean()
+    assert metrics["actor/entropy"] == pytest.approx(expected, rel=1e-5)

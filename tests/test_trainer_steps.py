@@ -145,7 +145,7 @@ def test_micro_batches_give_the_mini_batch_update_for_every_aggregation(mode):
     delta_split = np.concatenate([(a - b).ravel() for a, b in zip(split, before)])
     np.testing.assert_allclose(delta_split, delta_full, rtol=1e-4, atol=1e-7)
     assert np.abs(delta_full).max() > 1e-3
-    for key in ("loss", "pg_loss", "kl_loss", "entropy"):
+    for key in ("loss", "pg_loss", "kl_loss", "entropy_loss"):
         np.testing.assert_allclose(split_metrics[key], full_metrics[key], rtol=1e-5, atol=1e-7)
 
 
@@ -198,7 +198,7 @@ def test_scoring_only_the_trained_positions_changes_nothing(mode):
     _, _, part, _, part_metrics = actor_update(algo, dict(batch, positions=positions), micro=2)
     for a, b in zip(full, part):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
-    for key in ("loss", "pg_loss", "kl_loss", "entropy", "grad_norm"):
+    for key in ("loss", "pg_loss", "kl_loss", "entropy_loss", "grad_norm"):
         np.testing.assert_allclose(part_metrics[key], full_metrics[key], rtol=1e-5, atol=1e-7)
 
 
@@ -215,7 +215,7 @@ def test_micro_batch_scope_averages_each_micro_batchs_own_loss():
         dataclasses.replace(algo, loss_agg_mode="seq-mean-token-mean"), batch)
     for a, b in zip(per_row, seq_mean):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
-    for key in ("loss", "pg_loss", "kl_loss", "entropy"):
+    for key in ("loss", "pg_loss", "kl_loss", "entropy_loss"):
         np.testing.assert_allclose(per_row_metrics[key], seq_mean_metrics[key], rtol=1e-5, atol=1e-7)
     # micro-batches of 2 rows: the mean of the 4 updates each 2-row slice would make alone (SGD is linear)
     *_, pairs, _, pairs_metrics = actor_update(micro_scope, batch, micro=2)
@@ -249,7 +249,7 @@ def test_padding_rows_change_no_update(scope, mode):
         np.testing.assert_allclose(a - b0, b - b0, rtol=1e-4, atol=1e-7)
     assert max(np.abs(b - b0).max() for b, b0 in zip(alone, before)) > 1e-4
     assert alone_metrics["pg_clipfrac"] > 0.05  # the clip fractions are averages over micro-batches with tokens
-    for key in ("loss", "pg_loss", "entropy", "kl_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
+    for key in ("loss", "pg_loss", "entropy_loss", "kl_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
         np.testing.assert_allclose(padded_metrics[key], alone_metrics[key], rtol=1e-5, atol=1e-7, err_msg=key)
 
 

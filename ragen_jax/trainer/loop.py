@@ -36,8 +36,9 @@ from ragen_jax.trainer.interrupt import StopRequests, stop_message
 from ragen_jax.trainer.optim import MasterWeights, make_optimizer, with_rebuilt_master, without_masters
 from ragen_jax.trainer.settings import (algo_settings, env_tag, resumed_config_warning, rollout_config,
                                         truncated_sampling_warning, validation_envs, write_config_json)
-from ragen_jax.trainer.steps import (explained_variance, in_row_context, make_step_fns, mean_update_metrics,
-                                     row_total_stats, sampler_agreement, scored_positions, take_rows, token_stats)
+from ragen_jax.trainer.steps import (batch_entropy, explained_variance, in_row_context, make_step_fns,
+                                     mean_update_metrics, row_total_stats, sampler_agreement, scored_positions,
+                                     take_rows, token_stats)
 
 logger = logging.getLogger(__name__)
 
@@ -387,7 +388,10 @@ class Trainer:
             arrays[key] = np.where(row_valid, arrays[key], -1 - np.arange(len(row_valid))).astype(np.int32)
         arrays["positions"] = scored_positions(arrays["loss_mask"])  # log-probs are needed only where trained
         dev = sharding.shard_batch(arrays, self.mesh)
-        dev["old_logprobs"] = self._score_rows(self.fns["score_policy"], self.actor.trainable, self.actor.frozen, dev)
+        dev["old_logprobs"], entropy = self._score_rows(self.fns["score_policy"], self.actor.trainable,
+                                                        self.actor.frozen, dev, output=None)
+        metrics.update({k: float(v) for k, v in batch_entropy(entropy, dev["loss_mask"], cfg.algo.loss_agg_mode,
+                                                              cfg.algo.loss_scale_factor or None).items()})
         dev["sample_logprobs"], context_metrics = in_row_context(dev["old_logprobs"], dev["sample_logprobs"],
                                                                  dev.pop("same_context"), dev["loss_mask"])
         metrics.update({k: float(v) for k, v in context_metrics.items()})
@@ -472,19 +476,19 @@ class Trainer:
         row = (ent * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1)
         return {"entropy": episode_values(row, batch.episode_ids, n, "mean")}
 
-    def _score_rows(self, fn, a, b, dev, output: int = 0) -> jax.Array:
+    def _score_rows(self, fn, a, b, dev, output: int | None = 0) -> Any:
         """Apply a scoring function micro-batch by micro-batch: the rows an update holds at once, so memory stays
         bounded by the update's; on a CPU, calls of ~1-2k tokens also keep each op's data in cache (the
         quickstart's 64 x 128 rows score in 63 ms as four 16-row calls, 87 ms as one call). `output` picks the
-        array of a function returning several (score_policy: 0 log-probs, 1 entropies)."""
+        array of a function returning several (score_policy: 0 log-probs, 1 entropies; None: all of them)."""
         m = self.cfg.trainer.micro_batch_size
         outs = []
         for i in range(0, dev["tokens"].shape[0], m):
             rows = slice(i, i + m)
             extra = (dev["positions"][rows],) if fn is self.fns["score_policy"] else ()
             out = sharding.settle(fn(a, b, dev["tokens"][rows], dev["attention_mask"][rows], *extra))
-            outs.append(out[output] if isinstance(out, tuple) else out)
-        return jnp.concatenate(outs, axis=0)
+            outs.append(out[output] if isinstance(out, tuple) and output is not None else out)
+        return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=0), *outs)
 
     def _update(self, step: int, dev: dict, row_valid: np.ndarray) -> dict[str, float]:
         t = self.cfg.trainer

@@ -10,6 +10,7 @@ divides once). Params and optimizer states are donated. A non-finite gradient sk
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import chex
@@ -18,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_numerator, call_with_supported,
+from ragen_jax.algos import (AdvantageInputs, agg_denominator, agg_loss, agg_numerator, call_with_supported,
                              compute_advantages, kl_penalty, token_logprobs_and_entropy,
                              turn_ends_from_mask, turn_ends_from_rewards)
 from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
@@ -189,7 +190,7 @@ def reduce_micro_metrics(metrics: dict[str, jax.Array], mask: jax.Array, micro: 
 
 MICRO_BATCHES_TRAINED = "micro_batches_trained"
 # what an update computes once over its mini-batch; its other metrics are averages over micro-batches
-MINI_BATCH_METRICS = ("loss", "vf_loss", "grad_norm", "update_skipped", "pg_loss", "entropy", "kl_loss")
+MINI_BATCH_METRICS = ("loss", "vf_loss", "grad_norm", "update_skipped", "pg_loss", "entropy_loss", "kl_loss")
 
 
 def mean_update_metrics(updates: list[dict[str, Any]]) -> dict[str, float]:
@@ -297,7 +298,7 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         num = agg_numerator(pg * mb["rollout_weights"], mask, algo.loss_agg_mode)
         ent_num = agg_numerator(entropy, mask, algo.loss_agg_mode)
         total = num - algo.entropy_coeff * ent_num
-        metrics = dict(metrics, pg_loss=num / denom, entropy=ent_num / denom)
+        metrics = dict(metrics, pg_loss=num / denom, entropy_loss=ent_num / denom)  # RAGEN's in-update name
         if algo.use_kl_loss:
             kl_num = agg_numerator(kl_penalty(logprobs, mb["ref_logprobs"], algo.kl_loss_type), mask,
                                    algo.loss_agg_mode)
@@ -320,7 +321,7 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
                                            denoms, frozen)
         trainable, opt_state, grad_norm, finite = guarded_apply(actor_tx, trainable, opt_state, grads, loss, lr)
         metrics = reduce_micro_metrics(metrics, minibatch["loss_mask"], micro_batch_size,
-                                       summed=("pg_loss", "entropy", "kl_loss"))  # per-micro parts of one loss
+                                       summed=("pg_loss", "entropy_loss", "kl_loss"))  # per-micro parts of one loss
         metrics.update(correction_metrics, loss=loss, grad_norm=grad_norm,
                        update_skipped=1.0 - finite.astype(jnp.float32))
         return trainable, opt_state, metrics
@@ -358,6 +359,13 @@ def token_stats(arrays: dict[str, jax.Array], mask: jax.Array) -> dict[str, jax.
         out.update({f"critic/{k}/mean": masked_mean(v, mask), f"critic/{k}/max": jnp.where(on, v, -jnp.inf).max(),
                     f"critic/{k}/min": jnp.where(on, v, jnp.inf).min()})
     return out
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "loss_scale_factor"))
+def batch_entropy(entropy: jax.Array, mask: jax.Array, mode: str, loss_scale_factor: int | None = None):
+    """RAGEN's `actor/entropy`: the policy's token entropy [B, T] before the update, from the old log-probs'
+    scoring, aggregated over the whole batch's mask [B, T] as the loss is (loss_agg_mode)."""
+    return {"actor/entropy": agg_loss(entropy, mask, mode, loss_scale_factor=loss_scale_factor)}
 
 
 @jax.jit
