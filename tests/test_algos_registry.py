@@ -132,6 +132,20 @@ def test_every_preset_is_a_config_variant():
         apply_variants(get_base_config(), "trpo", {})
 
 
+def test_remax_says_what_it_needs_and_what_to_use():
+    """veRL's remax needs a greedy rollout per step (not run here): the error says so and names grpo / rloo, not
+    "register your own"."""
+    with pytest.raises(KeyError, match=r"'remax' is not available.*greedy rollout.*'grpo' or 'rloo'"):
+        algos.ADVANTAGE_ESTIMATORS.get("remax")
+    from configs import bandit
+    from ragen_jax.config_check import validate_config
+
+    cfg = bandit.get_config("tiny,grpo")
+    cfg.algo.adv_estimator = "remax"
+    with pytest.raises(ValueError, match="greedy rollout"):
+        validate_config(cfg)
+
+
 def test_an_unknown_name_says_which_registry_to_extend():
     with pytest.raises(KeyError, match=r"@ragen_jax\.algos\.ADVANTAGE_ESTIMATORS\.register\('gea'\)"):
         algos.ADVANTAGE_ESTIMATORS.get("gea")

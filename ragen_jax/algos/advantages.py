@@ -303,3 +303,10 @@ def compute_advantages(name: str | Callable, inputs: AdvantageInputs,
     adv, ret = call_with_supported(fn, inputs, **hparams)
     chex.assert_equal_shape([adv, ret, inputs.response_mask])
     return adv, ret
+
+
+# veRL's ReMax baseline is the reward of a greedy (temperature 0) rollout of each prompt: one more rollout per step,
+# which the trainer does not run (RAGEN itself exits on remax as untested).
+ADVANTAGE_ESTIMATORS.mark_unavailable(
+    "remax", "veRL's ReMax needs a greedy rollout of every prompt each step as its baseline, which ragen-jax does "
+    "not run; use adv_estimator='grpo' or 'rloo' (baselines from the group's own sampled rollouts)")

@@ -21,6 +21,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self.variable = variable  # how users reach it, for error messages: "ragen_jax.algos.POLICY_LOSSES"
         self._items: dict[str, T] = {}
+        self._unavailable: dict[str, str] = {}  # names users know from veRL / RAGEN that are not here, and why
 
     def register(self, name: str, obj: T | None = None, *, overwrite: bool = False):
         """Register ``obj`` under ``name``; without ``obj`` this is a decorator.
@@ -44,6 +45,11 @@ class Registry(Generic[T]):
 
         return add if obj is None else add(obj)
 
+    def mark_unavailable(self, name: str, why: str) -> None:
+        """Make ``get(name)`` fail with ``why`` (what the name needs and what to use instead) rather than with
+        the generic unknown-name message; registering ``name`` later lifts it."""
+        self._unavailable[name] = why
+
     def unregister(self, name: str) -> None:
         """Remove ``name`` (useful in tests); unknown names raise KeyError."""
         del self._items[name]
@@ -58,6 +64,8 @@ class Registry(Generic[T]):
             return self._items[name]
         if ":" in name:
             return _import_path(name, self.kind)
+        if name in self._unavailable:
+            raise KeyError(f"{self.kind} {name!r} is not available in ragen-jax: {self._unavailable[name]}")
         raise KeyError(
             f"Unknown {self.kind} {name!r}. Known: {sorted(self._items)}. Register your own "
             f"with @{self.variable}.register({name!r}) or pass an import path 'package.module:function'."
