@@ -35,6 +35,7 @@ def validate_config(cfg, mode: str = "train") -> None:
     from envs.registry import get_spec
     import ragen_jax.algos  # noqa: F401  registers the built-ins
     from ragen_jax.algos import registry as algos_registry
+    from ragen_jax.algos.policy_loss import required_agg_mode_problem
     from ragen_jax.algos.presets import needs_critic
     from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
     from ragen_jax.filtering import FilterConfig
@@ -68,11 +69,17 @@ def validate_config(cfg, mode: str = "train") -> None:
     algo = cfg.algo
     try:
         ADVANTAGE_ESTIMATORS.get(algo.custom_adv_estimator or algo.adv_estimator)
-        POLICY_LOSSES.get(algo.custom_policy_loss or algo.policy_loss)
+        policy_loss = POLICY_LOSSES.get(algo.custom_policy_loss or algo.policy_loss)
     except (KeyError, ImportError, AttributeError, ValueError) as e:
         errors.append(f"config.algo: {_message(e)}")
     else:
         errors += _algo_kwargs_errors(cfg) or _algo_contract_errors(cfg)
+        agg_problem = required_agg_mode_problem(policy_loss, algo.loss_agg_mode,
+                                                algo.custom_policy_loss or algo.policy_loss)
+        errors += [f"config.algo: {agg_problem}"] if agg_problem else []
+    if not algo.clip_cov_lb < algo.clip_cov_ub:
+        errors.append(f"config.algo.clip_cov_lb ({algo.clip_cov_lb}) must be below config.algo.clip_cov_ub "
+                      f"({algo.clip_cov_ub}): they bound the covariance band clip_cov picks tokens from")
     for key, registry in REGISTRY_KEYS.items():
         try:
             getattr(algos_registry, registry).get(algo[key])
@@ -242,6 +249,9 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     "algo.gamma": _UNIT, "algo.lam": _UNIT, "algo.high_level_gamma": _UNIT,
     "algo.kl_loss_coef": _AT_LEAST_0, "algo.clip_ratio_low": _AT_LEAST_0, "algo.clip_ratio_high": _AT_LEAST_0,
     "algo.clip_ratio_c": (lambda v: v == 0 or v > 1, "must be 0 (off) or > 1"),  # dual-clip's lower bound, as veRL
+    **{f"algo.{k}": (lambda v: 0 < v <= 1, "must be in (0, 1], a share of the response tokens (veRL: 0.0002)")
+       for k in ("clip_cov_ratio", "kl_cov_ratio")},
+    "algo.ppo_kl_coef": _AT_LEAST_0, "algo.tau_pos": _POSITIVE, "algo.tau_neg": _POSITIVE,
     "algo.loss_scale_factor": (lambda v: v >= 0, "must be >= 0 tokens (0 = the padded width)"),
     "algo.kl_ctrl_coef": _AT_LEAST_0, "algo.kl_ctrl_target": _POSITIVE, "algo.kl_ctrl_horizon": _POSITIVE,
     "trainer.logprob_chunk": _AT_LEAST_1, "rollout.chunk": _AT_LEAST_1,

@@ -132,6 +132,12 @@ def test_every_preset_is_a_config_variant():
         apply_variants(get_base_config(), "trpo", {})
 
 
+def test_verl_loss_modes_are_registered():
+    """veRL's actor.policy_loss.loss_mode names select the same losses here."""
+    for name in ("clip_cov", "kl_cov", "geo_mean", "sapo"):
+        assert algos.POLICY_LOSSES.get(name).__module__ == "ragen_jax.algos.policy_loss"
+
+
 def test_remax_says_what_it_needs_and_what_to_use():
     """veRL's remax needs a greedy rollout per step (not run here): the error says so and names grpo / rloo, not
     "register your own"."""

@@ -98,6 +98,8 @@ def assert_same_update(a, b):
     ("gspo_token", "token-mean", "icepop"),
     ("cispo", "seq-mean-token-sum", "tis"),
     ("gspo", "seq-mean-token-sum-norm", "none"),
+    ("geo_mean", "seq-mean-token-mean", "icepop"),  # row-local, as GSPO
+    ("sapo", "seq-mean-token-mean", "seq_geo_mask"),  # token-local
 ])
 def test_micro_batches_give_the_full_batch_update(loss, mode, correction):
     algo = dataclasses.replace(BASE, policy_loss=loss, loss_agg_mode=mode, rollout_correction=correction,
@@ -178,4 +180,62 @@ def test_preset_configs_validate_and_build(preset, loss, agg, clip):
     assert np.isfinite(delta).all() and metrics["update_skipped"] == 0.0 and "rollout_corr_weight_mean" in metrics
     cfg.algo.rollout_correction = "icepop_typo"
     with pytest.raises(ValueError, match="rollout_correction"):
+        validate_config(cfg)
+
+
+@pytest.mark.parametrize("loss,mode,hparams", [
+    ("clip_cov", "token-mean", dict(clip_cov_ratio=0.2, clip_cov_lb=0.0, clip_cov_ub=50.0)),
+    ("kl_cov", "token-mean", dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0)),
+    ("geo_mean", "seq-mean-token-mean", dict(clip_ratio_low=0.4, clip_ratio_high=0.4)),
+    ("sapo", "seq-mean-token-mean", dict(tau_pos=1.0, tau_neg=1.05)),
+])
+def test_verl_losses_train_in_the_actor_update(loss, mode, hparams):
+    """veRL's clip_cov / kl_cov / geo_mean / sapo, selected by name with veRL's keys, run one actor update, and
+    their keys reach them (a penalty on more tokens, a detached token, other temperatures move the update)."""
+    algo = dataclasses.replace(BASE, policy_loss=loss, loss_agg_mode=mode, **hparams)
+    delta, metrics = update(algo, make_batch())
+    assert np.isfinite(delta).all() and np.abs(delta).max() > 1e-4 and metrics["update_skipped"] == 0.0
+    assert np.isfinite(metrics["ppo_kl"]) and np.isfinite(metrics["pg_loss"])
+    moved = {"clip_cov": dict(clip_cov_ratio=1.0), "kl_cov": dict(ppo_kl_coef=50.0),
+             "geo_mean": dict(clip_ratio_low=0.001, clip_ratio_high=0.001), "sapo": dict(tau_pos=5.0, tau_neg=5.0)}
+    other, _ = update(dataclasses.replace(algo, **moved[loss]), make_batch())
+    assert not np.allclose(other, delta, rtol=1e-3)
+
+
+def test_sequence_mean_losses_refuse_another_aggregation_in_the_trainer():
+    with pytest.raises(ValueError, match="'sapo' is a mean over sequences.*loss_agg_mode='seq-mean-token-mean'"):
+        make_step_fns(*split_actor()[:1], None, dataclasses.replace(BASE, policy_loss="sapo"), TX, None, ROWS)
+
+
+@pytest.mark.parametrize("preset,loss,clip", [("gmpo", "geo_mean", (0.4, 0.4)), ("sapo", "sapo", (0.2, 0.28))])
+def test_gmpo_and_sapo_presets_validate_and_train(preset, loss, clip):
+    cfg = bandit.get_config(f"tiny,{preset}")
+    validate_config(cfg)
+    settings = algo_settings(cfg)
+    assert (settings.policy_loss, settings.loss_agg_mode, settings.adv_estimator) == (loss, "seq-mean-token-mean",
+                                                                                      "grpo")
+    assert (settings.clip_ratio_low, settings.clip_ratio_high) == clip
+    assert (settings.tau_pos, settings.tau_neg, settings.kl_cov_ratio) == (1.0, 1.05, 0.0002)  # veRL's defaults
+    delta, metrics = update(dataclasses.replace(settings, logprob_chunk=4), make_batch())
+    assert np.isfinite(delta).all() and metrics["update_skipped"] == 0.0
+    cfg.algo.loss_agg_mode = "token-mean"
+    with pytest.raises(ValueError, match="needs loss_agg_mode='seq-mean-token-mean'"):
+        validate_config(cfg)
+
+
+@pytest.mark.parametrize("loss", ["clip_cov", "kl_cov"])
+def test_verl_loss_keys_are_config_keys(loss):
+    """config.algo.clip_cov_ratio / kl_cov_ratio / ... reach the loss (veRL's actor.policy_loss.* names); out of
+    range they stop the run by name."""
+    cfg = bandit.get_config("tiny,grpo")
+    cfg.algo.policy_loss = loss
+    cfg.algo.clip_cov_ratio, cfg.algo.kl_cov_ratio, cfg.algo.ppo_kl_coef = 0.01, 0.02, 0.5
+    validate_config(cfg)
+    settings = algo_settings(cfg)
+    assert (settings.clip_cov_ratio, settings.kl_cov_ratio, settings.ppo_kl_coef) == (0.01, 0.02, 0.5)
+    cfg.algo.kl_cov_ratio, cfg.algo.clip_cov_lb = 0.0, 9.0
+    with pytest.raises(ValueError, match=r"kl_cov_ratio must be in \(0, 1\].*|clip_cov_lb \(9.0\) must be below"):
+        validate_config(cfg)
+    cfg.algo.kwargs = '{"ppo_kl_coef": 2.0}'
+    with pytest.raises(ValueError, match="'ppo_kl_coef' is a keyword the trainer sets itself"):
         validate_config(cfg)

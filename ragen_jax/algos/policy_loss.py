@@ -3,9 +3,10 @@
 Signature: ``fn(logprobs, old_logprobs, advantages, response_mask, **hparams) ->
 (loss [B, T], metrics)``; aggregate the loss with ``aggregation.agg_loss``. Metrics are
 masked means over this batch's tokens (pg_clipfrac, ppo_kl, pg_clipfrac_lower, ...).
-Built-ins: PPO clip (``vanilla``/``ppo``), ``reinforce`` (= veRL's ``gpg``), GSPO (``gspo``, ``gspo_token``) and
-CISPO (``cispo``). Sequence-level losses (GSPO) read only their own row, so they stay exact when
-the trainer splits a mini-batch into micro-batches of whole rows.
+Built-ins: PPO clip (``vanilla``/``ppo``), ``reinforce`` (= veRL's ``gpg``), GSPO (``gspo``, ``gspo_token``),
+CISPO (``cispo``) and veRL's ``clip_cov``, ``kl_cov``, ``geo_mean`` (GMPO) and ``sapo``. Sequence-level losses
+(GSPO, GMPO) read only their own row, so they stay exact when the trainer splits a mini-batch into micro-batches of
+whole rows; clip_cov and kl_cov rank the tokens of the micro-batch they see (as veRL does).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from ragen_jax.algos.masked import masked_mean
+from ragen_jax.algos.masked import masked_mean, masked_sum
 from ragen_jax.algos.registry import POLICY_LOSSES
 
 LOG_RATIO_CLAMP = 20.0  # veRL clamps log(pi/pi_old) to +-20 before exp for stability
@@ -188,3 +189,167 @@ def entropy_bonus_loss(entropy: jax.Array, response_mask: jax.Array, coef: float
     """Per-token loss -coef * entropy (aggregate it like the policy loss). [B, T] -> [B, T]."""
     chex.assert_equal_shape([entropy, response_mask])
     return jnp.where(response_mask.astype(bool), -coef * entropy, 0.0)
+
+
+# --- veRL's further losses (actor.policy_loss.loss_mode): clip_cov, kl_cov, geo_mean (GMPO), sapo ----------------
+
+# veRL's defaults (PolicyLossConfig / ActorConfig): the share of tokens clip_cov detaches and kl_cov penalises, the
+# covariance band clip_cov picks from, kl_cov's penalty coefficient, and SAPO's gate temperatures.
+COV_RATIO, CLIP_COV_LB, CLIP_COV_UB, PPO_KL_COEF = 0.0002, 1.0, 5.0, 0.1
+SAPO_TAU_POS, SAPO_TAU_NEG = 1.0, 1.05
+GMPO_CLIP = 0.4  # GMPO's log-space clip range (e^-0.4, e^0.4): the paper's and veRL's example's
+
+# the aggregation mode a loss's objective is defined with; the config check refuses any other (veRL ignores
+# loss_agg_mode for these losses and uses its own reduction without a word)
+REQUIRED_AGG_MODE_ATTR = "required_loss_agg_mode"
+
+
+def required_agg_mode_problem(policy_loss, loss_agg_mode: str, name: object = None) -> str | None:
+    """Why a policy loss (selected as `name`) cannot run under `loss_agg_mode` (sapo and geo_mean are means over
+    sequences), or None."""
+    required = getattr(policy_loss, REQUIRED_AGG_MODE_ATTR, None)
+    if required is None or loss_agg_mode == required:
+        return None
+    name = repr(name) if name is not None else getattr(policy_loss, "__name__", repr(policy_loss))
+    return (f"policy loss {name} is a mean over sequences, so it needs loss_agg_mode={required!r} (veRL reduces it "
+            f"that way whatever loss_agg_mode says), got {loss_agg_mode!r}; set algo.loss_agg_mode={required!r} "
+            f"(the sapo and gmpo presets do)")
+
+
+def _covariance(advantages: jax.Array, logprobs: jax.Array, response_mask: jax.Array) -> jax.Array:
+    """Per-token (A - mean A)(log pi - mean log pi), means over the masked tokens; no gradient. [B, T] -> [B, T]."""
+    logprobs = jax.lax.stop_gradient(logprobs)
+    advantages = jax.lax.stop_gradient(advantages)
+    return (advantages - masked_mean(advantages, response_mask)) * (logprobs - masked_mean(logprobs, response_mask))
+
+
+def _top_share(score: jax.Array, eligible: jax.Array, response_mask: jax.Array, share: float) -> jax.Array:
+    """The max(floor(share * masked tokens), 1) eligible tokens of highest score (fewer if fewer are eligible).
+
+    score, eligible, response_mask [B, T] -> bool [B, T]. Deterministic and jit-safe: the count is traced, the
+    selection is a rank (stable argsort, ties by position) below it."""
+    flat = jnp.where(eligible, score, -jnp.inf).ravel()
+    order = jnp.argsort(-flat, stable=True)
+    rank = jnp.zeros(flat.shape, jnp.int32).at[order].set(jnp.arange(flat.size, dtype=jnp.int32))
+    count = jnp.maximum(jnp.floor(share * jnp.sum(response_mask.astype(jnp.float32))), 1.0)
+    return eligible & (rank.reshape(score.shape) < count)
+
+
+def _check_share(name: str, value: float) -> None:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], the share of response tokens (got {value}); veRL's default is "
+                         f"{COV_RATIO}.")
+
+
+@POLICY_LOSSES.register("clip_cov")
+def clip_cov_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, response_mask: jax.Array,
+                  *, clip_ratio_low: float = 0.2, clip_ratio_high: float | None = None,
+                  clip_cov_ratio: float = COV_RATIO, clip_cov_lb: float = CLIP_COV_LB,
+                  clip_cov_ub: float = CLIP_COV_UB) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv:2505.22617), as veRL.
+
+    PPO's clipped surrogate max(-A r, -A clip(r, 1 - low, 1 + high)) (no dual clip, no clamp of log r), where
+    max(floor(clip_cov_ratio * masked tokens), 1) tokens with clip_cov_lb < cov < clip_cov_ub that the PPO clip
+    left alone lose their loss and gradient; cov = (A - mean A)(log pi - mean log pi) over this batch's tokens.
+    veRL draws those tokens at random among the eligible ones; here they are the ones of highest cov (same count,
+    deterministic). pg_clipfrac is the share of detached tokens. [B, T] inputs -> (loss [B, T], metrics).
+    """
+    _check(logprobs, old_logprobs, advantages, response_mask)
+    _check_share("clip_cov_ratio", clip_cov_ratio)
+    if not clip_cov_lb < clip_cov_ub:
+        raise ValueError(f"clip_cov_lb ({clip_cov_lb}) must be below clip_cov_ub ({clip_cov_ub}): they bound the "
+                         "covariance band clip_cov picks tokens from (veRL: 1.0 and 5.0).")
+    high = clip_ratio_low if clip_ratio_high is None else clip_ratio_high
+    advantages = jax.lax.stop_gradient(advantages)
+    on = response_mask.astype(bool)
+    log_ratio = logprobs - old_logprobs
+    loss, clipped = _clipped_surrogate(jnp.exp(log_ratio), advantages, clip_ratio_low, high)
+    cov = _covariance(advantages, logprobs, response_mask)
+    eligible = on & ~clipped & (cov > clip_cov_lb) & (cov < clip_cov_ub)
+    detached = _top_share(cov, eligible, response_mask, clip_cov_ratio)
+    metrics = {"pg_clipfrac": masked_mean(detached.astype(jnp.float32), response_mask),
+               "ppo_kl": masked_mean(-log_ratio, response_mask)}
+    return jnp.where(on & ~detached, loss, 0.0), metrics
+
+
+@POLICY_LOSSES.register("kl_cov")
+def kl_cov_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, response_mask: jax.Array,
+                *, kl_cov_ratio: float = COV_RATIO,
+                ppo_kl_coef: float = PPO_KL_COEF) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """KL-Cov (Cui et al. 2025, arXiv:2505.22617), as veRL: -A r on every token (no clip), plus
+    ppo_kl_coef * |log r| on the max(floor(kl_cov_ratio * masked tokens), 1) tokens of highest
+    cov = (A - mean A)(log pi - mean log pi) over this batch's tokens (ties by position; torch.topk's are
+    unspecified). Its ppo_kl metric is veRL's: the mean |log r|. [B, T] inputs -> (loss [B, T], metrics).
+    """
+    _check(logprobs, old_logprobs, advantages, response_mask)
+    _check_share("kl_cov_ratio", kl_cov_ratio)
+    if ppo_kl_coef < 0:
+        raise ValueError(f"ppo_kl_coef must be >= 0 (got {ppo_kl_coef}): it weighs kl_cov's |log r| penalty.")
+    advantages = jax.lax.stop_gradient(advantages)
+    on = response_mask.astype(bool)
+    log_ratio = logprobs - old_logprobs
+    abs_kl = jnp.abs(log_ratio)
+    penalised = _top_share(_covariance(advantages, logprobs, response_mask), on, response_mask, kl_cov_ratio)
+    loss = -advantages * jnp.exp(log_ratio) + jnp.where(penalised, ppo_kl_coef * abs_kl, 0.0)
+    return jnp.where(on, loss, 0.0), {"ppo_kl": masked_mean(abs_kl, response_mask)}
+
+
+def _row_mean(x: jax.Array, response_mask: jax.Array) -> jax.Array:
+    """sum_t x mask / (sum_t mask + 1e-8), veRL's per-row mean (0 on an empty row). [B, T] -> [B]."""
+    mask = response_mask.astype(x.dtype)
+    return masked_sum(x, response_mask, axis=-1) / (jnp.sum(mask, axis=-1) + 1e-8)
+
+
+@POLICY_LOSSES.register("geo_mean")
+def geo_mean_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, response_mask: jax.Array,
+                  *, clip_ratio_low: float = GMPO_CLIP,
+                  clip_ratio_high: float | None = GMPO_CLIP) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """GMPO (Zhao et al. 2025, "Geometric-Mean Policy Optimization", arXiv:2507.20673), as veRL's geo_mean.
+
+    Each token's log r is clipped in log space to [-low, high] on the side its advantage's sign makes pessimistic
+    (sgn(A) min(sgn(A) log r, sgn(A) clip(log r))); the row's ratio is exp of their mean, its loss
+    -A_i exp(mean), A_i the row's mean advantage, on each of its tokens: under seq-mean-token-mean (required) that
+    is veRL's mean over rows (veRL counts empty rows, here they do not count). pg_clipfrac / pg_clipfrac_lower:
+    tokens whose log r was clipped, with A > 0 / A < 0. [B, T] inputs -> (loss [B, T], metrics).
+    """
+    _check(logprobs, old_logprobs, advantages, response_mask)
+    high = clip_ratio_low if clip_ratio_high is None else clip_ratio_high
+    advantages = jax.lax.stop_gradient(advantages)
+    log_ratio = logprobs - old_logprobs
+    sign = jnp.sign(advantages)
+    clamped = jnp.clip(log_ratio, -clip_ratio_low, high)
+    pessimistic = sign * jnp.minimum(sign * log_ratio, sign * clamped)
+    seq_loss = -_row_mean(advantages, response_mask) * jnp.exp(_row_mean(pessimistic, response_mask))
+    clipped = (log_ratio != clamped).astype(jnp.float32)
+    metrics = {"pg_clipfrac": masked_mean(clipped * (advantages > 0), response_mask),
+               "ppo_kl": masked_mean(-log_ratio, response_mask),
+               "pg_clipfrac_lower": masked_mean(clipped * (advantages < 0), response_mask)}
+    return jnp.where(response_mask.astype(bool), _per_token(seq_loss, response_mask), 0.0), metrics
+
+
+@POLICY_LOSSES.register("sapo")
+def sapo_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, response_mask: jax.Array,
+              *, tau_pos: float = SAPO_TAU_POS,
+              tau_neg: float = SAPO_TAU_NEG) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """SAPO (Gao et al. 2025, "Soft Adaptive Policy Optimization", arXiv:2511.20347), as veRL.
+
+    -A f(r) per token with the soft gate f(r) = sigmoid(tau (r - 1)) 4 / tau in place of the clip (gradient
+    A sech^2(tau (r - 1) / 2) at r, 1 at r = 1), tau = tau_pos where A > 0 else tau_neg; log r clamped to +-20.
+    Its objective averages over sequences: it needs loss_agg_mode seq-mean-token-mean. Nothing is clipped:
+    pg_clipfrac and pg_clipfrac_lower are 0, as veRL reports them. [B, T] inputs -> (loss [B, T], metrics).
+    """
+    _check(logprobs, old_logprobs, advantages, response_mask)
+    if tau_pos <= 0 or tau_neg <= 0:
+        raise ValueError(f"SAPO's temperatures tau_pos and tau_neg must be > 0 (got {tau_pos}, {tau_neg}); veRL's "
+                         f"defaults are {SAPO_TAU_POS} and {SAPO_TAU_NEG}.")
+    advantages = jax.lax.stop_gradient(advantages)
+    log_ratio = jnp.clip(logprobs - old_logprobs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    tau = jnp.where(advantages > 0, tau_pos, tau_neg)
+    gate = jax.nn.sigmoid(tau * (jnp.exp(log_ratio) - 1.0)) * (4.0 / tau)
+    zero = jnp.zeros((), jnp.float32)
+    metrics = {"pg_clipfrac": zero, "ppo_kl": masked_mean(-log_ratio, response_mask), "pg_clipfrac_lower": zero}
+    return jnp.where(response_mask.astype(bool), -gate * advantages, 0.0), metrics
+
+
+for _sequence_mean_loss in (geo_mean_loss, sapo_loss):
+    setattr(_sequence_mean_loss, REQUIRED_AGG_MODE_ATTR, "seq-mean-token-mean")

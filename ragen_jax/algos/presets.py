@@ -1,4 +1,4 @@
-"""Algorithm presets by name (RAGEN's PPO / GRPO / DAPO / Dr.GRPO, plus GSPO and CISPO), as flat
+"""Algorithm presets by name (RAGEN's PPO / GRPO / DAPO / Dr.GRPO, plus GSPO, CISPO, GMPO and SAPO), as flat
 config dicts.
 
 Keys mirror veRL/RAGEN config names: ``adv_estimator`` (algorithm.adv_estimator),
@@ -6,7 +6,9 @@ Keys mirror veRL/RAGEN config names: ``adv_estimator`` (algorithm.adv_estimator)
 ``cliprange_value``, ``entropy_coeff``, ``use_kl_loss``/``kl_loss_coef``/``kl_loss_type``,
 ``use_kl_in_reward``/``kl_penalty``/``kl_ctrl_*``, ``gamma``, ``lam``, ``use_critic``;
 ``rollout_correction``/``rollout_correction_bound`` name a sampler-mismatch correction
-(algos.rollout_correction; veRL's algorithm.rollout_correction).
+(algos.rollout_correction; veRL's algorithm.rollout_correction); ``clip_cov_ratio``, ``clip_cov_lb``,
+``clip_cov_ub``, ``kl_cov_ratio``, ``ppo_kl_coef`` (veRL's actor.policy_loss.*) and ``tau_pos``/``tau_neg``
+(actor.*) tune the clip_cov, kl_cov and sapo losses.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ragen_jax.algos.policy_loss import CISPO_CLIP_HIGH, CISPO_CLIP_LOW, GSPO_CLIP_HIGH, GSPO_CLIP_LOW
+from ragen_jax.algos.policy_loss import (CISPO_CLIP_HIGH, CISPO_CLIP_LOW, CLIP_COV_LB, CLIP_COV_UB, COV_RATIO,
+                                         GMPO_CLIP, GSPO_CLIP_HIGH, GSPO_CLIP_LOW, PPO_KL_COEF, SAPO_TAU_NEG,
+                                         SAPO_TAU_POS)
 
 # RAGEN's defaults (config/base.yaml + veRL ppo_trainer) that every preset starts from.
 _BASE: dict[str, Any] = {
@@ -46,6 +50,14 @@ _BASE: dict[str, Any] = {
     "kl_ctrl_target": 0.1,
     "kl_ctrl_horizon": 10000.0,
     "tis_cap": None,
+    # veRL's actor.policy_loss.* of the clip_cov / kl_cov losses, and actor.tau_pos / tau_neg of sapo
+    "clip_cov_ratio": COV_RATIO,
+    "clip_cov_lb": CLIP_COV_LB,
+    "clip_cov_ub": CLIP_COV_UB,
+    "kl_cov_ratio": COV_RATIO,
+    "ppo_kl_coef": PPO_KL_COEF,
+    "tau_pos": SAPO_TAU_POS,
+    "tau_neg": SAPO_TAU_NEG,
     "rollout_correction": "none",
     "rollout_correction_bound": None,  # None = the correction's default (DEFAULT_BOUNDS)
     "use_critic": True,
@@ -75,6 +87,13 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
     # bound, cap 1 + 5 (see policy_loss.CISPO_CLIP_*); token-mean, as its objective divides by all tokens.
     "cispo": {**_GROUP_ADVANTAGE, "policy_loss": "cispo", "loss_agg_mode": "token-mean",
               "clip_ratio_low": CISPO_CLIP_LOW, "clip_ratio_high": CISPO_CLIP_HIGH},
+    # GMPO (arXiv:2507.20673; veRL's loss_mode=geo_mean) = GRPO's advantage + the geometric mean of the token
+    # ratios clipped in log space to (-0.4, 0.4) (the paper's and veRL's example's); a mean over sequences.
+    "gmpo": {**_GROUP_ADVANTAGE, "policy_loss": "geo_mean", "loss_agg_mode": "seq-mean-token-mean",
+             "clip_ratio_low": GMPO_CLIP, "clip_ratio_high": GMPO_CLIP},
+    # SAPO (arXiv:2511.20347; veRL's loss_mode=sapo) = GRPO's advantage + the soft gate in place of the clip,
+    # tau_pos / tau_neg 1.0 / 1.05 (veRL's defaults); a mean over sequences.
+    "sapo": {**_GROUP_ADVANTAGE, "policy_loss": "sapo", "loss_agg_mode": "seq-mean-token-mean"},
 }
 
 

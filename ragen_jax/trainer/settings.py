@@ -83,7 +83,9 @@ def algo_settings(cfg) -> AlgoSettings:
         rollout_correction_bound=a.rollout_correction_bound or None, critic_loss_agg_mode=a.critic_loss_agg_mode,
         loss_scope=a.loss_scope, loss_scale_factor=a.loss_scale_factor or None, bi_level_turn_ends=a.bi_level_turn_ends,
         soft_advantage_reweight=a.soft_advantage_reweight, grpo_advantage_length_weight=a.grpo_advantage_length_weight,
-        zero_task_advantage=a.zero_task_advantage, kwargs=parse_algo_kwargs(a.kwargs))
+        zero_task_advantage=a.zero_task_advantage, kwargs=parse_algo_kwargs(a.kwargs),
+        clip_cov_ratio=a.clip_cov_ratio, clip_cov_lb=a.clip_cov_lb, clip_cov_ub=a.clip_cov_ub,
+        kl_cov_ratio=a.kl_cov_ratio, ppo_kl_coef=a.ppo_kl_coef, tau_pos=a.tau_pos, tau_neg=a.tau_neg)
 
 
 def write_config_json(folder: str, cfg) -> str:

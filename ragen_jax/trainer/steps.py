@@ -26,6 +26,8 @@ from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 from ragen_jax.algos.rollout_correction import resolve_rollout_correction
 from ragen_jax import sharding
 from ragen_jax.algos.masked import masked_mean, masked_var
+from ragen_jax.algos.policy_loss import (CLIP_COV_LB, CLIP_COV_UB, COV_RATIO, PPO_KL_COEF, SAPO_TAU_NEG, SAPO_TAU_POS,
+                                         required_agg_mode_problem)
 from ragen_jax.algos.shaping import shape_advantages
 from ragen_jax.trainer.optim import guarded_apply
 
@@ -123,6 +125,13 @@ class AlgoSettings:
     grpo_advantage_length_weight: bool = False
     zero_task_advantage: bool = False
     kwargs: tuple[tuple[str, Any], ...] = ()  # config.algo.kwargs: more keywords for the functions that name them
+    clip_cov_ratio: float = COV_RATIO  # veRL's actor.policy_loss.* (clip_cov, kl_cov) and actor.tau_* (sapo)
+    clip_cov_lb: float = CLIP_COV_LB
+    clip_cov_ub: float = CLIP_COV_UB
+    kl_cov_ratio: float = COV_RATIO
+    ppo_kl_coef: float = PPO_KL_COEF
+    tau_pos: float = SAPO_TAU_POS
+    tau_neg: float = SAPO_TAU_NEG
 
 
 def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Array]:
@@ -222,7 +231,9 @@ def advantage_hparams(algo: AlgoSettings) -> dict[str, Any]:
 def policy_loss_hparams(algo: AlgoSettings) -> dict[str, Any]:
     """The keywords a policy loss may take besides the [B, T] array sampler_logprobs."""
     return dict(clip_ratio_low=algo.clip_ratio_low, clip_ratio_high=algo.clip_ratio_high,
-                clip_ratio_c=algo.clip_ratio_c, tis_cap=algo.tis_cap, **dict(algo.kwargs))
+                clip_ratio_c=algo.clip_ratio_c, tis_cap=algo.tis_cap, clip_cov_ratio=algo.clip_cov_ratio,
+                clip_cov_lb=algo.clip_cov_lb, clip_cov_ub=algo.clip_cov_ub, kl_cov_ratio=algo.kl_cov_ratio,
+                ppo_kl_coef=algo.ppo_kl_coef, tau_pos=algo.tau_pos, tau_neg=algo.tau_neg, **dict(algo.kwargs))
 
 
 def value_loss_hparams(algo: AlgoSettings) -> dict[str, Any]:
@@ -232,7 +243,9 @@ def value_loss_hparams(algo: AlgoSettings) -> dict[str, Any]:
 
 # what the update passes besides config.algo.kwargs: a kwarg may not take one of these names
 BUILT_IN_KEYWORDS = ("gamma", "lam", "high_level_gamma", "norm_adv_by_std_in_grpo", "clip_ratio_low",
-                     "clip_ratio_high", "clip_ratio_c", "tis_cap", "cliprange_value", "sampler_logprobs")
+                     "clip_ratio_high", "clip_ratio_c", "tis_cap", "cliprange_value", "sampler_logprobs",
+                     "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "tau_pos",
+                     "tau_neg")
 
 
 def algo_contract_problems(algo: AlgoSettings) -> list[str]:
@@ -285,6 +298,9 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         return adv, returns
 
     policy_fn = POLICY_LOSSES.get(algo.policy_loss)
+    agg_problem = required_agg_mode_problem(policy_fn, algo.loss_agg_mode, algo.policy_loss)
+    if agg_problem:
+        raise ValueError(agg_problem)
     correct = resolve_rollout_correction(algo.rollout_correction, algo.rollout_correction_bound,
                                          policy_loss=policy_fn, tis_cap=algo.tis_cap)
 

@@ -1,0 +1,144 @@
+"""veRL's clip_cov, kl_cov, geo_mean (GMPO) and sapo losses: ours against veRL's own functions (their source from
+the veRL mirror, tests/verl_testlib.py) on the same random ragged batches, loss, metrics and gradient."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ragen_jax import algos
+from tests.verl_testlib import actor_config, core_algos
+
+torch = pytest.importorskip("torch")
+VERL = {"clip_cov": "compute_policy_loss_clip_cov", "kl_cov": "compute_policy_loss_kl_cov",
+        "geo_mean": "compute_policy_loss_geo_mean", "sapo": "compute_policy_loss_sapo"}
+B, T = 6, 9
+
+
+def batch(seed: int, *, log_ratio_std: float = 0.3, per_token_adv: bool = False):
+    """Ragged rows (each with a token), log pi ~ N(-2, 1.5), log pi_old = log pi + noise, float64 numpy."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, T + 1, B)
+    mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.float64)
+    new = rng.normal(-2.0, 1.5, (B, T))
+    old = new - rng.normal(0.0, log_ratio_std, (B, T))
+    adv = rng.normal(0.0, 2.0, (B, T)) if per_token_adv else np.repeat(rng.normal(0.0, 2.0, (B, 1)), T, axis=1)
+    adv[0, : lengths[0]] = 0.0 if per_token_adv else adv[0, : lengths[0]]  # A == 0 takes SAPO's negative tau
+    return new, old, adv * mask, mask
+
+
+def verl_loss(name: str, new, old, adv, mask, mode: str, **config):
+    """veRL's loss, metrics and d loss / d log pi in float64."""
+    fn = getattr(core_algos(*VERL.values()), VERL[name])
+    logp = torch.tensor(new, requires_grad=True)
+    loss, metrics = fn(torch.tensor(old), logp, torch.tensor(adv), torch.tensor(mask), loss_agg_mode=mode,
+                       config=actor_config(**config))
+    loss.backward()
+    return float(loss.detach()), {k.removeprefix("actor/"): v for k, v in metrics.items()}, logp.grad.numpy()
+
+
+def our_loss(name: str, new, old, adv, mask, mode: str, **hparams):
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    fn = algos.POLICY_LOSSES.get(name)
+
+    def total(logprobs):
+        loss, metrics = jax.jit(lambda *a: fn(*a, **hparams))(logprobs, f32(old), f32(adv), f32(mask))
+        return algos.agg_loss(loss, f32(mask), mode), metrics
+
+    (loss, metrics), grad = jax.value_and_grad(total, has_aux=True)(f32(new))
+    return float(loss), {k: float(v) for k, v in metrics.items()}, np.asarray(grad)
+
+
+def assert_parity(ours, theirs):
+    (loss, metrics, grad), (v_loss, v_metrics, v_grad) = ours, theirs
+    np.testing.assert_allclose(loss, v_loss, rtol=1e-5, atol=1e-6)
+    assert set(v_metrics) <= set(metrics)
+    for key, value in v_metrics.items():
+        np.testing.assert_allclose(metrics[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
+    np.testing.assert_allclose(grad, v_grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ratio", [1.0])
+def test_clip_cov_matches_verl_when_its_random_pick_takes_every_eligible_token(seed, ratio):
+    """With clip_cov_ratio 1 veRL's random draw takes every token in the band: no randomness left, the same
+    tokens lose their gradient."""
+    new, old, adv, mask = batch(seed)
+    clip = dict(clip_ratio_low=0.2, clip_ratio_high=0.28)
+    band = dict(clip_cov_ratio=ratio, clip_cov_lb=0.5, clip_cov_ub=5.0)
+    ours = our_loss("clip_cov", new, old, adv, mask, "token-mean", **clip, **band)
+    assert_parity(ours, verl_loss("clip_cov", new, old, adv, mask, "token-mean", **clip, **band))
+    assert ours[1]["pg_clipfrac"] > 0  # some tokens were detached
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_clip_cov_detaches_the_highest_covariances_where_verl_draws_at_random(seed):
+    """Fewer slots than eligible tokens: veRL draws them at random, we take the highest covariances; the same
+    count, and the same loss as veRL's when its band holds just the tokens we took."""
+    new, old, adv, mask = batch(seed)
+    n = int(mask.sum())
+    ours = our_loss("clip_cov", new, old, adv, mask, "token-mean", clip_ratio_low=0.2, clip_ratio_high=0.28,
+                    clip_cov_ratio=2.5 / n, clip_cov_lb=0.0, clip_cov_ub=50.0)
+    assert ours[1]["pg_clipfrac"] == pytest.approx(2 / n)  # max(int(ratio * n), 1) = 2 tokens
+    # the tokens veRL could pick in the wide band, their covariance: ours are the two largest
+    ratio = np.exp(new - old)
+    clipped = -adv * np.clip(ratio, 0.8, 1.28) > -adv * ratio
+    cov = (adv - adv[mask > 0].mean()) * (new - new[mask > 0].mean())
+    eligible = np.sort(cov[(mask > 0) & ~clipped & (cov > 0.0) & (cov < 50.0)])
+    assert eligible.size > 2
+    narrow = dict(clip_cov_ratio=2.5 / n, clip_cov_lb=(eligible[-3] + eligible[-2]) / 2, clip_cov_ub=50.0)
+    assert_parity(ours, verl_loss("clip_cov", new, old, adv, mask, "token-mean", clip_ratio_low=0.2,
+                                  clip_ratio_high=0.28, **narrow))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ratio,coef", [(0.0002, 0.1), (0.1, 0.1), (0.3, 1.5)])
+def test_kl_cov_matches_verl(seed, ratio, coef):
+    new, old, adv, mask = batch(seed, per_token_adv=seed % 2 == 1)
+    hp = dict(kl_cov_ratio=ratio, ppo_kl_coef=coef)
+    assert_parity(our_loss("kl_cov", new, old, adv, mask, "token-mean", **hp),
+                  verl_loss("kl_cov", new, old, adv, mask, "token-mean", **hp))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("low,high", [(0.2, 0.28), (0.4, 0.4)])
+def test_geo_mean_matches_verl(seed, low, high):
+    """veRL's geo_mean ignores loss_agg_mode (a mean over rows): ours under seq-mean-token-mean, the mode it needs."""
+    new, old, adv, mask = batch(seed, log_ratio_std=0.6, per_token_adv=seed % 2 == 1)
+    ours = our_loss("geo_mean", new, old, adv, mask, "seq-mean-token-mean", clip_ratio_low=low, clip_ratio_high=high)
+    assert ours[1]["pg_clipfrac"] > 0 and ours[1]["pg_clipfrac_lower"] > 0
+    assert_parity(ours, verl_loss("geo_mean", new, old, adv, mask, "token-mean", clip_ratio_low=low,
+                                  clip_ratio_high=high))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("tau_pos,tau_neg", [(1.0, 1.05), (0.5, 2.0)])
+def test_sapo_matches_verl(seed, tau_pos, tau_neg):
+    """veRL's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says: ours under that mode."""
+    new, old, adv, mask = batch(seed, log_ratio_std=1.0, per_token_adv=True)
+    taus = dict(tau_pos=tau_pos, tau_neg=tau_neg)
+    assert_parity(our_loss("sapo", new, old, adv, mask, "seq-mean-token-mean", **taus),
+                  verl_loss("sapo", new, old, adv, mask, "token-mean", **taus))
+
+
+@pytest.mark.parametrize("name,bad,match", [
+    ("clip_cov", dict(clip_cov_ratio=0.0), "clip_cov_ratio must be in"),
+    ("clip_cov", dict(clip_cov_lb=5.0, clip_cov_ub=1.0), "clip_cov_lb .* must be below clip_cov_ub"),
+    ("kl_cov", dict(kl_cov_ratio=1.5), "kl_cov_ratio must be in"),
+    ("kl_cov", dict(ppo_kl_coef=-1.0), "ppo_kl_coef must be >= 0"),
+    ("sapo", dict(tau_neg=0.0), "tau_pos and tau_neg must be > 0"),
+])
+def test_out_of_range_hyper_parameters_name_themselves(name, bad, match):
+    x = jnp.zeros((2, 3))
+    with pytest.raises(ValueError, match=match):
+        algos.POLICY_LOSSES.get(name)(x, x, x, jnp.ones((2, 3)), **bad)
+
+
+def test_losses_that_average_sequences_refuse_another_aggregation():
+    from ragen_jax.algos.policy_loss import required_agg_mode_problem
+
+    for name in ("geo_mean", "sapo"):
+        fn = algos.POLICY_LOSSES.get(name)
+        assert required_agg_mode_problem(fn, "seq-mean-token-mean") is None
+        assert "loss_agg_mode='seq-mean-token-mean'" in required_agg_mode_problem(fn, "token-mean")
+    assert required_agg_mode_problem(algos.POLICY_LOSSES.get("clip_cov"), "token-mean") is None
