@@ -44,6 +44,19 @@ def hlo_histogram(text: str) -> dict[str, int]:
     return {k: counts[k] for k in OPS if counts[k]}
 
 
+def while_body(hlo: str) -> str | None:
+    """The instructions of the body of the entry computation's first while loop (the decode loop, the update's
+    micro-batch loop) in compiled HLO text; None without one. XLA names a body after its region
+    (`%wide.region_0.57.clone`), so it is found through the loop's `body=` attribute, not by its name."""
+    entry = hlo.find("\nENTRY ")
+    loop = re.search(r"\bwhile\(.*?\bbody=(%?[\w.\-]+)", hlo[max(entry, 0):]) or re.search(
+        r"\bwhile\(.*?\bbody=(%?[\w.\-]+)", hlo)
+    if loop is None:
+        return None
+    body = re.search(r"^" + re.escape(loop.group(1)) + r" .*?\{\n(.*?)\n\}", hlo, re.S | re.M)
+    return body.group(1) if body else None
+
+
 def trace_ops(fn, runs: int) -> dict[str, float]:
     """Total microseconds per XLA op name over `runs` calls of fn() under the profiler."""
     out = tempfile.mkdtemp(prefix="profile_")
@@ -92,9 +105,9 @@ def source_of(hlo: str) -> dict[str, str]:
 def print_profile(title: str, hlo: str, totals: dict[str, float], runs: int, top: int) -> None:
     print(f"\n== {title}")
     print("compiled HLO op counts:", hlo_histogram(hlo))
-    body = re.search(r"\n(%?[\w.\-]*body[\w.\-]*) .*?\{(.*?)\n\}", hlo, re.S)
-    if body:
-        print("while-loop body op counts:", hlo_histogram(body.group(2)))
+    body = while_body(hlo)
+    if body is not None:
+        print("while-loop body op counts:", hlo_histogram(body))
     total = sum(totals.values()) or 1.0
     kinds: collections.Counter = collections.Counter()
     for name, us in totals.items():
