@@ -1,9 +1,11 @@
 """Cross-scoring cost: prefix-cached `cross_score` vs a naive full-sequence scorer, same model.
 
-Prints seconds per R x C matrix for both and the speed-up, and checks they agree. The naive
-scorer runs every (reasoning, prompt) pair as one right-padded [x_j | z_i] sequence (what RAGEN
-does); ours prefills each prompt once and runs only the reasoning tokens per pair.
+The naive scorer runs every (reasoning, prompt) pair as one right-padded [x_j | z_i] sequence (what RAGEN
+does); ours prefills each prompt once and runs only the reasoning tokens per pair. Prints the median seconds
+per R x C matrix of both (interleaved call by call after one untimed call), the speed-up, the load and the CPU
+other processes used (`experiments/quiet.py`), and exits 1 when the two scores differ by more than --atol.
 Usage (repo root): PYTHONPATH=. python experiments/bench_cross_score.py [--pairs 16] [--prompt-len 192] [--reason-len 48]
+    [--repeats 3]
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from experiments.quiet import OtherCpu, load_line
 from ragen_jax.diagnostics.cross_score import cross_score
 from ragen_jax.models import make_tiny_model
 
@@ -50,38 +53,58 @@ def naive_cross_score(graphdef, params, prompts, reasonings, batch_size):
     return out[:n].reshape(len(reasonings), len(prompts))
 
 
-def _time(fn, repeats):
-    fn()  # compile
-    start = time.perf_counter()
-    for _ in range(repeats):
-        result = fn()
-    return (time.perf_counter() - start) / repeats, result
+def interleaved(calls: dict, repeats: int) -> tuple[dict[str, float], dict, str]:
+    """Each named () -> result call once untimed (compiles), then alternating call by call `repeats` times:
+    (median seconds, the last result of each, the other-CPU line)."""
+    results = {name: call() for name, call in calls.items()}
+    times = {name: [] for name in calls}
+    with OtherCpu() as other:
+        for _ in range(repeats):
+            for name, call in calls.items():
+                start = time.perf_counter()
+                results[name] = call()
+                times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}, results, other.line()
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
+def random_tokens(rng, vocab: int, length: int) -> list[int]:
+    """Random ids in [1, vocab) for a row of up to `length` tokens, up to 15 (and under half) shorter, so rows
+    are ragged; at least one token."""
+    return rng.integers(1, vocab, length - rng.integers(0, min(16, length // 2 + 1))).tolist()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pairs", type=int, default=16, help="R = C")
     p.add_argument("--prompt-len", type=int, default=192)
     p.add_argument("--reason-len", type=int, default=48)
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=2)
-    args = p.parse_args()
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--atol", type=float, default=1e-3,
+                   help="largest |difference| of a summed log-prob the two scorers may show (float32 sums)")
+    args = p.parse_args(argv)
+    if args.pairs < 1 or args.prompt_len < 1 or args.reason_len < 1:
+        p.error("--pairs, --prompt-len and --reason-len must be >= 1")
+    print(f"backend={jax.default_backend()}; at the start: {load_line()}", flush=True)
     model, tok = make_tiny_model(seed=0)
     graphdef, params = nnx.split(model)
     rng = np.random.default_rng(0)
     vocab = model.config.vocab_size
-    prompts = [rng.integers(1, vocab, args.prompt_len - rng.integers(0, 16)).tolist() for _ in range(args.pairs)]
-    reasonings = [rng.integers(1, vocab, args.reason_len - rng.integers(0, 16)).tolist() for _ in range(args.pairs)]
-    ours_s, (_, ours) = _time(
-        lambda: cross_score(graphdef, params, prompts, reasonings, 0, args.batch_size), args.repeats
-    )
-    naive_s, naive = _time(
-        lambda: naive_cross_score(graphdef, params, prompts, reasonings, args.batch_size), args.repeats
-    )
-    err = float(np.abs(ours - naive).max())
-    print(f"backend={jax.default_backend()} R=C={args.pairs} prompt~{args.prompt_len} reasoning~{args.reason_len}")
-    print(f"prefix-cached cross_score: {ours_s:.3f} s   naive full-sequence: {naive_s:.3f} s   "
-          f"speed-up x{naive_s / ours_s:.2f}   max |diff| {err:.2e}")
+    prompts = [random_tokens(rng, vocab, args.prompt_len) for _ in range(args.pairs)]
+    reasonings = [random_tokens(rng, vocab, args.reason_len) for _ in range(args.pairs)]
+    medians, results, other = interleaved({
+        "ours": lambda: cross_score(graphdef, params, prompts, reasonings, 0, args.batch_size)[1],
+        "naive": lambda: naive_cross_score(graphdef, params, prompts, reasonings, args.batch_size),
+    }, args.repeats)
+    err = float(np.abs(results["ours"] - results["naive"]).max())
+    print(f"R=C={args.pairs} prompt~{args.prompt_len} reasoning~{args.reason_len}, medians of {args.repeats} "
+          f"interleaved calls; {other}")
+    print(f"prefix-cached cross_score: {medians['ours']:.3f} s   naive full-sequence: {medians['naive']:.3f} s   "
+          f"speed-up (naive / ours time, above 1: ours faster) x{medians['naive'] / medians['ours']:.2f}   "
+          f"max |diff| {err:.2e}")
+    if not err <= args.atol:
+        raise SystemExit(f"the two scorers disagree: max |diff| of a summed log-prob {err:.2e} > --atol "
+                         f"{args.atol:g}; the timings compare different computations")
 
 
 if __name__ == "__main__":
