@@ -1,11 +1,12 @@
 """Warm-start learning curve: validation success of the tiny policy vs SFT time, and SFT throughput.
 
   python experiments/bench_warmstart.py --config configs/sokoban.py:tiny --checkpoints 60,120,240
-  python experiments/bench_warmstart.py --lr 2e-3 --batch 64 --micro 16 --demos 2000 --no_share_prefix
+  python experiments/bench_warmstart.py --lr 2e-3 --batch 64 --micro 16 --demos 2000 --compare_prefix
 
 Validation (config.val: 128 episodes at temperature 0.5 for `:tiny`) runs when the SFT step time
-passes each checkpoint; its own time is not counted. Also prints the step time and tokens/s with
-and without the shared-prefix KV (same loss), so the ratio is measured in one run.
+passes each checkpoint; its own time is not counted. With --compare_prefix, also prints the step time
+and tokens/s with and without the shared-prefix KV, interleaved, medians of 3, and exits 1 unless both
+give the same first-step loss.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.quiet import OtherCpu, load_line  # noqa: E402
+
 
 def _load_config(spec: str):
     import importlib.util
@@ -33,26 +36,56 @@ def _load_config(spec: str):
     return module.get_config(arg or None)
 
 
-def _step_time(trainer, data, batch: int, micro: int, repeats: int = 3) -> float:
-    """Seconds per SFT step (after compile) on a throwaway copy of the params."""
+def _sft_stepper(trainer, data, batch: int, micro: int):
+    """() -> loss: one SFT step (compiled on the first call) on a throwaway copy of the params, always on the
+    data's first `batch` rows, so two steppers over the same rows laid out differently see the same losses."""
     from ragen_jax.trainer import warmstart as ws
 
     tx, _ = ws.sft_optimizer(trainer.cfg.warmstart, 100)
     step = ws.make_sft_step(trainer.actor.graphdef, tx, micro)
-    params = jax.tree.map(jnp.copy, trainer.actor.trainable)
-    opt = tx.init(params)
+    state = {"params": jax.tree.map(jnp.copy, trainer.actor.trainable)}
+    state["opt"] = tx.init(state["params"])
     b = {k: jnp.asarray(v) for k, v in data.batch(np.arange(batch)).items()}
     prefix = jnp.asarray(data.prefix)
-    params, opt, m = step(params, opt, trainer.actor.frozen, prefix, b)
-    jax.block_until_ready(m)
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        params, opt, m = step(params, opt, trainer.actor.frozen, prefix, b)
-    jax.block_until_ready(m)
-    return (time.perf_counter() - t0) / repeats
+
+    def call() -> float:
+        state["params"], state["opt"], m = step(state["params"], state["opt"], trainer.actor.frozen, prefix, b)
+        return float(m["loss"])
+    return call
 
 
-def main() -> None:
+def compare_prefix(trainer, rows, batch: int, micro: int, repeats: int = 3, rtol: float = 1e-4) -> None:
+    """Median seconds of an SFT step on demo `rows` with and without the shared-prefix KV, interleaved call by
+    call after one untimed (compiling) call each; exits 1 unless both sides' first-step losses agree to `rtol`."""
+    from ragen_jax.trainer import warmstart as ws
+
+    data = ws.prepare_sft_data(rows, share_prefix=True)
+    micro = min(micro, data.num_rows)
+    batch = min(batch, data.num_rows) // micro * micro
+    plain = ws.prepare_sft_data(rows, share_prefix=False)
+    steps = {"shared prefix": _sft_stepper(trainer, data, batch, micro),
+             "plain": _sft_stepper(trainer, plain, batch, micro)}
+    first = {name: call() for name, call in steps.items()}
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    with OtherCpu() as other:
+        for _ in range(repeats):
+            for name, call in steps.items():
+                t0 = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - t0)
+    s_share, s_plain = (float(np.median(times[name])) for name in steps)
+    tokens = float(data.real_tokens[:batch].sum())
+    print(f"step (medians of {repeats}, interleaved): shared prefix {s_share:.2f} s ({tokens / s_share:.0f} "
+          f"tokens/s), plain {s_plain:.2f} s ({tokens / s_plain:.0f} tokens/s): plain / shared time "
+          f"x{s_plain / s_share:.2f} (above 1: sharing the prefix is faster); first-step loss "
+          f"{first['shared prefix']:.6f} vs {first['plain']:.6f}; {other.line()}")
+    if not np.isclose(first["shared prefix"], first["plain"], rtol=rtol, atol=0.0):
+        raise SystemExit(f"the shared-prefix and plain SFT steps disagree on the first loss ({first['shared prefix']}"
+                         f" vs {first['plain']}, rtol {rtol}): the timings compare different computations")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line (the docstring's commands parse with it: test)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/sokoban.py:tiny")
     p.add_argument("--checkpoints", default="60,120,240", help="SFT seconds at which to validate")
@@ -64,8 +97,13 @@ def main() -> None:
     p.add_argument("--greedy", action="store_true", help="greedy validation (default: config.val)")
     p.add_argument("--compare_prefix", action="store_true", help="also time the step without prefix sharing")
     p.add_argument("--workdir", default="/tmp/bench_warmstart")
-    args = p.parse_args()
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    print(f"at the start: {load_line()}", flush=True)
 
     from ragen_jax.trainer import warmstart as ws
     from ragen_jax.trainer.loop import Trainer
@@ -90,13 +128,7 @@ def main() -> None:
           f"warmup {w.warmup_steps} val {cfg.val.groups * cfg.val.group_size} episodes "
           f"{'greedy' if cfg.val.greedy else f'T={cfg.val.temperature}'}")
     if args.compare_prefix:
-        micro = int(w.micro_batch_size or w.batch_size)
-        plain = ws.prepare_sft_data(rows, share_prefix=False)
-        s_share = _step_time(trainer, data, int(w.batch_size), micro)
-        s_plain = _step_time(trainer, plain, int(w.batch_size), micro)
-        tokens = float(data.real_tokens[: int(w.batch_size)].sum())
-        print(f"step: shared prefix {s_share:.2f} s ({tokens / s_share:.0f} tokens/s), plain "
-              f"{s_plain:.2f} s ({tokens / s_plain:.0f} tokens/s): x{s_plain / s_share:.2f}")
+        compare_prefix(trainer, rows, int(w.batch_size), int(w.micro_batch_size or w.batch_size))
 
     key = f"val/{trainer.val_tag}/success"
     t_val = time.perf_counter()
