@@ -3,7 +3,8 @@
 Every configuration grades the same `--episodes` DeepCoder episodes (built-in problems, answered with
 their reference solutions, which must all pass) through HostEnvBatch, in consecutive batches of the
 configuration's size; the process-wide sandbox bound is the same for all. Configurations are
-interleaved and repeated; the median is reported, with the ratios batch 128 / batch 8 and 4 / 1.
+interleaved and repeated; the median is reported, with the ratios of tests/s batch 128 / batch 8 and 4 / 1
+(above 1: the first is faster), the load at the start and the CPU other processes used meanwhile.
 Usage (repo root): PYTHONPATH=. python experiments/bench_deepcoder.py [--episodes 128] [--repeats 3]
     [--max-concurrent-sandboxes N]
 """
@@ -20,6 +21,7 @@ import numpy as np
 from envs.batch import HostEnvBatch
 from envs.deepcoder.env import DeepCoderEnv
 from envs.deepcoder.slots import max_concurrent_sandboxes, set_max_concurrent_sandboxes
+from experiments.quiet import OtherCpu, load_line
 
 BATCHES = (8, 128)
 TESTS_AT_ONCE = (1, 4)
@@ -58,16 +60,19 @@ def main() -> None:
     caps = batches[configs[0]].envs[0].sandbox.capabilities()
     print(f"cpus={len(os.sched_getaffinity(0))} max_concurrent_sandboxes={max_concurrent_sandboxes()} "
           f"episodes={args.episodes} repeats={args.repeats} pidns={caps['pidns']} root={caps['root']} "
-          f"uid_switch={caps['uid'] is not None}")
+          f"uid_switch={caps['uid'] is not None}; at the start: {load_line()}", flush=True)
     rates: dict[tuple[int, int], list[float]] = {c: [] for c in configs}
-    for _ in range(args.repeats):
-        for config in configs:  # interleaved, so load drifts hit every configuration alike
-            tests, seconds = grade_episodes(batches[config], args.episodes)
-            rates[config].append(tests / seconds)
+    with OtherCpu() as other:  # the sandboxes are this process's children, waited for: not counted as others
+        for _ in range(args.repeats):
+            for config in configs:  # interleaved, so load drifts hit every configuration alike
+                tests, seconds = grade_episodes(batches[config], args.episodes)
+                rates[config].append(tests / seconds)
+    print(other.line())
     median = {c: statistics.median(r) for c, r in rates.items()}
     print(f"{'batch':>6} {'tests at once':>14} {'tests/s (median)':>17}  all repeats")
     for (b, k), rate in median.items():
         print(f"{b:>6} {k:>14} {rate:>17.1f}  {' '.join(f'{r:.1f}' for r in rates[(b, k)])}")
+    print("ratios of tests/s (above 1: the first is faster):")
     for k in TESTS_AT_ONCE:
         print(f"batch {BATCHES[1]} / batch {BATCHES[0]} at {k} test(s) at once: "
               f"{median[(BATCHES[1], k)] / median[(BATCHES[0], k)]:.2f}x")
