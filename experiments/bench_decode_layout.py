@@ -6,10 +6,13 @@ the CPU other processes used (`experiments/quiet.py`):
 
 1. `--part gemm`: a stack of SwiGLU MLPs of Qwen2.5-0.5B's shapes (24 x [896 -> 2 x 4864 -> 896], 1.25 GB in
    float32) at `--rows` rows, as `x @ w` (the model's layout) and as `out_first_matmul` (weights [out, in]);
-   printed as the rate each reads the weights at, next to the rate XLA streams a 1 GiB array.
+   printed as the rate each reads the weights at, next to the rate XLA streams a 1 GiB array. The two outputs
+   must agree to 1e-5 of their largest value (float32 rounding: ~2e-7).
 2. `--part decode`: `Sampler.generate` of Qwen2.5-0.5B's shapes (random weights, batch 8, prompt 128, greedy),
    with `out_first_weights` off and on; a decode step's time is (64-token call - 1-token call) / 63. Greedy
    tokens must agree.
+
+The script exits 1 when either check fails (the timings would compare different computations).
 
     python experiments/bench_decode_layout.py [--part gemm,decode] [--rows 8] [--repeats 5]
 """
@@ -76,14 +79,18 @@ def gemm_part(rows: int, repeats: int) -> None:
              "out_first [out, in]": lambda: out_first(x, weights_t).block_until_ready()}
     medians, other = interleaved(calls, repeats)
     stream = stream_bytes_per_s()
+    diff, scale = float(jnp.abs(got - want).max()), float(jnp.abs(want).max())
     print(f"[gemm] {cfg.num_layers} SwiGLU blocks [{d} -> 2 x {f} -> {d}] at {rows} rows, {nbytes / 2**20:.0f} MiB "
           f"of float32 weights, medians of {repeats} (XLA streams a 1 GiB array at {stream / 1e9:.1f} GB/s); "
-          f"max difference {float(jnp.abs(got - want).max()):.1e}; {other}")
+          f"max difference {diff:.1e}; {other}")
     for name, seconds in medians.items():
         print(f"[gemm]   {name:<22} {seconds * 1e3:7.1f} ms  weights read at {nbytes / seconds / 1e9:5.1f} GB/s "
               f"({nbytes / seconds / stream:.0%} of streaming)")
-    print(f"[gemm] ratio out_first / x @ w speed: {medians['x @ w [in, out]'] / medians['out_first [out, in]']:.2f}x",
-          flush=True)
+    print(f"[gemm] ratio out_first / x @ w speed (above 1: out_first faster): "
+          f"{medians['x @ w [in, out]'] / medians['out_first [out, in]']:.2f}x", flush=True)
+    if not diff <= 1e-5 * max(scale, 1.0):
+        raise SystemExit(f"[gemm] the two layouts' outputs differ by {diff:.1e} (scale {scale:.1e}): out_first_matmul "
+                         "does not compute x @ w")
 
 
 def decode_part(repeats: int) -> None:
@@ -114,6 +121,9 @@ def decode_part(repeats: int) -> None:
               f"{one:5.2f} s, a decode step {step[laid] * 1e3:6.1f} ms")
     print(f"[decode] ratio out_first / own speed (above 1: out_first faster): decode step {step[False] / step[True]:.2f}x, whole call "
           f"{medians[False, new] / medians[True, new]:.2f}x", flush=True)
+    if same < 1.0:
+        raise SystemExit(f"[decode] greedy tokens differ between the layouts ({same:.1%} identical): the timings "
+                         "compare different computations")
 
 
 def main() -> None:
