@@ -1,12 +1,14 @@
 """Sokoban throughput: our vmapped JAX steps and host level generation vs gym-sokoban, same process.
 
-    python experiments/bench_envs.py [--batch 1024] [--steps 200] [--levels 400]
+    python experiments/bench_envs.py [--batch 1024] [--steps 200] [--levels 400] [--repeats 3]
 
 Step throughput: a jitted `lax.scan` of random actions over a batch of 6x6 episodes (gymnax
 `step`, auto-reset included) vs gym-sokoban's `SokobanEnv.step` in a Python loop (the env RAGEN
 wraps; RAGEN calls it with the default rgb_array observation; the tiny mode is shown too).
 Level generation: our `generate_level` (cold, no cache) vs gym-sokoban's `generate_room`, both
-seeded per level like RAGEN's `all_seed`. The last line prints the ratios.
+seeded per level like RAGEN's `all_seed`. Every measurement runs --repeats times, interleaved with the
+others, and prints its median, with the load at the start and the CPU other processes used meanwhile. The
+last line prints the ratios. (The two sides step random actions: there is no common result to compare.)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from envs.sokoban import Sokoban  # noqa: E402
 from envs.sokoban.generator import GeneratorConfig, generate_level  # noqa: E402
+from experiments.quiet import OtherCpu, load_line  # noqa: E402
 
 
 def import_gym_sokoban():
@@ -49,7 +52,8 @@ def import_gym_sokoban():
         return None
 
 
-def bench_ours_steps(batch: int, steps: int) -> float:
+def ours_steps_runner(batch: int, steps: int):
+    """() -> steps/s of one jitted scan of `steps` random actions over `batch` episodes (compiled here)."""
     env = Sokoban(bank_size=1024)
     params = env.default_params
 
@@ -70,9 +74,12 @@ def bench_ours_steps(batch: int, steps: int) -> float:
         return total
 
     rollout(jax.random.PRNGKey(0)).block_until_ready()  # compile
-    start = time.perf_counter()
-    rollout(jax.random.PRNGKey(1)).block_until_ready()
-    return batch * steps / (time.perf_counter() - start)
+
+    def run() -> float:
+        start = time.perf_counter()
+        rollout(jax.random.PRNGKey(1)).block_until_ready()
+        return batch * steps / (time.perf_counter() - start)
+    return run
 
 
 def bench_gym_steps(sokoban_env, steps: int, mode: str) -> float:
@@ -112,35 +119,51 @@ def bench_gym_generation(room_utils, levels: int, cfg: GeneratorConfig) -> float
     return levels / (time.perf_counter() - start)
 
 
-def main() -> None:
+def interleaved(calls: dict, repeats: int) -> tuple[dict[str, float], str]:
+    """Median of each named () -> rate call, alternating call by call `repeats` times; and the other-CPU line."""
+    rates = {name: [] for name in calls}
+    with OtherCpu() as other:
+        for _ in range(repeats):
+            for name, call in calls.items():
+                rates[name].append(call())
+    return {name: float(np.median(r)) for name, r in rates.items()}, other.line()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--levels", type=int, default=400)
     parser.add_argument("--baseline-steps", type=int, default=3000)
-    args = parser.parse_args()
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; batch {args.batch}, {args.steps} steps")
-
-    ours_steps = bench_ours_steps(args.batch, args.steps)
-    print(f"ours   vmapped Sokoban step: {ours_steps:,.0f} steps/s")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; batch {args.batch}, {args.steps} steps; "
+          f"medians of {args.repeats} interleaved repeats; at the start: {load_line()}", flush=True)
     simple, larger = GeneratorConfig((6, 6), 1, 300), GeneratorConfig((8, 8), 2, 10)
-    ours_gen = bench_ours_generation(args.levels, simple)
-    print(f"ours   level generation 6x6/1 box: {ours_gen:,.0f} levels/s (cold, no cache)")
-    print(f"ours   level generation 8x8/2 boxes: {bench_ours_generation(args.levels // 2, larger):,.0f} levels/s")
-
+    calls = {"ours step": ours_steps_runner(args.batch, args.steps),
+             "ours gen 6x6": lambda: bench_ours_generation(args.levels, simple),
+             "ours gen 8x8": lambda: bench_ours_generation(max(args.levels // 2, 1), larger)}
     gym = import_gym_sokoban()
+    if gym is not None:
+        room_utils, sokoban_env = gym
+        calls.update({"gym step": lambda: bench_gym_steps(sokoban_env, args.baseline_steps, "rgb_array"),
+                      "gym step tiny": lambda: bench_gym_steps(sokoban_env, args.baseline_steps, "tiny_rgb_array"),
+                      "gym gen 6x6": lambda: bench_gym_generation(room_utils, args.levels, simple)})
+    rate, other = interleaved(calls, args.repeats)
+    print(other)
+    print(f"ours   vmapped Sokoban step: {rate['ours step']:,.0f} steps/s")
+    print(f"ours   level generation 6x6/1 box: {rate['ours gen 6x6']:,.0f} levels/s (cold, no cache)")
+    print(f"ours   level generation 8x8/2 boxes: {rate['ours gen 8x8']:,.0f} levels/s")
     if gym is None:
         print("baseline unavailable: pip install gym-sokoban to compare (no ratios)")
         return
-    room_utils, sokoban_env = gym
-    gym_steps = bench_gym_steps(sokoban_env, args.baseline_steps, "rgb_array")
-    gym_tiny = bench_gym_steps(sokoban_env, args.baseline_steps, "tiny_rgb_array")
-    print(f"gym-sokoban step (rgb_array obs, as RAGEN calls it): {gym_steps:,.0f} steps/s")
-    print(f"gym-sokoban step (tiny_rgb_array obs): {gym_tiny:,.0f} steps/s")
-    gym_gen = bench_gym_generation(room_utils, args.levels, simple)
-    print(f"gym-sokoban generate_room 6x6/1 box: {gym_gen:,.0f} levels/s")
-    print(f"RATIOS: step throughput {ours_steps / gym_steps:,.0f}x (vs tiny obs {ours_steps / gym_tiny:,.0f}x; "
-          f"target >= 100x); level generation {ours_gen / gym_gen:.1f}x (target >= 10x)")
+    print(f"gym-sokoban step (rgb_array obs, as RAGEN calls it): {rate['gym step']:,.0f} steps/s")
+    print(f"gym-sokoban step (tiny_rgb_array obs): {rate['gym step tiny']:,.0f} steps/s")
+    print(f"gym-sokoban generate_room 6x6/1 box: {rate['gym gen 6x6']:,.0f} levels/s")
+    step, tiny = rate["ours step"] / rate["gym step"], rate["ours step"] / rate["gym step tiny"]
+    print(f"RATIOS ours / gym-sokoban rate (above 1: ours faster): step throughput {step:,.0f}x "
+          f"(vs tiny obs {tiny:,.0f}x; "
+          f"target >= 100x); level generation {rate['ours gen 6x6'] / rate['gym gen 6x6']:.1f}x (target >= 10x)")
 
 
 if __name__ == "__main__":
