@@ -3,7 +3,7 @@
   python experiments/bench_warmstart.py --config configs/sokoban.py:tiny --checkpoints 60,120,240
   python experiments/bench_warmstart.py --lr 2e-3 --batch 64 --micro 16 --demos 2000 --compare_prefix
 
-Validation (config.val: 128 episodes at temperature 0.5 for `:tiny`) runs when the SFT step time
+Validation (config.val: 512 episodes at temperature 0.5 for `configs/sokoban.py:tiny`) runs when the SFT step time
 passes each checkpoint; its own time is not counted. With --compare_prefix, also prints the step time
 and tokens/s with and without the shared-prefix KV, interleaved, medians of 3, and exits 1 unless both
 give the same first-step loss.
