@@ -46,13 +46,13 @@ def grade_episodes(batch: HostEnvBatch, episodes: int) -> tuple[int, float]:
     return tests, time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=128, help="episodes graded per configuration and repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-concurrent-sandboxes", type=int, default=None,
                         help="process-wide bound on sandboxes alive at once (default: slots.default_capacity())")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.max_concurrent_sandboxes is not None:
         set_max_concurrent_sandboxes(args.max_concurrent_sandboxes)
     configs = [(b, k) for b in BATCHES for k in TESTS_AT_ONCE]
