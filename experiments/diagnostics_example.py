@@ -63,11 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     report_json = args.out + ".json"
     cli = [args.rollouts, "--checkpoint", args.checkpoint] + (["--step", str(args.step)] if args.step is not None else [])
     printed = io.StringIO()
-    handler = logging.StreamHandler(printed)  # the CLI's "policy: ..." and "rollouts: ..." lines
-    logging.getLogger("ragen_jax.diagnostics").addHandler(handler)
-    with contextlib.redirect_stdout(printed):
-        rc = diagnostics_main([*cli, "--out", report_json])
-    logging.getLogger("ragen_jax.diagnostics").removeHandler(handler)
+    handler = logging.StreamHandler(printed)  # the CLI's "policy: ..." and "rollouts: ..." lines, printed once below
+    cli_logger = logging.getLogger("ragen_jax.diagnostics")
+    cli_logger.addHandler(handler)
+    cli_logger.propagate = False  # not also to the terminal through the root handler
+    try:
+        with contextlib.redirect_stdout(printed):
+            rc = diagnostics_main([*cli, "--out", report_json])
+    finally:
+        cli_logger.removeHandler(handler)
+        cli_logger.propagate = True
     if rc:
         return rc
     with open(report_json) as f:

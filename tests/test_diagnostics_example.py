@@ -53,3 +53,32 @@ def test_the_plane_uses_the_run_folders_thresholds(tmp_path, monkeypatch):
                          "--out", str(out)]) == 0
     assert out.exists() and (seen["h"], seen["mi"], seen["steps"]) == ([0.5], [0.4], [4])
     assert seen["thresholds"]["conditional_entropy"] == 0.3 and seen["mi_upper_bound"] == 2.0
+
+
+def test_the_clis_log_lines_are_printed_once(tmp_path, monkeypatch, capsys):
+    """The CLI logs "policy: ..." and "rollouts: ..."; they reached the terminal twice (through the root handler,
+    then in the captured report the script prints)."""
+    import logging
+    import sys
+
+    report = {f"{P}/conditional_entropy_est": 0.5, f"{P}/mi_estimate": 0.4, f"{P}/mi_upper_bound": 2.0}
+    quiet_cli = _fake_cli(report)
+
+    def logging_cli(argv):
+        logging.getLogger("ragen_jax.diagnostics.offline").info("policy: the folder")
+        return quiet_cli(argv)
+
+    monkeypatch.setattr(example, "diagnostics_main", logging_cli)
+    monkeypatch.setattr(example, "regime_plane_image", lambda *a, **k: np.full((10, 10, 3), 255, np.uint8))
+    root = logging.StreamHandler(sys.stderr)  # as the CLI's logging.basicConfig sets up
+    logging.getLogger().addHandler(root)
+    logging.getLogger("ragen_jax.diagnostics").setLevel(logging.INFO)
+    try:
+        assert example.main(["dump.jsonl", "--checkpoint", _run_folder(tmp_path / "run"),
+                             "--out", str(tmp_path / "plane.png")]) == 0
+    finally:
+        logging.getLogger().removeHandler(root)
+        logging.getLogger("ragen_jax.diagnostics").setLevel(logging.NOTSET)
+    captured = capsys.readouterr()
+    assert (captured.out + captured.err).count("policy: the folder") == 1
+    assert logging.getLogger("ragen_jax.diagnostics").propagate
