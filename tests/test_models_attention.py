@@ -355,3 +355,31 @@ def test_prefill_into_a_short_cache_window_matches_dense(start):
     want = attn.dense_attention(q, k, v, offset=offset)
     got = attn.attention(q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), offset=offset, cache_layout=True)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-6)
+
+
+@pytest.mark.parametrize("implementation", ["blockwise", "dense"])
+def test_non_finite_slots_past_every_query_stay_out_of_outputs_and_gradients(implementation):
+    """A cache's slots past a row's last query (and slots key_valid masks) may hold NaN or inf from earlier use:
+    outputs equal the clean cache's, and so do blockwise's gradients (the warm start trains through a cache; the
+    dense form, for decode steps, masks only the values)."""
+    q, k, v, rng = _inputs(3, 20, 64, 4, 2)
+    offset = jnp.asarray([0, 13, 44], jnp.int32)
+    valid = jnp.asarray(rng.random((3, 64)) > 0.2)
+    unseen = ~((np.arange(64)[None] < np.asarray(offset)[:, None] + 20) & np.asarray(valid))  # [B, S]
+    weight = jnp.asarray(rng.standard_normal((3, 20, 4, 16)), jnp.float32)
+    ck, cv = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)  # the cache's layout
+
+    def fn(q, ck, cv):
+        return attn.attention(q, ck, cv, offset=offset, key_valid=valid, implementation=implementation,
+                              cache_layout=True)
+
+    want, want_loss, want_grads = _run(fn, q, ck, cv, weight)
+    for bad in (jnp.nan, jnp.inf):
+        bad_k = jnp.where(jnp.asarray(unseen)[:, None, None, :], bad, ck)
+        bad_v = jnp.where(jnp.asarray(unseen)[:, None, :, None], bad, cv)
+        got, loss, grads = _run(fn, q, bad_k, bad_v, weight)
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
+        for g, w in zip(grads if implementation == "blockwise" else (), want_grads):
+            assert np.isfinite(np.asarray(g)).all()
+            np.testing.assert_allclose(g, w, atol=1e-6, rtol=0)

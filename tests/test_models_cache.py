@@ -178,3 +178,54 @@ def test_hidden_at_many_positions_gives_the_same_hidden_and_gradients(model, mon
     np.testing.assert_allclose(kept_loss, full_loss, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(full_g), jax.tree.leaves(kept_g)):
         np.testing.assert_allclose(b, a, atol=2e-5, rtol=1e-4)
+
+
+def _stale(cache, lengths, fill):
+    """The cache with every slot at or past lengths[b] [B] set to `fill` (a stale slot: garbage from earlier use)."""
+    s = cache.max_len
+    past = np.arange(s)[None, :] >= np.asarray(lengths)[:, None]  # [B, S]
+    return cache.replace(k=tuple(jnp.where(past[:, None, None, :], fill, k) for k in cache.k),
+                         v=tuple(jnp.where(past[:, None, :, None], fill, v) for v in cache.v))
+
+
+@pytest.mark.parametrize("step", ["prefill", "prefill_kept", "decode", "decode_slot_mask"])
+@pytest.mark.parametrize("implementation", ["blockwise_or_ragged", "dense"])
+@pytest.mark.parametrize("kv_len", [None, 32])
+def test_non_finite_stale_slots_never_reach_the_output(model, monkeypatch, step, implementation, kv_len):
+    """Slots past each row's length may hold garbage (docs/models.md); NaN or inf there (an earlier longer row, a
+    poisoned call) must give the same finite output as a clean cache: a masked slot weighs 0, but 0 * NaN = NaN,
+    so it has to stay out of the value product too. Every path: a prefill (blockwise on the CPU, or dense), one
+    that keeps a token per row (hidden_at), a decode step (ragged on the CPU, or the dense window), and a decode
+    step under a slot mask (dense)."""
+    from ragen_jax.models import attention as attn
+    from ragen_jax.models import transformer
+
+    if implementation == "dense":
+        monkeypatch.setattr(transformer, "attention", lambda *a, **k: attn.attention(*a, **{
+            **k, "implementation": "dense"}))
+        monkeypatch.setattr(transformer, "uses_ragged_decode", lambda devices=1: False)
+    rng = np.random.RandomState(3)
+    lengths = np.array([10, 3, 17])
+    prompt = rng.randint(1, 256, (3, 17))
+    _, cache = call_model(model, prompt, np.broadcast_to(np.arange(17), (3, 17)), cache=init_cache(CFG, 3, 40),
+                          cache_index=jnp.zeros(3, jnp.int32), query_lengths=jnp.asarray(lengths, jnp.int32))
+    t = 1 if step.startswith("decode") else 6
+    tokens = rng.randint(1, 256, (3, t))
+    kw = dict(cache_index=jnp.asarray(lengths, jnp.int32))
+    if step == "prefill_kept":
+        kw["hidden_at"] = jnp.asarray([5, 0, 3], jnp.int32)
+    if step == "decode_slot_mask":
+        kw["attention_mask"] = jnp.asarray(np.arange(40)[None] != np.array([0, 1, 2])[:, None])
+    positions = jnp.asarray(lengths[:, None] + np.arange(t)[None], jnp.int32)
+    graphdef, state = nnx.split(model)
+    run = jax.jit(lambda s, c: nnx.merge(graphdef, s).hidden(jnp.asarray(tokens), positions, cache=c, kv_len=kv_len,
+                                                             **kw))
+    want, want_cache = run(state, _stale(cache, lengths, 0.0))
+    assert np.isfinite(np.asarray(want)).all()
+    for bad in (jnp.nan, jnp.inf):
+        got, got_cache = run(state, _stale(cache, lengths, bad))
+        assert np.isfinite(np.asarray(got)).all(), (step, bad)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6, rtol=0)
+        for a, b in zip(got_cache.v, want_cache.v):  # what this call wrote is the same too
+            for row, end in enumerate(lengths + t):
+                np.testing.assert_array_equal(np.asarray(a)[row, :, :end], np.asarray(b)[row, :, :end])

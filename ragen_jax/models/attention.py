@@ -65,7 +65,8 @@ def dense_attention(q, k, v, offset=None, key_valid=None, cache_layout: bool = F
     """Reference form: q [B, T, H, hd], k/v [B, S, K, hd] (cache_layout: k [B, K, hd, S], v [B, K, S, hd]) ->
     [B, T, H, hd] through the full [B, K, G, T, S] scores (float32) and a [B, T, S] mask. Used for decode steps
     (T = 1) and as the tests' reference. query_positions [B, T] (instead of offset): query t of row b sits at
-    slot query_positions[b, t]."""
+    slot query_positions[b, t]. Values of slots no query sees are zeroed (a stale NaN stays out of the output);
+    their keys are not (one select per step less), so a gradient through them is not guarded."""
     b, t, h, hd = q.shape
     kh, s = _heads_and_slots(k, cache_layout)
     ks, vs = _key_value_layouts(cache_layout)
@@ -78,7 +79,17 @@ def dense_attention(q, k, v, offset=None, key_valid=None, cache_layout: bool = F
     scores = scores * (1.0 / math.sqrt(hd))
     scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    v = zero_unseen(v, jnp.any(mask, axis=1), vs)
     return jnp.einsum(f"bkgts,{vs}->btkgd", probs, v).reshape(b, t, h, hd)
+
+
+def zero_unseen(x: jax.Array, seen: jax.Array, layout: str) -> jax.Array:
+    """Keys or values x in einsum layout `layout` ("bkds", "bksd" or "bskd") with the slots no query sees (seen
+    [B, S] False) set to 0. A masked slot weighs exactly 0, but 0 * NaN and 0 * inf are NaN: a non-finite slot of a
+    reused cache (past a row's length) must leave the products, not only the softmax."""
+    shape = [seen.shape[0], 1, 1, 1]
+    shape[layout.index("s")] = seen.shape[1]
+    return jnp.where(seen.reshape(shape), x, jnp.zeros((), x.dtype))
 
 
 def _heads_and_slots(k: jax.Array, cache_layout: bool) -> tuple[int, int]:
@@ -292,14 +303,20 @@ def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None
     and `key_block_length`'s; evened over the sequence by `block_length`). Gradients recompute blocks (custom
     VJP). query_lengths [B] (optional): queries t >= query_lengths[b] are padding, whole blocks of them are
     skipped. query_positions [B, T] (instead of offset): query t of row b sits at that slot (best sorted along T:
-    key blocks are skipped by each query block's latest position)."""
+    key blocks are skipped by each query block's latest position). Reading a cache (cache_layout or offset), keys
+    and values of slots no query sees are zeroed, so a stale NaN reaches neither the output nor a gradient."""
     b, t, h, hd = q.shape
     kh, s = _heads_and_slots(k, cache_layout)
     bq, bk = block_length(t, block_q or BLOCK_Q), key_block_length(s, block_k, cache_layout)
-    qpos = _position_blocks(_query_positions(b, t, offset, query_positions), h // kh, bq)
+    positions = _query_positions(b, t, offset, query_positions)
+    qpos = _position_blocks(positions, h // kh, bq)
     nq = round_up(t, bq) // bq
     q_blocks = nq if query_lengths is None else (jnp.max(query_lengths).astype(jnp.int32) + bq - 1) // bq
     k_layout, v_layout = _key_value_layouts(cache_layout)
+    if cache_layout or offset is not None:  # a cache: slots past a row's queries may hold garbage, even NaN
+        seen = jnp.arange(s, dtype=jnp.int32)[None, :] <= jnp.max(positions, axis=1)[:, None]  # [B, S]
+        seen = seen if key_valid is None else seen & key_valid.astype(bool)
+        k, v = zero_unseen(k, seen, k_layout), zero_unseen(v, seen, v_layout)  # fused into the blocks' copies
     out = _flash(_to_query_blocks(q, kh, bq), _to_key_blocks(k, bk, k_layout), _to_key_blocks(v, bk, v_layout),
                  qpos, _valid_blocks(key_valid, b, s, bk), jnp.asarray(q_blocks, jnp.int32), 1.0 / math.sqrt(hd), bq)
     return _from_query_blocks(out, t, h)
