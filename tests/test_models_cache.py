@@ -229,3 +229,49 @@ def test_non_finite_stale_slots_never_reach_the_output(model, monkeypatch, step,
         for a, b in zip(got_cache.v, want_cache.v):  # what this call wrote is the same too
             for row, end in enumerate(lengths + t):
                 np.testing.assert_array_equal(np.asarray(a)[row, :, :end], np.asarray(b)[row, :, :end])
+
+
+def test_a_write_past_the_cache_window_raises_outside_jit():
+    """cache_index + T > the window (cache.max_len or kv_len) loses the tokens' own keys (a write past the cache is
+    dropped, one past kv_len unread): a call with concrete indices names the row and the slots."""
+    m = CausalLM(CFG, rngs=nnx.Rngs(0))
+    tokens = jnp.ones((2, 3), jnp.int32)
+
+    def call(index, s=8, **kw):
+        index = jnp.asarray(index, jnp.int32)
+        return m(tokens, index[:, None] + jnp.arange(3)[None], cache=init_cache(CFG, 2, s), cache_index=index, **kw)
+
+    with pytest.raises(ValueError, match=r"Row 1 writes 3 tokens from cache_index 6: slots 6..8 must lie in \[0, 8\)"):
+        call([0, 6])
+    with pytest.raises(ValueError, match=r"Row 0 .* must lie in \[0, 8\) \(cache.max_len, or kv_len\)"):
+        call([6, 0], s=16, kv_len=8)
+    with pytest.raises(ValueError, match=r"Row 0 writes 3 tokens from cache_index -1"):
+        call([-1, 0])
+    logits, _ = call([5, 6], query_lengths=jnp.asarray([3, 2], jnp.int32))  # row 1's third token is padding
+    assert np.isfinite(np.asarray(logits)[:, :2]).all()
+
+
+@pytest.mark.parametrize("t", [1, 3])
+def test_a_traced_write_past_the_cache_window_gives_nan_for_those_tokens_only(model, t):
+    """Under jit the indices are unknown to Python: tokens whose slot lies past the window (their keys dropped or
+    unread) get NaN outputs instead of silently wrong ones; every other token, the same output as before."""
+    graphdef, state = nnx.split(model)
+    rng = np.random.RandomState(4)
+    tokens = jnp.asarray(rng.randint(1, 256, (3, t)), jnp.int32)
+    index = jnp.asarray([2, 8 - t + 1, 8], jnp.int32)  # fits; its last token one past; all past
+
+    @jax.jit
+    def run(s, index):
+        return nnx.merge(graphdef, s)(tokens, index[:, None] + jnp.arange(t)[None], cache=init_cache(CFG, 3, 8),
+                                      cache_index=index)[0]
+
+    logits = np.asarray(run(state, index))
+    slot = np.asarray(index)[:, None] + np.arange(t)[None]
+    np.testing.assert_array_equal(np.isnan(logits).all(-1), slot >= 8)
+    assert np.isfinite(logits[slot < 8]).all()
+    alone = np.asarray(run(state, jnp.asarray([2, 2, 2], jnp.int32)))
+    np.testing.assert_allclose(logits[0], alone[0], atol=1e-6, rtol=0)
+    kept = jax.jit(lambda s, index: nnx.merge(graphdef, s).hidden(  # the sampler's prefill keeps one token per row
+        tokens, index[:, None] + jnp.arange(t)[None], cache=init_cache(CFG, 3, 8), cache_index=index,
+        hidden_at=jnp.asarray([0, 0, t - 1], jnp.int32))[0])(state, index)
+    np.testing.assert_array_equal(np.isnan(np.asarray(kept)).all(-1)[:, 0], [False, t == 1, True])

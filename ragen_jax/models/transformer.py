@@ -258,6 +258,32 @@ def _key_mask(attention_mask, cache, cache_index, window: int | None = None, que
     return KeyMask(offset=cache_index.astype(jnp.int32), key_valid=valid, window=window, query_lengths=query_lengths)
 
 
+def _outside_window(cache_index, t: int, window: int, query_lengths=None, at=None) -> jax.Array:
+    """[B, N] bool: which of the tokens (every t < T, or those `at` [B, N]) are real (t < query_lengths[b]) yet
+    sit at a slot cache_index[b] + t outside [0, window): attention cannot see their own keys (a write past the
+    cache is dropped), so their outputs would be silently wrong."""
+    idx = jnp.arange(t, dtype=jnp.int32)[None, :] if at is None else at
+    slot = cache_index.astype(jnp.int32)[:, None] + idx
+    outside = (slot < 0) | (slot >= window)
+    return outside if query_lengths is None else outside & (idx < query_lengths.astype(jnp.int32)[:, None])
+
+
+def _check_slots(cache_index, t: int, window: int, query_lengths=None) -> None:
+    """Raises where cache_index (and query_lengths) are concrete (a call outside jit) and a row's real tokens,
+    slots cache_index[b] .. cache_index[b] + n - 1, do not lie within [0, window); traced, `_outside_window`
+    makes those tokens' outputs NaN instead."""
+    if any(isinstance(x, jax.core.Tracer) for x in (cache_index, query_lengths)):
+        return
+    index = np.asarray(cache_index, np.int64)
+    n = np.full(index.shape, t) if query_lengths is None else np.clip(np.asarray(query_lengths), 0, t)
+    bad = np.flatnonzero((n > 0) & ((index < 0) | (index + n > window)))
+    if bad.size:
+        r = bad[0]
+        raise ValueError(f"Row {r} writes {n[r]} tokens from cache_index {index[r]}: slots {index[r]}.."
+                         f"{index[r] + n[r] - 1} must lie in [0, {window}) (cache.max_len, or kv_len); use a larger "
+                         "cache or kv_len, or a cache_index >= 0 that leaves room for the tokens.")
+
+
 class Decoder(nnx.Module):
     """Embedding, decoder layers and final norm: the backbone shared by CausalLM and ValueModel."""
 
@@ -289,6 +315,7 @@ class Decoder(nnx.Module):
             if query_lengths is None and t > window:  # every token is real: those past the window lose their keys
                 raise ValueError(f"A chunk of {t} tokens cannot fit in {window} cache slots (cache.max_len or "
                                  "kv_len); use a larger cache, or pass query_lengths if the tail is padding.")
+            _check_slots(cache_index, t, window, query_lengths)
         elif attention_mask is not None:
             chex.assert_shape(attention_mask, (b, t))
         if query_lengths is not None:
@@ -311,8 +338,10 @@ class Decoder(nnx.Module):
             if kv is not None:
                 new_k.append(kv[0])
                 new_v.append(kv[1])
-        new_cache = KVCache(k=tuple(new_k), v=tuple(new_v)) if cache is not None else None
-        return self.norm(x), new_cache
+        if cache is None:
+            return self.norm(x), None
+        outside = _outside_window(cache_index, t, mask.window, query_lengths, hidden_at)  # [B, N]: traced overflow
+        return jnp.where(outside[..., None], jnp.nan, self.norm(x)), KVCache(k=tuple(new_k), v=tuple(new_v))
 
 
 class CausalLM(nnx.Module):
@@ -331,7 +360,9 @@ class CausalLM(nnx.Module):
         attention_mask: [B, T] bool without a cache (False = padding key); with a cache, optionally
         [B, S] over cache slots. With a cache, row b's tokens go to slots cache_index[b]...; `kv_len`
         (static, optional) limits attention to the first kv_len slots, which must hold every token the
-        queries see: decoding then reads a window of the cache, not all of it. query_lengths [B] int32
+        queries see: decoding then reads a window of the cache, not all of it. A real token whose slot lies
+        outside [0, kv_len or S) raises where cache_index is concrete and gets a NaN hidden state under jit
+        (its own key is dropped or unread: its output would be silently wrong). query_lengths [B] int32
         (optional): tokens t >= query_lengths[b] are padding whose hidden states are unspecified, so
         attention may skip them (a prefill bucket's tail). hidden_at [B] or [B, N] int32 (optional): only
         tokens hidden_at[b, ...] of row b are wanted, hidden is [B, 1, D] or [B, N, D]; the last layer then
