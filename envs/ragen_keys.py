@@ -40,7 +40,8 @@ class RagenKeys:
 
 
 def plain(value: Any) -> Any:
-    """A config value as plain Python: mappings (ConfigDict too) -> dict with digit-string keys as ints, tuples -> lists."""
+    """A config value as plain Python: mappings (ConfigDict too) -> dict with digit-string keys as ints, tuples ->
+    lists."""
     if isinstance(value, Mapping) or hasattr(value, "to_dict"):
         items = value.to_dict().items() if hasattr(value, "to_dict") else value.items()
         return {(int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k): plain(v) for k, v in items}

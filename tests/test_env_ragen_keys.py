@@ -1,4 +1,5 @@
-"""RAGEN's env_config keys in config.env.kwargs: aliases build the same env as our names; the rest are refused by name."""
+"""RAGEN's env_config keys in config.env.kwargs: aliases build the same env as our names; the rest are refused by
+name."""
 
 import jax
 import numpy as np

@@ -1,4 +1,5 @@
-"""experiments/bench_deepcoder.py: the load and other processes' CPU are printed and each ratio says which side it favours."""
+"""experiments/bench_deepcoder.py: the load and other processes' CPU are printed and each ratio says which side it
+favours."""
 
 from experiments import bench_deepcoder as bench
 

@@ -85,8 +85,8 @@ RAGEN_KEYS = RagenKeys(
            "grid_lookup": (dict(enumerate("P_OGX√")), _FIXED_SYMBOLS),
            "grid_vocab": (render.GRID_VOCAB, _FIXED_SYMBOLS)},
     unsupported={"map_seed": "each episode's map comes from its seed, as in RAGEN, whose reset overwrites map_seed "
-                             "with the episode seed (so it never chose the map); the seeds are config.env.train_seed and "
-                             "config.val.seed",
+                             "with the episode seed (so it never chose the map); the seeds are "
+                             "config.env.train_seed and config.val.seed",
                  "map_lookup": "its map codes are internal here (not settable): remove it"},
     convert=_ragen_frozenlake, converted=("observation_format", "render_mode", "is_slippery"))
 

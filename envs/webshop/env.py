@@ -82,7 +82,8 @@ RAGEN_KEYS = RagenKeys(
            "limit_goals": (-1, "every goal of the split is used (split: train / val / test)"),
            "human_goals": (False, _WEBSHOP_DATA), "show_attrs": (False, "product pages show no extra attributes")},
     unsupported={"dataset": _WEBSHOP_DATA, "file_path": _WEBSHOP_DATA,
-                 "server": "the site runs in-process; give data_dir", "filter_goals": "every goal of the split is used"})
+                 "server": "the site runs in-process; give data_dir",
+                 "filter_goals": "every goal of the split is used"})
 
 
 class WebShopEnv(HostEnv):

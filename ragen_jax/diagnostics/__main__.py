@@ -2,8 +2,9 @@
 
 ROLLOUTS: `rollouts.pkl` of `run.py --mode=eval` (exact sampled tokens, as the trainer scores them) or a
 JSONL dump (its recorded response tokens; text re-tokenized where it has none). DIR: a Hugging Face model
-folder, or a run folder (its hf_export/, else its latest checkpoint); a run folder also gives the run's diagnostics settings (pairs, samplings,
-thresholds) unless flags override them. `--step N` draws the pairs as the trainer does at step N.
+folder, or a run folder (its hf_export/, else its latest checkpoint); a run folder also gives the run's
+diagnostics settings (pairs, samplings, thresholds) unless flags override them. `--step N` draws the pairs as
+the trainer does at step N.
 """
 
 from __future__ import annotations

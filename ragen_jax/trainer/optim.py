@@ -117,8 +117,8 @@ def make_optimizer(cfg: Mapping[str, Any], total: int,
     The schedule runs over `total` of the optimizer's own updates. With `lr_outside` AdamW's rate is 1 and the
     caller scales each update by schedule(i) for an index of its own (`guarded_apply`'s lr): the RL trainer's
     index counts the RL steps that trained, as veRL steps its scheduler once per update call however many
-    mini-batches the filter left. The state has the same structure either way. optax.apply_updates casts each update back to its
-    parameter's dtype."""
+    mini-batches the filter left. The state has the same structure either way. optax.apply_updates casts each
+    update back to its parameter's dtype."""
     schedule = make_schedule(cfg, total)
     parts = []
     if cfg["grad_clip"] and cfg["grad_clip"] > 0:
