@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from typing import Any, Callable
 
 import chex
@@ -228,12 +229,17 @@ def advantage_hparams(algo: AlgoSettings) -> dict[str, Any]:
                 norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, **dict(algo.kwargs))
 
 
-def policy_loss_hparams(algo: AlgoSettings) -> dict[str, Any]:
-    """The keywords a policy loss may take besides the [B, T] array sampler_logprobs."""
+def policy_loss_hparams(algo: AlgoSettings, policy_fn: Any) -> dict[str, Any]:
+    """The keywords policy loss `policy_fn` may take besides the [B, T] array sampler_logprobs. The keys of veRL's
+    clip_cov / kl_cov / sapo go only to a loss that names them: a custom loss taking **kwargs often hands them on
+    to a built-in one (PPO's clip), which would fail on a keyword it does not know."""
+    own = dict(clip_cov_ratio=algo.clip_cov_ratio, clip_cov_lb=algo.clip_cov_lb, clip_cov_ub=algo.clip_cov_ub,
+               kl_cov_ratio=algo.kl_cov_ratio, ppo_kl_coef=algo.ppo_kl_coef, tau_pos=algo.tau_pos,
+               tau_neg=algo.tau_neg)
+    named = inspect.signature(policy_fn).parameters
     return dict(clip_ratio_low=algo.clip_ratio_low, clip_ratio_high=algo.clip_ratio_high,
-                clip_ratio_c=algo.clip_ratio_c, tis_cap=algo.tis_cap, clip_cov_ratio=algo.clip_cov_ratio,
-                clip_cov_lb=algo.clip_cov_lb, clip_cov_ub=algo.clip_cov_ub, kl_cov_ratio=algo.kl_cov_ratio,
-                ppo_kl_coef=algo.ppo_kl_coef, tau_pos=algo.tau_pos, tau_neg=algo.tau_neg, **dict(algo.kwargs))
+                clip_ratio_c=algo.clip_ratio_c, tis_cap=algo.tis_cap, **{k: v for k, v in own.items() if k in named},
+                **dict(algo.kwargs))
 
 
 def value_loss_hparams(algo: AlgoSettings) -> dict[str, Any]:
@@ -262,7 +268,7 @@ def algo_contract_problems(algo: AlgoSettings) -> list[str]:
     if custom(adv_fn):
         problems.append(advantage_estimator_problem(adv_fn, repr(algo.adv_estimator), **advantage_hparams(algo)))
     if custom(loss_fn):
-        problems.append(policy_loss_problem(loss_fn, repr(algo.policy_loss), **policy_loss_hparams(algo),
+        problems.append(policy_loss_problem(loss_fn, repr(algo.policy_loss), **policy_loss_hparams(algo, loss_fn),
                                             sampler_logprobs=jax.ShapeDtypeStruct((B, T), jnp.float32)))
     return [p for p in problems if p]
 
@@ -310,7 +316,8 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
                                             positions=mb.get("positions"))
         mask = mb["loss_mask"]
         pg, metrics = call_with_supported(policy_fn, logprobs, mb["old_logprobs"], mb["advantages"], mask,
-                                          sampler_logprobs=mb["sample_logprobs"], **policy_loss_hparams(algo))
+                                          sampler_logprobs=mb["sample_logprobs"],
+                                          **policy_loss_hparams(algo, policy_fn))
         num = agg_numerator(pg * mb["rollout_weights"], mask, algo.loss_agg_mode)
         ent_num = agg_numerator(entropy, mask, algo.loss_agg_mode)
         total = num - algo.entropy_coeff * ent_num
