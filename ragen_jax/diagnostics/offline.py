@@ -27,6 +27,7 @@ import numpy as np
 from ragen_jax.diagnostics.collapse import CollapseConfig, RolloutPairs, collapse_metrics
 from ragen_jax.diagnostics.cross_score import cross_score
 from ragen_jax.diagnostics.pairs import reasoning_tokens, rollout_pairs, step_rng
+from ragen_jax.rollout.demos import recorded_response_tokens
 from ragen_jax.rollout.dump import read_jsonl
 
 logger = logging.getLogger(__name__)
@@ -113,16 +114,6 @@ def _turns(messages: Sequence[Mapping[str, str]]) -> list[tuple[list[dict], str]
     ]
 
 
-def recorded_responses(record: Mapping[str, Any], count: int) -> list[list[int]] | None:
-    """metadata.response_tokens when it holds one list of token ids per assistant message (`count`), else None."""
-    tokens = (record.get("metadata") or {}).get("response_tokens")
-    if not isinstance(tokens, list) or len(tokens) != count:
-        return None
-    if not all(isinstance(t, list) and all(_is_int(i) for i in t) for t in tokens):
-        return None
-    return [[int(i) for i in t] for t in tokens]
-
-
 def _with_tokens(context: list[dict], responses: list[list[int]]) -> list[dict]:
     """The context's assistant messages carrying their sampled tokens, in order (ContextBuilder splices them)."""
     out, k = [], 0
@@ -147,7 +138,7 @@ def record_pairs(records: Sequence[Mapping[str, Any]], tokenizer: Any, think_tag
     for rec in records:
         prompts, reasonings = [], []
         turns = _turns(rec["messages"])
-        recorded = recorded_responses(rec, len(turns))
+        recorded = recorded_response_tokens(rec, len(turns))
         for k, (context, content) in enumerate(turns):
             if recorded is not None:
                 tokens, _ = builder.assemble(_with_tokens(context, recorded), add_generation_prompt=True)
@@ -206,7 +197,7 @@ def offline_report(
     if kind == "episodes":
         what = "episodes, exact sampled tokens"
     else:
-        exact = sum(recorded_responses(r, len(_turns(r["messages"]))) is not None for r in items)
+        exact = sum(recorded_response_tokens(r, len(_turns(r["messages"]))) is not None for r in items)
         what = ("trajectories, recorded sampled tokens" if exact == len(items) else
                 f"trajectories, re-tokenized text ({exact} with recorded tokens)" if exact else
                 "trajectories, re-tokenized text")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -340,11 +340,13 @@ def _assistant_tokens(tokenizer, builder: ContextBuilder, content: str, given: l
     return _response_tokens(builder, content[len(prefix):], cfg)
 
 
-def _recorded_tokens(record: Any) -> list | None:
-    """A record's metadata.response_tokens when it is a list of token-id lists (else None: contents are encoded)."""
-    metadata = record.get("metadata") if isinstance(record, dict) else None
-    given = metadata.get("response_tokens") if isinstance(metadata, dict) else None
-    if isinstance(given, list) and all(isinstance(t, list) and all(type(i) is int for i in t) for t in given):
+def recorded_response_tokens(record: Any, count: int) -> list | None:
+    """A record's metadata.response_tokens when it is a list of `count` token-id lists, one per assistant message
+    (else None: contents are encoded)."""
+    metadata = record.get("metadata") if isinstance(record, Mapping) else None
+    given = metadata.get("response_tokens") if isinstance(metadata, Mapping) else None
+    if (isinstance(given, list) and len(given) == count
+            and all(isinstance(t, list) and all(type(i) is int for i in t) for t in given)):
         return given
     return None
 
@@ -361,10 +363,8 @@ def rows_from_conversations(records: Sequence[dict], tokenizer, cfg: RolloutConf
         messages = record.get("messages") if isinstance(record, dict) else record
         if not isinstance(messages, list) or not messages:
             raise ValueError(f"{where}: expected {{\"messages\": [{{\"role\": ..., \"content\": ...}}, ...]}}.")
-        given = _recorded_tokens(record)
-        n_assistant = sum(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
-        if given is not None and len(given) != n_assistant:
-            given = None
+        given = recorded_response_tokens(
+            record, sum(isinstance(m, dict) and m.get("role") == "assistant" for m in messages))
         chat, trained, k = [], [], 0
         for m in messages:
             if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
