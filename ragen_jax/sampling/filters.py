@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -118,20 +120,31 @@ def draw_index(u: jax.Array, weights: jax.Array) -> jax.Array:
     return jnp.min(jnp.where(positive & (cdf > u * total), jnp.arange(n, dtype=jnp.int32), n), axis=-1)
 
 
+def draw_block_size(vocab: int) -> int:
+    """Tokens per block of `inverse_cdf_categorical`'s first stage: the power of two at or above sqrt(vocab)."""
+    return 1 << max(0, math.ceil(math.log2(math.sqrt(max(vocab, 1)))))
+
+
 def inverse_cdf_categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
     """One index per row of logits [B, V] (-inf: never drawn) with P(i) = softmax(logits)[i] -> [B] int32.
 
-    One uniform draw per row against the running sum of exp(logits - max) (`draw_index`). `jax.random.categorical`
-    draws V Gumbel variates per row instead, which on the CPU cost 4-6x this (1.11 vs 0.30 ms at 64 x 1,119; 14.9 vs
-    2.6 ms at 8 x 151,936; jitted, interleaved, quiet). Known limit: a float32 uniform has 2^23 values and a float32
-    running sum drifts, so the draw is off softmax by a total variation of 2.5e-5 at 1,119 tokens and 3.3e-3 at
-    151,936; a two-stage draw (experiments/bench_draw.py) is exact to 1.4e-5 and faster, but is not the default yet
-    (docs/performance.md: a learning test moved with it)."""
+    Two inverse-CDF stages, each with its own uniform and `draw_index`: a block of `draw_block_size(V)` tokens by
+    the blocks' masses, then a token in that block by its weights exp(logits - max). A single draw against the
+    running sum of all V weights is off softmax by a total variation of 3.3e-3 at 151,936 tokens (a float32 uniform
+    has 2^23 values and a float32 sum over V terms drifts); the two stages sum ~sqrt(V) terms each and are off by
+    1.4e-5 there (1.5e-6 at 1,119), and faster (0.56 vs 2.82 ms at 8 x 151,936). `jax.random.categorical` draws V
+    Gumbel variates per row instead: 4-20x the time on the CPU. Figures: experiments/bench_draw.py, quiet machine;
+    the learning evidence for the switch: docs/performance.md, "The token draw"."""
     chex.assert_rank(logits, 2)
     b, v = logits.shape
-    u = jax.random.uniform(key, (b, 1), jnp.float32)
+    size = draw_block_size(v)
+    n_blocks = -(-v // size)
+    u = jax.random.uniform(key, (b, 2), jnp.float32)
     weights = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
-    return jnp.minimum(draw_index(u, weights), v - 1)
+    blocks = jnp.pad(weights, ((0, 0), (0, n_blocks * size - v))).reshape(b, n_blocks, size)
+    block = jnp.minimum(draw_index(u[:, :1], jnp.sum(blocks, axis=-1)), n_blocks - 1)
+    in_block = jnp.take_along_axis(blocks, block[:, None, None], axis=1)[:, 0]
+    return jnp.minimum(block * size + jnp.minimum(draw_index(u[:, 1:], in_block), size - 1), v - 1)
 
 
 def sample_step(key: jax.Array, logits: jax.Array, config: SamplingConfig,
