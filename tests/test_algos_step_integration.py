@@ -239,3 +239,43 @@ def test_verl_loss_keys_are_config_keys(loss):
     cfg.algo.kwargs = '{"ppo_kl_coef": 2.0}'
     with pytest.raises(ValueError, match="'ppo_kl_coef' is a keyword the trainer sets itself"):
         validate_config(cfg)
+
+
+GMPO = dataclasses.replace(BASE, policy_loss="geo_mean", loss_agg_mode="seq-mean-token-mean", clip_ratio_low=0.4,
+                           clip_ratio_high=0.4)
+
+
+@pytest.mark.parametrize("micro", [ROWS, ROWS // 2])
+def test_geo_mean_update_counts_an_empty_row_but_not_a_padding_row(micro):
+    """veRL's geo_mean is a torch.mean over the rows: an empty response (here row 1) counts, a padding row
+    (row_valid 0) does not; entropy's seq-mean skips both, as veRL's agg_loss."""
+    batch = make_batch()
+    batch["loss_mask"][1] = 0.0
+    batch["advantages"][1] = 0.0
+    padded = update(GMPO, dict(batch, row_valid=(np.arange(ROWS) != 1).astype(np.float32)), micro)
+    metrics = update(GMPO, dict(batch, row_valid=np.ones(ROWS, np.float32)), micro)[1]
+    no_key = update(GMPO, batch, micro)[1]
+    assert metrics["pg_loss"] == pytest.approx(no_key["pg_loss"])  # no row_valid: every row is real
+    assert metrics["pg_loss"] * ROWS == pytest.approx(padded[1]["pg_loss"] * (ROWS - 1), rel=1e-5)
+    assert metrics["entropy_loss"] == pytest.approx(padded[1]["entropy_loss"], rel=1e-5)
+
+
+def test_geo_mean_update_weighs_a_row_by_the_geometric_mean_of_its_rollout_weights():
+    """Under a rollout correction the update's geo_mean loss is the loss's own with the weights handed to it
+    (each row times their geometric mean), not the per-token loss times them (their arithmetic mean)."""
+    from ragen_jax.algos.policy_loss import geo_mean_loss, truncated_is_weights
+
+    batch = make_batch()
+    algo = dataclasses.replace(GMPO, rollout_correction="tis", rollout_correction_bound=10.0)
+    graphdef, trainable, frozen = split_actor()
+    score = make_step_fns(graphdef, None, BASE, TX, None, ROWS)["score_policy"]
+    logprobs = score(trainable, frozen, batch["tokens"], batch["attention_mask"])[0]
+    weights = truncated_is_weights(batch["old_logprobs"], batch["sample_logprobs"], 10.0)
+    mask = batch["loss_mask"]
+    args = (logprobs, batch["old_logprobs"], batch["advantages"], mask)
+    loss = geo_mean_loss(*args, clip_ratio_low=0.4, clip_ratio_high=0.4, rollout_weights=weights)[0]
+    unweighted = geo_mean_loss(*args, clip_ratio_low=0.4, clip_ratio_high=0.4)[0]
+    arithmetic = algos.agg_numerator(unweighted * weights, mask, "seq-mean-token-mean") / ROWS
+    expected = algos.agg_numerator(loss, mask, "seq-mean-token-mean") / ROWS
+    assert abs(float(expected) - float(arithmetic)) > 1e-4  # the outlier rows' weights tell them apart
+    assert update(algo, batch)[1]["pg_loss"] == pytest.approx(float(expected), rel=1e-5)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ragen_jax import algos
+from ragen_jax.algos.policy_loss import geo_mean_loss, policy_loss_denominator, sapo_loss, takes_rollout_weights
 from tests.verl_testlib import actor_config, core_algos
 
 torch = pytest.importorskip("torch")
@@ -15,10 +16,13 @@ VERL = {"clip_cov": "compute_policy_loss_clip_cov", "kl_cov": "compute_policy_lo
 B, T = 6, 9
 
 
-def batch(seed: int, *, log_ratio_std: float = 0.3, per_token_adv: bool = False):
-    """Ragged rows (each with a token), log pi ~ N(-2, 1.5), log pi_old = log pi + noise, float64 numpy."""
+def batch(seed: int, *, log_ratio_std: float = 0.3, per_token_adv: bool = False, empty_row: int | None = None):
+    """Ragged rows (each with a token, but row `empty_row`), log pi ~ N(-2, 1.5), log pi_old = log pi + noise,
+    float64 numpy."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, T + 1, B)
+    if empty_row is not None:
+        lengths[empty_row] = 0
     mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.float64)
     new = rng.normal(-2.0, 1.5, (B, T))
     old = new - rng.normal(0.0, log_ratio_std, (B, T))
@@ -27,23 +31,29 @@ def batch(seed: int, *, log_ratio_std: float = 0.3, per_token_adv: bool = False)
     return new, old, adv * mask, mask
 
 
-def verl_loss(name: str, new, old, adv, mask, mode: str, **config):
-    """veRL's loss, metrics and d loss / d log pi in float64."""
+def verl_loss(name: str, new, old, adv, mask, mode: str, weights=None, **config):
+    """veRL's loss, metrics and d loss / d log pi in float64 (weights: its rollout_is_weights)."""
     fn = getattr(core_algos(*VERL.values()), VERL[name])
     logp = torch.tensor(new, requires_grad=True)
+    is_weights = None if weights is None else torch.tensor(weights * mask)  # veRL zeroes them off the mask
     loss, metrics = fn(torch.tensor(old), logp, torch.tensor(adv), torch.tensor(mask), loss_agg_mode=mode,
-                       config=actor_config(**config))
+                       config=actor_config(**config), rollout_is_weights=is_weights)
     loss.backward()
     return float(loss.detach()), {k.removeprefix("actor/"): v for k, v in metrics.items()}, logp.grad.numpy()
 
 
-def our_loss(name: str, new, old, adv, mask, mode: str, **hparams):
+def our_loss(name: str, new, old, adv, mask, mode: str, weights=None, **hparams):
+    """Ours as the trainer composes it: rollout weights to a loss that takes them, else times its per-token loss;
+    the aggregated numerator over policy_loss_denominator."""
     f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
     fn = algos.POLICY_LOSSES.get(name)
+    itself = weights is not None and takes_rollout_weights(fn)
+    kw = dict(hparams, rollout_weights=f32(weights)) if itself else hparams
 
     def total(logprobs):
-        loss, metrics = jax.jit(lambda *a: fn(*a, **hparams))(logprobs, f32(old), f32(adv), f32(mask))
-        return algos.agg_loss(loss, f32(mask), mode), metrics
+        loss, metrics = jax.jit(lambda *a: fn(*a, **kw))(logprobs, f32(old), f32(adv), f32(mask))
+        loss = loss * f32(weights) if weights is not None and not itself else loss
+        return algos.agg_numerator(loss, f32(mask), mode) / policy_loss_denominator(fn, f32(mask), mode), metrics
 
     (loss, metrics), grad = jax.value_and_grad(total, has_aux=True)(f32(new))
     return float(loss), {k: float(v) for k, v in metrics.items()}, np.asarray(grad)
@@ -142,3 +152,51 @@ def test_losses_that_average_sequences_refuse_another_aggregation():
         assert required_agg_mode_problem(fn, "seq-mean-token-mean") is None
         assert "loss_agg_mode='seq-mean-token-mean'" in required_agg_mode_problem(fn, "token-mean")
     assert required_agg_mode_problem(algos.POLICY_LOSSES.get("clip_cov"), "token-mean") is None
+
+
+def weights_for(seed: int, mask):
+    """Rollout-correction weights as a correction makes them: positive (IS ratios, some far from 1)."""
+    return np.exp(np.random.default_rng(seed + 100).normal(0.0, 0.7, mask.shape))
+
+
+# the configurations of the parity tests above, for the empty-row and rollout-weight cases
+SETUPS = {"geo_mean": (dict(log_ratio_std=0.6), "seq-mean-token-mean", dict(clip_ratio_low=0.2, clip_ratio_high=0.28)),
+          "sapo": (dict(log_ratio_std=1.0, per_token_adv=True), "seq-mean-token-mean", dict(tau_pos=0.5, tau_neg=2.0)),
+          "kl_cov": (dict(), "seq-mean-token-mean", dict(kl_cov_ratio=0.1, ppo_kl_coef=0.1)),
+          "clip_cov": (dict(), "token-mean", dict(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_cov_ratio=1.0,
+                                                  clip_cov_lb=0.5, clip_cov_ub=5.0))}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("name", sorted(SETUPS))
+@pytest.mark.parametrize("empty,weighted", [(True, False), (False, True), (True, True)])
+def test_empty_rows_and_rollout_weights_match_verl(name, seed, empty, weighted):
+    """A row with no tokens (veRL's geo_mean still counts it in its mean over rows, sapo's seq-mean does not) and
+    rollout-correction weights (veRL's geo_mean scales a row by their geometric mean, the others each token)."""
+    kw, mode, hp = SETUPS[name]
+    new, old, adv, mask = batch(seed, empty_row=2 if empty else None, **kw)
+    weights = weights_for(seed, mask) if weighted else None
+    verl_mode = "token-mean" if name in ("geo_mean", "sapo") else mode  # both ignore it
+    assert_parity(our_loss(name, new, old, adv, mask, mode, weights, **hp),
+                  verl_loss(name, new, old, adv, mask, verl_mode, weights, **hp))
+
+
+# --- mirror-free checks of the same (hand-computed), so they run where the veRL mirror does not ----------------
+
+
+def test_geo_mean_counts_every_row_empty_ones_too_but_not_padding():
+    """Row 0: log r = 0, A = 1 -> loss -1; row 1 empty. veRL's torch.mean over rows: -1 / 2."""
+    zeros, mask = jnp.zeros((2, 3)), jnp.array([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    loss, _ = geo_mean_loss(zeros, zeros, mask, mask)
+    num = algos.agg_numerator(loss, mask, "seq-mean-token-mean")
+    assert float(num / policy_loss_denominator(geo_mean_loss, mask, "seq-mean-token-mean")) == pytest.approx(-0.5)
+    assert float(policy_loss_denominator(geo_mean_loss, mask, "seq-mean-token-mean", jnp.array([1.0, 0.0]))) == 1.0
+    assert float(policy_loss_denominator(sapo_loss, mask, "seq-mean-token-mean")) == 1.0  # its seq-mean skips it
+
+
+def test_geo_mean_scales_a_row_by_the_geometric_mean_of_its_rollout_weights():
+    """Weights [1, 4] on a row with log r = 0, A = 1: geometric mean 2 (loss -2), not the arithmetic 2.5."""
+    zeros, mask = jnp.zeros((1, 2)), jnp.ones((1, 2))
+    loss, _ = geo_mean_loss(zeros, zeros, mask, mask, rollout_weights=jnp.array([[1.0, 4.0]]))
+    np.testing.assert_allclose(np.asarray(loss), [[-2.0, -2.0]], rtol=1e-6)
+    assert takes_rollout_weights(geo_mean_loss) and not takes_rollout_weights(sapo_loss)

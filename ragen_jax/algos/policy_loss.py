@@ -11,10 +11,13 @@ whole rows; clip_cov and kl_cov rank the tokens of the micro-batch they see (as 
 
 from __future__ import annotations
 
+import inspect
+
 import chex
 import jax
 import jax.numpy as jnp
 
+from ragen_jax.algos.aggregation import agg_denominator
 from ragen_jax.algos.masked import masked_mean, masked_sum
 from ragen_jax.algos.registry import POLICY_LOSSES
 
@@ -199,6 +202,11 @@ COV_RATIO, CLIP_COV_LB, CLIP_COV_UB, PPO_KL_COEF = 0.0002, 1.0, 5.0, 0.1
 SAPO_TAU_POS, SAPO_TAU_NEG = 1.0, 1.05
 GMPO_CLIP = 0.4  # GMPO's log-space clip range (e^-0.4, e^0.4): the paper's and veRL's example's
 
+# a loss whose mean over sequences counts every row of the batch, empty ones too (see policy_loss_denominator)
+ALL_ROWS_ATTR = "mean_over_all_rows"
+# the keyword under which a policy loss that names it receives the rollout correction's weights [B, T]
+ROLLOUT_WEIGHTS_KEY = "rollout_weights"
+
 # the aggregation mode a loss's objective is defined with; the config check refuses any other (veRL ignores
 # loss_agg_mode for these losses and uses its own reduction without a word)
 REQUIRED_AGG_MODE_ATTR = "required_loss_agg_mode"
@@ -300,17 +308,27 @@ def _row_mean(x: jax.Array, response_mask: jax.Array) -> jax.Array:
     return masked_sum(x, response_mask, axis=-1) / (jnp.sum(mask, axis=-1) + 1e-8)
 
 
+def geometric_row_weights(weights: jax.Array, response_mask: jax.Array) -> jax.Array:
+    """Each row's geometric mean of its tokens' weights, exp(mean_t log(w + 1e-10)) as veRL (1 on an empty row),
+    without gradient. [B, T] -> [B]."""
+    chex.assert_equal_shape([weights, response_mask])
+    return jax.lax.stop_gradient(jnp.exp(_row_mean(jnp.log(weights + 1e-10), response_mask)))
+
+
 @POLICY_LOSSES.register("geo_mean")
 def geo_mean_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, response_mask: jax.Array,
                   *, clip_ratio_low: float = GMPO_CLIP,
-                  clip_ratio_high: float | None = GMPO_CLIP) -> tuple[jax.Array, dict[str, jax.Array]]:
+                  clip_ratio_high: float | None = GMPO_CLIP,
+                  rollout_weights: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
     """GMPO (Zhao et al. 2025, "Geometric-Mean Policy Optimization", arXiv:2507.20673), as veRL's geo_mean.
 
     Each token's log r is clipped in log space to [-low, high] on the side its advantage's sign makes pessimistic
     (sgn(A) min(sgn(A) log r, sgn(A) clip(log r))); the row's ratio is exp of their mean, its loss
-    -A_i exp(mean), A_i the row's mean advantage, on each of its tokens: under seq-mean-token-mean (required) that
-    is veRL's mean over rows (veRL counts empty rows, here they do not count). pg_clipfrac / pg_clipfrac_lower:
-    tokens whose log r was clipped, with A > 0 / A < 0. [B, T] inputs -> (loss [B, T], metrics).
+    -A_i exp(mean), A_i the row's mean advantage, on each of its tokens. A rollout correction's rollout_weights
+    [B, T] scale row i by their geometric mean over its tokens, exp(mean_t log(w_t + 1e-10)), as veRL. Under
+    seq-mean-token-mean (required) the trainer divides by every row of the batch, empty ones included
+    (`policy_loss_denominator`): veRL's torch.mean over rows. pg_clipfrac / pg_clipfrac_lower: tokens whose
+    log r was clipped, with A > 0 / A < 0. [B, T] inputs -> (loss [B, T], metrics).
     """
     _check(logprobs, old_logprobs, advantages, response_mask)
     high = clip_ratio_low if clip_ratio_high is None else clip_ratio_high
@@ -320,6 +338,9 @@ def geo_mean_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.
     clamped = jnp.clip(log_ratio, -clip_ratio_low, high)
     pessimistic = sign * jnp.minimum(sign * log_ratio, sign * clamped)
     seq_loss = -_row_mean(advantages, response_mask) * jnp.exp(_row_mean(pessimistic, response_mask))
+    if rollout_weights is not None:
+        chex.assert_equal_shape([rollout_weights, response_mask])
+        seq_loss = seq_loss * geometric_row_weights(rollout_weights, response_mask)
     clipped = (log_ratio != clamped).astype(jnp.float32)
     metrics = {"pg_clipfrac": masked_mean(clipped * (advantages > 0), response_mask),
                "ppo_kl": masked_mean(-log_ratio, response_mask),
@@ -353,3 +374,26 @@ def sapo_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Arra
 
 for _sequence_mean_loss in (geo_mean_loss, sapo_loss):
     setattr(_sequence_mean_loss, REQUIRED_AGG_MODE_ATTR, "seq-mean-token-mean")
+setattr(geo_mean_loss, ALL_ROWS_ATTR, True)
+
+
+def takes_rollout_weights(policy_loss) -> bool:
+    """Whether a policy loss applies the rollout correction's weights itself (names ``rollout_weights``; a
+    **kwargs alone does not count); the trainer multiplies the other losses' per-token loss by them."""
+    return ROLLOUT_WEIGHTS_KEY in inspect.signature(policy_loss).parameters
+
+
+def policy_loss_denominator(policy_loss, response_mask: jax.Array, loss_agg_mode: str,
+                            row_valid: jax.Array | None = None, loss_scale_factor: int | None = None) -> jax.Array:
+    """What the aggregated numerator of `policy_loss` over a batch is divided by. response_mask [B, T] -> scalar.
+
+    A loss averaging over every row (geo_mean: veRL's torch.mean over rows) counts all rows, empty ones (no token
+    to train, or every token dropped by a rollout correction) included, and padding rows (row_valid [B] 0) not;
+    the others take the aggregation's own denominator (seq-mean-token-mean: the rows with tokens)."""
+    chex.assert_rank(response_mask, 2)
+    if not getattr(policy_loss, ALL_ROWS_ATTR, False):
+        return agg_denominator(response_mask, loss_agg_mode, loss_scale_factor)
+    if row_valid is None:
+        return jnp.asarray(response_mask.shape[0], jnp.float32)
+    chex.assert_shape(row_valid, response_mask.shape[:1])
+    return jnp.sum(row_valid.astype(jnp.float32))

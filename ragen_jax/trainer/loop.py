@@ -387,6 +387,7 @@ class Trainer:
         for key in ("group_ids", "episode_ids"):
             arrays[key] = np.where(row_valid, arrays[key], -1 - np.arange(len(row_valid))).astype(np.int32)
         arrays["positions"] = scored_positions(arrays["loss_mask"])  # log-probs are needed only where trained
+        arrays["row_valid"] = row_valid.astype(np.float32)  # geo_mean's mean counts every real row, not padding
         dev = sharding.shard_batch(arrays, self.mesh)
         dev["old_logprobs"], entropy = self._score_rows(self.fns["score_policy"], self.actor.trainable,
                                                         self.actor.frozen, dev, output=None)
@@ -494,7 +495,8 @@ class Trainer:
         t = self.cfg.trainer
         m = t.mini_batch_size
         rng = np.random.default_rng([t.seed, step])
-        keys = ["tokens", "attention_mask", "loss_mask", "old_logprobs", "sample_logprobs", "advantages", "positions"]
+        keys = ["tokens", "attention_mask", "loss_mask", "old_logprobs", "sample_logprobs", "advantages", "positions",
+                "row_valid"]
         if self.need_ref:
             keys.append("ref_logprobs")
         critic_keys = ["tokens", "attention_mask", "loss_mask", "values", "returns"]

@@ -27,8 +27,9 @@ from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 from ragen_jax.algos.rollout_correction import resolve_rollout_correction
 from ragen_jax import sharding
 from ragen_jax.algos.masked import masked_mean, masked_var
-from ragen_jax.algos.policy_loss import (CLIP_COV_LB, CLIP_COV_UB, COV_RATIO, PPO_KL_COEF, SAPO_TAU_NEG, SAPO_TAU_POS,
-                                         required_agg_mode_problem)
+from ragen_jax.algos.policy_loss import (CLIP_COV_LB, CLIP_COV_UB, COV_RATIO, PPO_KL_COEF, ROLLOUT_WEIGHTS_KEY,
+                                         SAPO_TAU_NEG, SAPO_TAU_POS, policy_loss_denominator,
+                                         required_agg_mode_problem, takes_rollout_weights)
 from ragen_jax.algos.shaping import shape_advantages
 from ragen_jax.trainer.optim import guarded_apply
 
@@ -149,7 +150,8 @@ def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Arr
 
 
 def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int,
-                      loss_scale_factor: int | None = None) -> jax.Array:
+                      loss_scale_factor: int | None = None, denominator: Callable | None = None,
+                      row_valid: jax.Array | None = None) -> jax.Array:
     """What each micro-batch's aggregated numerator is divided by. mask [M, T] -> [M // micro].
 
     scope "mini_batch": the mini-batch's own denominator for every micro-batch, so the summed losses are the
@@ -158,15 +160,21 @@ def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int,
     row per micro-batch its token-mean weighs every sequence alike). A micro-batch of empty rows (the all-zero
     rows padding a filtered batch; RAGEN pads with copies of real rows instead) adds nothing and counts for
     nothing, so padding does not shrink the last mini-batch's loss. ``loss_scale_factor`` is the constant horizon
-    of ``seq-mean-token-sum-norm`` (None: the padded width)."""
+    of ``seq-mean-token-sum-norm`` (None: the padded width). ``denominator(mask [m, T], row_valid [m])`` replaces
+    the aggregation's (the policy loss's own, `policy_loss_denominator`); row_valid [M] marks the real rows (None:
+    all)."""
     n_micro = mask.shape[0] // micro
+    row_valid = jnp.ones(mask.shape[:1], jnp.float32) if row_valid is None else row_valid
+    if denominator is None:
+        def denominator(m, _rows):
+            return agg_denominator(m, mode, loss_scale_factor)
     if scope == "mini_batch":
-        return jnp.full((n_micro,), jnp.maximum(agg_denominator(mask, mode, loss_scale_factor), 1e-8))
+        return jnp.full((n_micro,), jnp.maximum(denominator(mask, row_valid), 1e-8))
     if scope != "micro_batch":
         raise ValueError(f"loss_scope must be 'mini_batch' or 'micro_batch', got {scope!r}.")
     parts = mask.reshape(n_micro, micro, *mask.shape[1:])
     trained = jnp.maximum(jnp.sum(parts.astype(bool).any(axis=(1, 2))), 1).astype(jnp.float32)
-    return jnp.maximum(jax.vmap(lambda m: agg_denominator(m, mode, loss_scale_factor))(parts), 1e-8) * trained
+    return jnp.maximum(jax.vmap(denominator)(parts, row_valid.reshape(n_micro, micro)), 1e-8) * trained
 
 
 def _accumulate(loss_fn, params, micro_batches, denominators, *args):
@@ -251,7 +259,7 @@ def value_loss_hparams(algo: AlgoSettings) -> dict[str, Any]:
 BUILT_IN_KEYWORDS = ("gamma", "lam", "high_level_gamma", "norm_adv_by_std_in_grpo", "clip_ratio_low",
                      "clip_ratio_high", "clip_ratio_c", "tis_cap", "cliprange_value", "sampler_logprobs",
                      "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "tau_pos",
-                     "tau_neg")
+                     "tau_neg", ROLLOUT_WEIGHTS_KEY)
 
 
 def algo_contract_problems(algo: AlgoSettings) -> list[str]:
@@ -309,25 +317,31 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         raise ValueError(agg_problem)
     correct = resolve_rollout_correction(algo.rollout_correction, algo.rollout_correction_bound,
                                          policy_loss=policy_fn, tis_cap=algo.tis_cap)
+    weighs_itself = takes_rollout_weights(policy_fn)
+
+    def pg_denominator(mask, row_valid):
+        return policy_loss_denominator(policy_fn, mask, algo.loss_agg_mode, row_valid, algo.loss_scale_factor)
 
     def actor_loss(trainable, mb, frozen, denom):
         logprobs, entropy = policy_logprobs(actor_model(trainable, frozen), mb["tokens"], mb["attention_mask"],
                                             temperature=algo.temperature, chunk_size=algo.logprob_chunk,
                                             positions=mb.get("positions"))
         mask = mb["loss_mask"]
+        weights = {ROLLOUT_WEIGHTS_KEY: mb["rollout_weights"]} if weighs_itself else {}
         pg, metrics = call_with_supported(policy_fn, logprobs, mb["old_logprobs"], mb["advantages"], mask,
-                                          sampler_logprobs=mb["sample_logprobs"],
+                                          sampler_logprobs=mb["sample_logprobs"], **weights,
                                           **policy_loss_hparams(algo, policy_fn))
-        num = agg_numerator(pg * mb["rollout_weights"], mask, algo.loss_agg_mode)
+        pg_loss = agg_numerator(pg if weighs_itself else pg * mb["rollout_weights"], mask, algo.loss_agg_mode)
+        pg_loss = pg_loss / denom["policy"]
         ent_num = agg_numerator(entropy, mask, algo.loss_agg_mode)
-        total = num - algo.entropy_coeff * ent_num
-        metrics = dict(metrics, pg_loss=num / denom, entropy_loss=ent_num / denom)  # RAGEN's in-update name
+        total = pg_loss - algo.entropy_coeff * ent_num / denom["agg"]
+        metrics = dict(metrics, pg_loss=pg_loss, entropy_loss=ent_num / denom["agg"])  # RAGEN's in-update name
         if algo.use_kl_loss:
             kl_num = agg_numerator(kl_penalty(logprobs, mb["ref_logprobs"], algo.kl_loss_type), mask,
                                    algo.loss_agg_mode)
-            total = total + algo.kl_loss_coef * kl_num
-            metrics["kl_loss"] = kl_num / denom
-        return total / denom, metrics
+            total = total + algo.kl_loss_coef * kl_num / denom["agg"]
+            metrics["kl_loss"] = kl_num / denom["agg"]
+        return total, metrics
 
     def _corrected(minibatch):
         """Rollout correction once per mini-batch, before the micro-batch split: dropped tokens leave the
@@ -338,8 +352,11 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
 
     def _actor_update(trainable, opt_state, frozen, minibatch, lr=None):
         minibatch, correction_metrics = _corrected(minibatch)
-        denoms = loss_denominators(minibatch["loss_mask"], algo.loss_agg_mode, algo.loss_scope, micro_batch_size,
-                                   algo.loss_scale_factor)
+        mask, row_valid = minibatch["loss_mask"], minibatch.get("row_valid")
+        denoms = {"agg": loss_denominators(mask, algo.loss_agg_mode, algo.loss_scope, micro_batch_size,
+                                           algo.loss_scale_factor),
+                  "policy": loss_denominators(mask, algo.loss_agg_mode, algo.loss_scope, micro_batch_size,
+                                              algo.loss_scale_factor, pg_denominator, row_valid)}
         loss, grads, metrics = _accumulate(actor_loss, trainable, _micro_batches(minibatch, micro_batch_size),
                                            denoms, frozen)
         trainable, opt_state, grad_norm, finite = guarded_apply(actor_tx, trainable, opt_state, grads, loss, lr)
