@@ -98,7 +98,7 @@ def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
         dumps = sorted(f for f in os.listdir(tmp_path / run_dir / "rollouts") if f.startswith("train_"))
         assert dumps == ["train_step2.jsonl", "train_step4.jsonl"], run_dir
     assert {2, 4} <= straight_log.keys()
-    summary = report.run_summary(resumed, 1.0, 0.0, None)
+    summary = report.run_summary(resumed, 1.0, 0.0, None, 0.5)
     assert summary["val_success_after_warmstart"] is not None and summary["warmstart_seconds"] is not None
 
 

@@ -42,7 +42,7 @@ def test_the_summary_counts_every_env(tmp_path, capsys):
     from ragen_jax.trainer import report
 
     trainer = Trainer(_config(tmp_path, "Bandit,BanditTest"))
-    summary = report.run_summary(trainer, 1.0, 0.0, None)
+    summary = report.run_summary(trainer, 1.0, 0.0, None, 0.5)
     assert summary["val_episodes"] == 12 and summary["val_envs"] == ["Bandit", "BanditTest"]
     report.print_summary(summary, str(tmp_path))
     out = capsys.readouterr().out
@@ -112,3 +112,45 @@ def test_the_banner_says_a_run_without_validation_validates_nothing(tmp_path):
     assert "no validation (val.every=0)" in banner and "per validation" not in banner, banner
     banner = report.banner(Trainer(_config(tmp_path / "some", "Bandit")), None)
     assert "6 episodes of Bandit per validation" in banner, banner
+
+
+def test_token_rates_cover_the_wall_time_and_the_rl_steps_apart():
+    from ragen_jax.trainer import report
+
+    rates = report.token_rates(1200.0, wall_s=300.0, rl_step_s=100.0)
+    assert rates == {"trained_tokens_per_s_wall": 4.0, "trained_tokens_per_s_rl_steps": 12.0}
+    assert report.token_rates(0.0, 5.0, 0.0) == {"trained_tokens_per_s_wall": 0.0,
+                                                 "trained_tokens_per_s_rl_steps": None}  # no RL step ran
+    with pytest.raises(ValueError, match="must be >= 0"):
+        report.token_rates(10.0, 5.0, -1.0)
+
+
+class _Bar(list):
+    """tqdm's surface that the RL loop uses."""
+
+    def __init__(self, steps):
+        super().__init__(range(steps))
+
+    def set_postfix(self, values):
+        pass
+
+
+def test_the_summary_rates_tokens_over_the_rl_steps_own_time(tmp_path, capsys):
+    """The RL-only rate divides by the summed timing_s/step, not by the run's wall time (warm start, validation,
+    compiles outside the steps)."""
+    from ragen_jax.trainer import report
+    from ragen_jax.trainer.interrupt import StopRequests
+
+    trainer = Trainer(_config(tmp_path, "Bandit"))
+    logged = []
+    trainer.train_step = lambda step: {"perf/trained_tokens": 100.0 * (step + 1)}
+    trainer.monitor.scalars = lambda metrics, step: logged.append(metrics["timing_s/step"])
+    bar = _Bar(3)
+    last, _, _, tokens, rl_step_s = trainer._rl_steps(bar, StopRequests())
+    assert (last, tokens) == (2, 600.0) and rl_step_s == pytest.approx(sum(logged), rel=1e-12) and len(logged) == 3
+    summary = report.run_summary(trainer, 40.0, 600.0, None, 3.0)
+    assert summary["trained_tokens_per_s_wall"] == 15.0 and summary["trained_tokens_per_s_rl_steps"] == 200.0
+    report.print_summary(summary, str(tmp_path))
+    out = capsys.readouterr().out
+    assert re.search(r"trained tokens / s of wall time +15\n", out), out
+    assert re.search(r"trained tokens / s of RL steps +200\n", out), out

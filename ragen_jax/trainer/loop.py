@@ -627,7 +627,7 @@ class Trainer:
         stops = StopRequests()
         failures = []  # outputs the run could not write: reported once the rest is written
         with stops:  # the final save too: a signal while it writes (the run's only checkpoint at save_every=0)
-            last, stop_reason, saved, trained_tokens = self._rl_steps(bar, stops)
+            last, stop_reason, saved, trained_tokens, rl_step_s = self._rl_steps(bar, stops)
             bar.close()
             if last >= self.start_step and saved != last and (error := self._checkpoint(last, final=True)):
                 failures.append(f"The run's final state (after step {last + 1}) was not saved: {error} Then "
@@ -644,7 +644,7 @@ class Trainer:
             self._record_val(last + 1, vm)
             self.monitor.scalars(vm, last + 1)
         wall = time.perf_counter() - wall0
-        summary = report.run_summary(self, wall, trained_tokens, stop_reason)
+        summary = report.run_summary(self, wall, trained_tokens, stop_reason, rl_step_s)
         summary["stopped_by_signal"] = signal_name
         if last >= self.start_step and not failures:
             summary["outputs"].append(f"Checkpoint after {last + 1} RL steps: {self.checkpointer.directory}/{last}")
@@ -677,11 +677,11 @@ class Trainer:
             write_config_json(self.workdir, self.cfg)
         self.monitor.config(flatten_config(self.cfg.to_dict()))
 
-    def _rl_steps(self, bar, stops: StopRequests) -> tuple[int, str | None, int | None, float]:
+    def _rl_steps(self, bar, stops: StopRequests) -> tuple[int, str | None, int | None, float, float]:
         """The RL steps of `bar` until the end, an early stop or a stop request -> (last step run, stop reason,
-        last step saved, tokens trained)."""
+        last step saved, tokens trained, the steps' summed `timing_s/step` seconds)."""
         cfg, t = self.cfg, self.cfg.trainer
-        stop_reason, saved, step, trained_tokens = None, None, self.start_step - 1, 0.0
+        stop_reason, saved, step, trained_tokens, rl_step_s = None, None, self.start_step - 1, 0.0, 0.0
         for step in bar:
             t0 = time.perf_counter()
             metrics = self.train_step(step)
@@ -689,6 +689,7 @@ class Trainer:
             self.last_stop_metrics = stop_metrics(metrics)  # before the checkpoint, which keeps them
             trained_tokens += metrics.get("perf/trained_tokens", 0.0)
             metrics["timing_s/step"] = time.perf_counter() - t0
+            rl_step_s += metrics["timing_s/step"]
             if cfg.val.every and (step + 1) % cfg.val.every == 0:
                 vm = self.validate(step + 1)
                 self._record_val(step + 1, vm)
@@ -706,7 +707,7 @@ class Trainer:
             if stops.agreed():
                 stop_reason = stop_message(stops.received)
                 break
-        return step, stop_reason, saved, trained_tokens
+        return step, stop_reason, saved, trained_tokens, rl_step_s
 
     def export(self, folder: str) -> str:
         """Write the policy as a Hugging Face folder (LoRA merged) that transformers can load.

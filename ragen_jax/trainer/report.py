@@ -123,8 +123,25 @@ def _eval_lines(trainer, target) -> list[str]:
     ]
 
 
-def run_summary(trainer, wall: float, trained_tokens: float, stop_reason: str | None) -> dict[str, Any]:
-    """What a finished run writes to summary.json and prints: validation figures, timings, counters, outputs."""
+def token_rates(trained_tokens: float, wall_s: float, rl_step_s: float) -> dict[str, float | None]:
+    """Trained tokens per second over the run's wall time (warm start, validations, saves and compiles included)
+    and over the RL steps' own time (the summed `timing_s/step`: rollout, scoring, update; a step's compiles
+    included, validations and saves not). A rate over no time is None."""
+    if min(trained_tokens, wall_s, rl_step_s) < 0:
+        raise ValueError(f"token_rates: tokens and seconds must be >= 0, got {trained_tokens=}, {wall_s=}, "
+                         f"{rl_step_s=}.")
+    return {"trained_tokens_per_s_wall": trained_tokens / wall_s if wall_s > 0 else None,
+            "trained_tokens_per_s_rl_steps": trained_tokens / rl_step_s if rl_step_s > 0 else None}
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def run_summary(trainer, wall: float, trained_tokens: float, stop_reason: str | None,
+                rl_step_s: float) -> dict[str, Any]:
+    """What a finished run writes to summary.json and prints: validation figures, timings, counters, outputs.
+    `wall`: the run's seconds; `rl_step_s`: the RL steps' own seconds (see `token_rates`)."""
     vals = [h["val_success"] for h in trainer.history]
     ws = trainer.warmstart_metrics
     return {
@@ -135,7 +152,8 @@ def run_summary(trainer, wall: float, trained_tokens: float, stop_reason: str | 
         "val_success_best": max(vals) if vals else None,
         "val_history": trainer.history,
         "wall_time_s": wall,
-        "trained_tokens_per_s": trained_tokens / max(wall, 1e-9),
+        "rl_steps_time_s": rl_step_s,
+        **token_rates(trained_tokens, wall, rl_step_s),
         "stop_reason": stop_reason,
         "steps_run": trainer.counters["steps_run"],
         "updates_applied": trainer.counters["updates_applied"],
@@ -167,7 +185,9 @@ def print_summary(summary: dict, tb_dir: str) -> None:
         ("updates applied / skipped", f"{summary.get('updates_applied', 0)} / {summary.get('updates_skipped', 0)}"),
         ("mean filter kept ratio", _pct(summary.get("mean_kept_ratio"))),
         ("wall time", f"{summary['wall_time_s']:.0f} s"),
-        ("trained tokens / s", f"{summary['trained_tokens_per_s']:.0f}"),
+        ("RL steps' own time", f"{summary['rl_steps_time_s']:.0f} s"),
+        ("trained tokens / s of wall time", _rate(summary["trained_tokens_per_s_wall"])),
+        ("trained tokens / s of RL steps", _rate(summary["trained_tokens_per_s_rl_steps"])),
     ]
     if summary.get("stop_reason"):
         rows.append(("early stop", summary["stop_reason"]))
