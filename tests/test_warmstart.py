@@ -511,6 +511,20 @@ def test_demo_cache_key_covers_what_shapes_the_rows(tok):
     assert ws.demo_cache_key(other, 8) != base
 
 
+def test_demo_cache_key_reads_ragen_and_our_names_as_one_setting(tok):
+    """One env setting given under RAGEN's env_config name or ours (or at the variant's own value) keys one cache
+    entry; another value keys another."""
+    keys = {}
+    for name, kwargs in {"ragen": {"hi_arm_hiscore_prob": 0.5}, "ours": {"hi_prob": 0.5},
+                         "default_ragen": {"split": "train"}, "none": {}, "other": {"hi_prob": 0.4}}.items():
+        c = _bandit_config()
+        c.env.kwargs = kwargs
+        keys[name] = ws.demo_cache_key(_demo_trainer(tok, c), 8)
+    assert keys["ragen"] == keys["ours"]
+    assert keys["default_ragen"] == keys["none"]
+    assert len({keys["ours"], keys["none"], keys["other"]}) == 3
+
+
 def test_demo_cache_code_fingerprint_covers_the_env_package(tmp_path, monkeypatch):
     """An edit of the env's renderer, generator or oracle (modules beside the env class) invalidates cached demos;
     only the env class's own module was hashed, so stale prompts trained silently."""

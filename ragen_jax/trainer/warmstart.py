@@ -215,13 +215,23 @@ def _format_code_fingerprint(env_batch) -> str:
     return digest.hexdigest()[:16]
 
 
+def _canonical_env_kwargs(name: str, overrides: Any) -> str:
+    """The constructor kwargs of env `name` with `overrides` (envs.registry.env_kwargs: RAGEN's env_config names
+    translated to ours, over the variant's values) as one string, so one setting written either way keys one entry."""
+    from envs import registry
+    from envs.ragen_keys import plain
+
+    kwargs = registry.env_kwargs(registry.get_spec(name), dict(overrides or {}))
+    return repr(sorted(plain(kwargs).items()))
+
+
 def demo_cache_key(trainer, num: int) -> str:
     """The demo cache's key: everything the played rows depend on (code, env and its kwargs, demo count, seed and
     reasoning, the rollout format and lengths, and the tokenizer: vocabulary, chat template, end and pad ids)."""
     cfg, w, rcfg, tok = trainer.cfg, trainer.cfg.warmstart, trainer.rollout_cfg, trainer.tokenizer
     probe = tok.apply_chat_template([{"role": "user", "content": "probe"}], add_generation_prompt=True)
     blob = json.dumps({"v": DEMO_CACHE_VERSION, "code": _format_code_fingerprint(trainer.train_env),
-                       "env": cfg.env.name, "kwargs": dict(cfg.env.kwargs).__repr__(),
+                       "env": cfg.env.name, "kwargs": _canonical_env_kwargs(cfg.env.name, cfg.env.kwargs),
                        "num": int(num), "seed": int(w.seed), "source": w.source,
                        "reasoning": [w.reasoning, w.reasoning_text, int(w.filler_words)],
                        "rollout": dataclasses.asdict(rcfg), "vocab": len(tok), "probe": probe,
