@@ -81,7 +81,7 @@ def test_val_layer_replaces_env_layer_across_names():
     ("SimpleSokoban", dict(observation_format="image"), ["observation_format", "'image'", "grid_coord"]),
     ("SimpleSokoban", dict(render_mode="coord", observation_format="grid"), ["render_mode", "observation_format"]),
     ("SimpleSokoban", dict(render_mode="rgb_array"), ["rgb_array", "text"]),
-    ("SimpleSokoban", dict(grid_lookup={0: "Z"}), ["grid_lookup", "'different'"]),
+    ("SimpleSokoban", dict(grid_lookup={0: "Z"}), ["grid_lookup", "misses code 1 (empty)", "6 (player on target)"]),
     ("SimpleSokoban", dict(grid_lookup=DIFFERENT_LOOKUP, grid_vocab="default"), ["grid_lookup", "grid_vocab"]),
     ("SimpleSokoban", dict(action_lookup={1: "North"}), ["action_lookup", "Up, Down"]),
     ("SimpleSokoban", dict(max_workers=32), ["max_workers", "worker pool"]),

@@ -10,7 +10,7 @@ The slips are drawn at reset and carried in the state, so the step key is not us
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import chex
 import jax
@@ -23,6 +23,7 @@ from envs.frozenlake.generator import DELTAS, GOAL, HOLE, START, generate_map_ja
 from envs.frozenlake.types import FrozenLakeParams, FrozenLakeState
 from envs.protocols import JaxEnv
 from envs.ragen_keys import RagenKeys, observation_format, take_one
+from envs.symbols import legend_text, symbol_table
 
 _INSTRUCTION = (
     "You are solving the FrozenLake puzzle. Forbid the whole and go to the target. You may move to the unintended "
@@ -61,9 +62,17 @@ def seeded_slips(seed: int, num_steps: int, success_rate: float) -> np.ndarray:
     return slip_offsets(np.random.default_rng(seed).random(num_steps + 1)[1:], success_rate)
 
 
+def frozenlake_symbols(grid_lookup: Mapping[int, str] | None,
+                       grid_vocab: Mapping[str, str] | None) -> tuple[dict[int, str], dict[str, str]]:
+    """(grid_lookup {RAGEN's grid code 0..5: symbol}, grid_vocab {symbol: meaning}) from RAGEN's dicts, either or
+    both None (envs.symbols.symbol_table; both None: RAGEN's default table)."""
+    return symbol_table(grid_lookup, grid_vocab, render.KINDS, render.GRID_LOOKUP, "FrozenLake")
+
+
 def _ragen_frozenlake(kwargs: dict[str, Any]) -> dict[str, Any]:
     """RAGEN's FrozenLakeEnvConfig forms: observation_format -> render_mode; is_slippery=False (gymnasium's
-    deterministic moves, RAGEN then ignores success_rate) -> success_rate=1.0."""
+    deterministic moves, RAGEN then ignores success_rate) -> success_rate=1.0; grid_lookup / grid_vocab -> one
+    whole symbol table (None, None for RAGEN's default)."""
     kwargs = observation_format(kwargs, "FrozenLake")
     if "is_slippery" in kwargs:
         slippery = kwargs.pop("is_slippery")
@@ -75,20 +84,23 @@ def _ragen_frozenlake(kwargs: dict[str, Any]) -> dict[str, Any]:
                                  "contradict (RAGEN ignores success_rate when is_slippery is False): give one of them "
                                  "(is_slippery=False is success_rate=1.0)")
             take_one(kwargs, "success_rate", "is_slippery=False", 1.0, "FrozenLake")
+    if "grid_lookup" in kwargs or "grid_vocab" in kwargs:  # one whole table, replacing an earlier layer's
+        lookup, vocab = frozenlake_symbols(kwargs.pop("grid_lookup", None), kwargs.pop("grid_vocab", None))
+        default = (lookup, list(vocab.items())) == (render.GRID_LOOKUP, list(render.GRID_VOCAB.items()))
+        kwargs["grid_lookup"], kwargs["grid_vocab"] = (None, None) if default else (lookup, vocab)
     return kwargs
 
 
-_FIXED_SYMBOLS = "ragen-jax uses RAGEN's symbols and action names (ids 0..3 here: Left, Down, Right, Up)"
+_FIXED_SYMBOLS = "ragen-jax uses RAGEN's action names and ids (0..3 here: Left, Down, Right, Up)"
 RAGEN_KEYS = RagenKeys(
     fixed={"action_lookup": ({1: "Left", 2: "Down", 3: "Right", 4: "Up"}, _FIXED_SYMBOLS),
-           "action_map": ({1: 0, 2: 1, 3: 2, 4: 3}, _FIXED_SYMBOLS),
-           "grid_lookup": (dict(enumerate("P_OGX√")), _FIXED_SYMBOLS),
-           "grid_vocab": (render.GRID_VOCAB, _FIXED_SYMBOLS)},
+           "action_map": ({1: 0, 2: 1, 3: 2, 4: 3}, _FIXED_SYMBOLS)},
     unsupported={"map_seed": "each episode's map comes from its seed, as in RAGEN, whose reset overwrites map_seed "
                              "with the episode seed (so it never chose the map); the seeds are "
                              "config.env.train_seed and config.val.seed",
                  "map_lookup": "its map codes are internal here (not settable): remove it"},
-    convert=_ragen_frozenlake, converted=("observation_format", "render_mode", "is_slippery"))
+    convert=_ragen_frozenlake, converted=("observation_format", "render_mode", "is_slippery", "grid_lookup",
+                                          "grid_vocab"))
 
 
 class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
@@ -98,7 +110,8 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
     ragen_keys = RAGEN_KEYS  # RAGEN's env_config names (observation_format, is_slippery, ...) in env.kwargs
 
     def __init__(self, size: int = 4, p: float = 0.9, success_rate: float = 0.8, render_mode: str = "text",
-                 max_steps: int = 100, instruction: str | None = None):
+                 max_steps: int = 100, instruction: str | None = None, grid_lookup: Mapping[int, str] | None = None,
+                 grid_vocab: Mapping[str, str] | None = None):
         super().__init__()
         if render_mode not in _FORMATS:
             raise ValueError(f"render_mode must be one of {sorted(_FORMATS)}, got {render_mode!r}.")
@@ -108,6 +121,7 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
             raise ValueError(f"size must be >= 2 (start and goal differ), got {size}.")
         self.size, self.p, self.success_rate, self.max_steps = int(size), float(p), float(success_rate), int(max_steps)
         self.observation_format = _FORMATS[render_mode]
+        self.grid_lookup, self.grid_vocab = frozenlake_symbols(grid_lookup, grid_vocab)
         self._instruction = instruction
         self._reset_maps = jax.jit(jax.vmap(_state_from_tiles))
 
@@ -171,10 +185,10 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
 
     def legend(self) -> str:
         """RAGEN's grid_vocab text, leading newline included (appended to the instruction)."""
-        return "\nThe meaning of each symbol in the state is:\n" + ", ".join(f"{k}: {v}" for k, v in render.GRID_VOCAB.items())
+        return legend_text(self.grid_vocab)
 
     def render_text(self, state: FrozenLakeState, params: FrozenLakeParams | None = None) -> str:
-        return render.render_text(np.asarray(state.tiles), int(state.pos), self.observation_format)
+        return render.render_text(np.asarray(state.tiles), int(state.pos), self.observation_format, self.grid_lookup)
 
     # ---- seeds, hand-built maps, oracle -------------------------------------------------------
     def reset_from_seeds(self, seeds: Sequence[int], params: FrozenLakeParams | None = None) -> FrozenLakeState:

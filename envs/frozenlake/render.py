@@ -6,17 +6,22 @@ import numpy as np
 
 from envs.frozenlake.generator import GOAL, HOLE, START
 
+# RAGEN's grid codes (its grid_lookup keys) and what each is, in code order.
+KINDS = ("player", "empty", "hole", "goal", "player in hole", "player on goal")
+GRID_LOOKUP = {0: "P", 1: "_", 2: "O", 3: "G", 4: "X", 5: "√"}
 GRID_VOCAB = {"P": "player", "_": "empty", "O": "hole", "G": "goal", "X": "player in hole", "√": "player on goal"}
-_TILE_SYMBOL = {0: "_", 1: "O", 2: "_", 3: "G"}
+_TILE_CODE = {0: 1, HOLE: 2, START: 1, GOAL: 3}  # our tile -> RAGEN's grid code (the start is drawn as frozen)
+_PLAYER_CODE = {HOLE: 4, GOAL: 5}  # the player's tile -> its grid code (0 elsewhere)
 
 
-def render_grid(tiles: np.ndarray, pos: int) -> str:
-    """One row per line; P player, X player in hole, √ player on goal; no trailing newline."""
+def render_grid(tiles: np.ndarray, pos: int, lookup: dict[int, str] = GRID_LOOKUP) -> str:
+    """One row per line in `lookup`'s symbols (by default P player, _ frozen, O hole, G goal, X player in hole,
+    √ player on goal); no trailing newline."""
     tiles = np.asarray(tiles)
     cols = tiles.shape[1]
-    cells = [[_TILE_SYMBOL[int(t)] for t in row] for row in tiles]
+    cells = [[lookup[_TILE_CODE[int(t)]] for t in row] for row in tiles]
     r, c = divmod(int(pos), cols)
-    cells[r][c] = {HOLE: "X", GOAL: "√"}.get(int(tiles[r, c]), "P")
+    cells[r][c] = lookup[_PLAYER_CODE.get(int(tiles[r, c]), 0)]
     return "\n".join("".join(row) for row in cells)
 
 
@@ -41,12 +46,12 @@ def render_coords(tiles: np.ndarray, pos: int) -> str:
     return "\n".join(lines)
 
 
-def render_text(tiles: np.ndarray, pos: int, fmt: str) -> str:
+def render_text(tiles: np.ndarray, pos: int, fmt: str, lookup: dict[int, str] = GRID_LOOKUP) -> str:
     """`fmt` is "grid", "coord" or "grid_coord" (coordinate block, then the grid)."""
     if fmt == "grid":
-        return render_grid(tiles, pos)
+        return render_grid(tiles, pos, lookup)
     if fmt == "coord":
         return render_coords(tiles, pos)
     if fmt == "grid_coord":
-        return "Coordinates: \n" + render_coords(tiles, pos) + "\nGrid Map: \n" + render_grid(tiles, pos)
+        return "Coordinates: \n" + render_coords(tiles, pos) + "\nGrid Map: \n" + render_grid(tiles, pos, lookup)
     raise ValueError(f"Unknown FrozenLake observation format {fmt!r}; use 'grid', 'coord' or 'grid_coord'.")

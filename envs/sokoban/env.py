@@ -8,7 +8,7 @@ Actions: 0 Up, 1 Down, 2 Left, 3 Right (RAGEN's ids 1..4 minus one; gym-sokoban'
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import chex
 import jax
@@ -17,10 +17,11 @@ import numpy as np
 from gymnax.environments import spaces
 
 from envs.protocols import JaxEnv
-from envs.ragen_keys import RagenKeys, observation_format, plain, take_one
+from envs.ragen_keys import RagenKeys, observation_format, take_one
 from envs.sokoban import levels, oracle, render
 from envs.sokoban.generator import BOX, BOX_ON_TARGET, DELTAS, FLOOR, PLAYER, TARGET, WALL, GeneratorConfig
 from envs.sokoban.types import SokobanParams, SokobanState
+from envs.symbols import check_lookup, legend_text, symbol_table
 
 STEP_PENALTY, BOX_ON_REWARD, BOX_OFF_PENALTY, SOLVED_REWARD = -0.1, 1.0, -1.0, 10.0
 
@@ -89,20 +90,37 @@ _VOCAB_NAMES = {"default": (render.GRID_LOOKUP, render.GRID_VOCAB),
                 "different": (render.DIFFERENT_GRID_LOOKUP, render.DIFFERENT_GRID_VOCAB)}
 
 
-def _table_name(key: str, table: Any, index: int) -> str:
-    """The grid_vocab name ("default" | "different") of one of RAGEN's symbol tables (grid_lookup: index 0, its
-    grid_vocab dict: index 1); other tables are refused."""
+def sokoban_symbols(grid_vocab: str | Mapping[str, str] | None,
+                    grid_lookup: Mapping[int, str] | None) -> tuple[dict[int, str], dict[str, str]]:
+    """(grid_lookup {render code 0..6: symbol}, grid_vocab {symbol: meaning}) of a named table ("default",
+    "different": SokobanDifferentGridVocab's) or of RAGEN's dicts (envs.symbols.symbol_table; None: not given;
+    both None: RAGEN's default table)."""
+    if isinstance(grid_vocab, str):
+        if grid_vocab not in _VOCAB_NAMES:
+            raise ValueError(f"Sokoban: grid_vocab must be 'default', 'different' or a dict {{symbol: meaning}}, "
+                             f"got {grid_vocab!r}")
+        lookup, vocab = _VOCAB_NAMES[grid_vocab]
+        if grid_lookup is not None and check_lookup(grid_lookup, render.KINDS, "Sokoban") != lookup:
+            raise ValueError(f"Sokoban: grid_lookup={grid_lookup!r} does not draw the {grid_vocab!r} table "
+                             f"grid_vocab={grid_vocab!r} names; give one of them (or grid_vocab as a dict)")
+        return dict(lookup), dict(vocab)
+    return symbol_table(grid_lookup, grid_vocab, render.KINDS, render.GRID_LOOKUP, "Sokoban")
+
+
+def _canonical_symbols(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A layer's grid_lookup / grid_vocab as one whole table, so a later layer's table replaces an earlier one's:
+    RAGEN's default as both None (the defaults), SokobanDifferentGridVocab's as grid_vocab='different', grid_lookup
+    None, another as both dicts."""
+    lookup, vocab = sokoban_symbols(kwargs.pop("grid_vocab", None), kwargs.pop("grid_lookup", None))
     for name, tables in _VOCAB_NAMES.items():
-        if plain(table) == tables[index]:
-            return name
-    raise ValueError(f"Sokoban: RAGEN's {key}={table!r} is not one of the symbol tables ragen-jax renders: give "
-                     "grid_vocab='default' (symbols # _ O √ X P S) or 'different' (W . G C B A @, RAGEN's "
-                     "SokobanDifferentGridVocab), or exactly one of those tables as RAGEN writes it")
+        if (lookup, list(vocab.items())) == (tables[0], list(tables[1].items())):
+            return {**kwargs, "grid_vocab": None if name == "default" else name, "grid_lookup": None}
+    return {**kwargs, "grid_vocab": vocab, "grid_lookup": lookup}
 
 
 def _ragen_sokoban(kwargs: dict[str, Any]) -> dict[str, Any]:
     """RAGEN's SokobanEnvConfig forms: dim_x + dim_y (both, as RAGEN sets dim_room only then), observation_format,
-    and the grid_lookup / grid_vocab dicts (RAGEN's two tables) -> dim_room, render_mode, grid_vocab."""
+    and the grid_lookup / grid_vocab dicts -> dim_room, render_mode, and one whole symbol table."""
     kwargs = observation_format(kwargs, "Sokoban")
     if "dim_x" in kwargs or "dim_y" in kwargs:
         if "dim_x" not in kwargs or "dim_y" not in kwargs:
@@ -111,18 +129,8 @@ def _ragen_sokoban(kwargs: dict[str, Any]) -> dict[str, Any]:
                              "sets dim_room = (dim_x, dim_y) only when both are given (and ignores one alone): give "
                              "both, or dim_room")
         take_one(kwargs, "dim_room", "dim_x/dim_y", [int(kwargs.pop("dim_x")), int(kwargs.pop("dim_y"))], "Sokoban")
-    names = {}
-    if isinstance(kwargs.get("grid_vocab"), str):
-        names["grid_vocab"] = kwargs["grid_vocab"]
-    elif "grid_vocab" in kwargs:
-        names["grid_vocab (dict)"] = _table_name("grid_vocab", kwargs["grid_vocab"], 1)
-    if "grid_lookup" in kwargs:
-        names["grid_lookup"] = _table_name("grid_lookup", kwargs.pop("grid_lookup"), 0)
-    if len(set(names.values())) > 1:
-        raise ValueError(f"Sokoban: the symbol tables disagree: {', '.join(f'{k} -> {v!r}' for k, v in names.items())}"
-                         "; give one table (grid_vocab='default' or 'different')")
-    if names:
-        kwargs["grid_vocab"] = next(iter(names.values()))
+    if "grid_vocab" in kwargs or "grid_lookup" in kwargs:
+        kwargs = _canonical_symbols(kwargs)
     return kwargs
 
 
@@ -140,21 +148,19 @@ class Sokoban(JaxEnv[SokobanState, SokobanParams]):
     ragen_keys = RAGEN_KEYS  # RAGEN's env_config names (dim_x/dim_y, observation_format, ...) in env.kwargs
 
     def __init__(self, dim_room: Sequence[int] = (6, 6), num_boxes: int = 1, max_steps: int = 100,
-                 search_depth: int = 300, render_mode: str = "text", grid_vocab: str = "default",
+                 search_depth: int = 300, render_mode: str = "text",
+                 grid_vocab: str | Mapping[str, str] | None = None, grid_lookup: Mapping[int, str] | None = None,
                  bank_size: int = 1024, bank_seed: int = 0, use_cache: bool = True, instruction: str | None = None):
         super().__init__()
         if render_mode not in _FORMATS:
             raise ValueError(f"render_mode must be one of {sorted(_FORMATS)}, got {render_mode!r}.")
-        if grid_vocab not in ("default", "different"):
-            raise ValueError(f"grid_vocab must be 'default' or 'different', got {grid_vocab!r}.")
         if bank_size < 1:
             raise ValueError(f"bank_size must be >= 1, got {bank_size}.")
         self.config = GeneratorConfig(dim_room=tuple(int(d) for d in dim_room), num_boxes=int(num_boxes),
                                       search_depth=int(search_depth))
         self.max_steps = int(max_steps)
         self.observation_format = _FORMATS[render_mode]
-        self.grid_lookup = render.DIFFERENT_GRID_LOOKUP if grid_vocab == "different" else render.GRID_LOOKUP
-        self.grid_vocab = render.DIFFERENT_GRID_VOCAB if grid_vocab == "different" else render.GRID_VOCAB
+        self.grid_lookup, self.grid_vocab = sokoban_symbols(grid_vocab, grid_lookup)
         self.bank_size, self.bank_seed, self.use_cache = int(bank_size), int(bank_seed), use_cache
         self._instruction = instruction
         self._params: SokobanParams | None = None
@@ -214,10 +220,11 @@ class Sokoban(JaxEnv[SokobanState, SokobanParams]):
 
     def legend(self) -> str:
         """RAGEN's grid_vocab text, leading newline included (appended to the instruction)."""
-        return "\nThe meaning of each symbol in the state is:\n" + ", ".join(f"{k}: {v}" for k, v in self.grid_vocab.items())
+        return legend_text(self.grid_vocab)
 
     def render_text(self, state: SokobanState, params: SokobanParams | None = None) -> str:
-        return render.render_text(np.asarray(state.fixed), np.asarray(state.room), self.observation_format, self.grid_lookup)
+        return render.render_text(np.asarray(state.fixed), np.asarray(state.room), self.observation_format,
+                                  self.grid_lookup)
 
     # ---- seeds, hand-built levels, oracle ----------------------------------------------------
     def reset_from_seeds(self, seeds: Sequence[int], params: SokobanParams | None = None) -> SokobanState:

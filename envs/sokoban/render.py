@@ -7,6 +7,8 @@ import numpy as np
 from envs.sokoban.generator import BOX, BOX_ON_TARGET, PLAYER, TARGET
 
 PLAYER_ON_TARGET = 6
+# What each render code is (RAGEN's meaning words, code order).
+KINDS = ("wall", "empty", "target", "box on target", "box", "player", "player on target")
 # Render code (0..6) -> symbol.
 GRID_LOOKUP = {0: "#", 1: "_", 2: "O", 3: "√", 4: "X", 5: "P", 6: "S"}
 GRID_VOCAB = {"#": "wall", "_": "empty", "O": "target", "√": "box on target", "X": "box", "P": "player",
