@@ -523,6 +523,10 @@ def test_demo_cache_key_reads_ragen_and_our_names_as_one_setting(tok):
     assert keys["ragen"] == keys["ours"]
     assert keys["default_ragen"] == keys["none"]
     assert len({keys["ours"], keys["none"], keys["other"]}) == 3
+    default_table = {"grid_lookup": {0: "#", 1: "_", 2: "O", 3: "√", 4: "X", 5: "P", 6: "S"}}
+    assert ws._canonical_env_kwargs("SimpleSokoban", default_table) == ws._canonical_env_kwargs("SimpleSokoban", {})
+    assert ws._canonical_env_kwargs("SimpleSokoban", {"dim_x": 6, "dim_y": 6}) == ws._canonical_env_kwargs(
+        "SimpleSokoban", {"dim_room": (6, 6)})
 
 
 def test_demo_cache_code_fingerprint_covers_the_env_package(tmp_path, monkeypatch):

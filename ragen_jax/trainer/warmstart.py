@@ -217,12 +217,21 @@ def _format_code_fingerprint(env_batch) -> str:
 
 def _canonical_env_kwargs(name: str, overrides: Any) -> str:
     """The constructor kwargs of env `name` with `overrides` (envs.registry.env_kwargs: RAGEN's env_config names
-    translated to ours, over the variant's values) as one string, so one setting written either way keys one entry."""
+    translated to ours, over the variant's values), less those at the constructor's default, as one string: one
+    setting written either way keys one entry."""
+    import inspect
+
     from envs import registry
     from envs.ragen_keys import plain
 
-    kwargs = registry.env_kwargs(registry.get_spec(name), dict(overrides or {}))
-    return repr(sorted(plain(kwargs).items()))
+    spec = registry.get_spec(name)
+    kwargs = plain(registry.env_kwargs(spec, dict(overrides or {})))
+    try:
+        params = inspect.signature(spec.resolve_factory()).parameters
+    except (TypeError, ValueError):
+        params = {}
+    defaults = {k: plain(p.default) for k, p in params.items() if p.default is not inspect.Parameter.empty}
+    return repr(sorted((k, v) for k, v in kwargs.items() if k not in defaults or defaults[k] != v))
 
 
 def demo_cache_key(trainer, num: int) -> str:
