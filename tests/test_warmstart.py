@@ -553,6 +553,18 @@ def test_demo_cache_code_fingerprint_covers_the_env_package(tmp_path, monkeypatc
             del sys.modules[name]
 
 
+def test_demo_cache_code_fingerprint_covers_the_shared_symbol_tables():
+    """envs/symbols.py checks and completes the Sokoban and FrozenLake symbol tables (the grid and the legend), but
+    lives beside the env packages, not in them: it is hashed too."""
+    import os
+    import types
+
+    from envs.sokoban.env import Sokoban
+
+    files = ws._demo_code_files(types.SimpleNamespace(env=Sokoban(bank_size=1, use_cache=False)))
+    assert os.path.join("envs", "symbols.py") in {os.path.join(*f.split(os.sep)[-2:]) for f in files}
+
+
 def test_a_damaged_demo_cache_file_is_rebuilt(tok, tmp_path, monkeypatch):
     """A truncated or empty cache file (a copy cut short, a full disk) stopped the run with BadZipFile/EOFError
     although it was meant to be rebuilt."""

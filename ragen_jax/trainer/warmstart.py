@@ -184,13 +184,15 @@ def _demo_cache_path(key: str) -> str:
 
 def _demo_code_files(env_batch) -> list[str]:
     """The source files that shape demos: the rollout's prompts, contexts, parsing and batches, the env batch, the
-    env's module and every file beside it (its generator, renderer, oracle), and the env state descriptions."""
+    env's module and every file beside it (its generator, renderer, oracle), the env state descriptions and the
+    grid symbol tables."""
     import inspect
 
-    from envs import describe
+    from envs import describe, symbols
     from ragen_jax.rollout import batching, context, demos, engine, parsing, prompts
 
-    files = [inspect.getsourcefile(m) for m in (batching, context, demos, engine, parsing, prompts, describe)]
+    modules = (batching, context, demos, engine, parsing, prompts, describe, symbols)
+    files = [inspect.getsourcefile(m) for m in modules]
     for obj in (env_batch, getattr(env_batch, "env", None)):
         module = inspect.getmodule(type(obj)) if obj is not None else None
         path = getattr(module, "__file__", None)
