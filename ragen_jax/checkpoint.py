@@ -16,7 +16,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
+from absl import flags
 
+from ragen_jax.sharding.distributed import allgather_objects
 from ragen_jax.trainer.optim import all_finite
 
 
@@ -101,31 +103,69 @@ def unreadable_checkpoint(directory: str, step: int, error: BaseException) -> st
            f"written. {fix}, or give this run another --workdir."
 
 
-def unwritable_checkpoint(directory: str, step: int, error: BaseException) -> str:
-    """The error of checkpoint `step` that could not be written into `directory`, and what is on disk instead."""
+def unwritable_checkpoint(directory: str, step: int, causes: list[str | None]) -> str:
+    """The error of checkpoint `step` that could not be written into `directory`, and what is on disk instead.
+
+    causes: per process, `root_cause` of its failed write or None (one entry with one process)."""
     steps = finished_steps(directory)
     on_disk = (f"the latest complete checkpoint is {directory}/{steps[-1]}" if steps
                else f"{directory} holds no complete checkpoint")
-    return (f"Checkpoint {step} could not be written to {directory} ({root_cause(error)}); its partial folder was "
+    told = (causes[0] if len(causes) == 1 else
+            "; ".join(f"process {i}: {c}" for i, c in enumerate(causes) if c is not None)
+            + " (a process whose own write worked stops waiting for the others after the barrier timeout; "
+              "every process treats the save as failed)")
+    return (f"Checkpoint {step} could not be written to {directory} ({told}); its partial folder was "
             f"removed and {on_disk}. Free space there (or fix its permissions or mount).")
+
+
+ORBAX_BARRIER_TIMEOUT_S = 300  # Orbax's own default: how long a host waits for the slowest one at each save step
+
+
+def use_distributed_barriers(timeout_s: int) -> None:
+    """Make Orbax's barriers between processes the jax.distributed client's, which fail after `timeout_s`.
+
+    Orbax 0.12 otherwise separates its save steps with device collectives that never time out: a process whose
+    write failed left the others waiting in one. Its switch is an absl flag (set here without parsing the command
+    line) and its timeout a module constant (no option reaches the barriers of a synchronous save)."""
+    from orbax.checkpoint._src.multihost import multihost as orbax_multihost
+
+    name = "experimental_orbax_use_distributed_barrier"
+    if name not in flags.FLAGS or not hasattr(orbax_multihost, "_DEFAULT_BARRIER_TIMEOUT"):
+        raise RuntimeError(f"orbax-checkpoint {ocp.__version__} lacks the --{name} flag or the barrier timeout that "
+                           "coordinated multi-host checkpoints need: install the version requirements.txt pins.")
+    if timeout_s <= 0:
+        raise ValueError(f"The checkpoint barrier timeout must be a positive number of seconds, got {timeout_s}.")
+    flags.FLAGS[name].parse(True)  # parse, not assignment: the flag is then readable before absl parses argv
+    orbax_multihost._DEFAULT_BARRIER_TIMEOUT = int(timeout_s)
 
 
 class Checkpointer:
     """Save/restore numbered checkpoints under `directory` (only process 0 writes metadata)."""
 
-    def __init__(self, directory: str, *, max_to_keep: int | None = 2):
-        """Nothing is created until the first save (an evaluation or a fresh run leaves no empty folder)."""
+    def __init__(self, directory: str, *, max_to_keep: int | None = 2,
+                 barrier_timeout_s: int = ORBAX_BARRIER_TIMEOUT_S):
+        """Nothing is created until the first save (an evaluation or a fresh run leaves no empty folder).
+        barrier_timeout_s: with several processes, how long one waits for the others at each step of a save or
+        restore (the slowest host's write must fit in it) before the save fails on every process."""
         self.directory = os.path.abspath(directory)
         self.max_to_keep = max_to_keep
+        self.barrier_timeout_s = barrier_timeout_s
         self._manager: ocp.CheckpointManager | None = None
+        self._failed_saves = 0  # names the barriers of the next manager: a failed save leaves its keys unusable
 
     @property
     def manager(self) -> ocp.CheckpointManager:
         if self._manager is None:
             # synchronous: a failed write raises here, once, with nothing left running (the async manager logged each
             # writer thread's traceback and raised the failure again at the next save)
-            options = ocp.CheckpointManagerOptions(max_to_keep=self.max_to_keep, create=True,
-                                                   enable_async_checkpointing=False)
+            if jax.process_count() > 1:
+                use_distributed_barriers(self.barrier_timeout_s)
+            # a process that skipped a barrier (its write failed) is one instance behind on that key; the same
+            # keys on every process again only under a new prefix
+            prefix = f"ragen_after_failed_save_{self._failed_saves}" if self._failed_saves else None
+            options = ocp.CheckpointManagerOptions(
+                max_to_keep=self.max_to_keep, create=True, enable_async_checkpointing=False,
+                multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=prefix))
             handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
             self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
         return self._manager
@@ -137,15 +177,24 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, meta: dict) -> None:
         """state: a pytree of arrays; meta: JSON-serialisable dict. Refuses non-finite params. A write that fails
-        (a full disk) removes its partial folder and raises CheckpointWriteError; the next save may succeed."""
+        (a full disk) removes its partial folder and raises CheckpointWriteError; the next save may succeed.
+
+        With several processes every one raises CheckpointWriteError when any one's write failed (the others
+        leave Orbax's barrier after `barrier_timeout_s`, then all exchange their outcomes), so all go on alike."""
         if not bool(_all_finite(state)):
             raise FloatingPointError(f"Refusing to write checkpoint {step}: state holds NaN/inf.")
+        error: Exception | None = None
         try:
             saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                                     meta=ocp.args.JsonSave(meta)))
         except Exception as e:  # noqa: BLE001 - TensorStore's and Orbax's errors of a failed write vary by cause
-            self._remove_partial(step)
-            raise CheckpointWriteError(unwritable_checkpoint(self.directory, step, e)) from e
+            error = e
+        causes = allgather_objects(None if error is None else root_cause(error))
+        if any(c is not None for c in causes):
+            self._remove_partial(step)  # after the exchange: no process is still writing into it
+            self._failed_saves += 1
+            self.close()
+            raise CheckpointWriteError(unwritable_checkpoint(self.directory, step, causes)) from error
         if not saved:  # Orbax declines a step at or below its latest one without a word
             raise FileExistsError(f"Checkpoint {step} was not written: "
                                   f"{earlier_run_error(self.directory) or self.directory + ' holds a later step.'}")

@@ -178,3 +178,27 @@ def test_a_signal_to_one_host_stops_every_host_after_the_same_step(tmp_path):
         assert "--config.trainer.resume=True" in result["stop_reason"]
     assert finished_steps(os.path.join(workdir, "checkpoints")) == [0]
     assert not os.path.exists(os.path.join(workdir, "hf_export"))
+
+
+@pytest.mark.slow
+def test_a_checkpoint_write_failing_on_one_host_fails_on_every_host_in_step(tmp_path):
+    """Checkpoint 0's write fails (a full disk) on process 1 only: both processes raise CheckpointWriteError
+    naming process 1's error within the barrier timeout, then both write checkpoint 1 and restore it. Before,
+    process 1 raised alone and process 0 waited in Orbax's barrier, which its next collective broke (a crash)."""
+    import json
+
+    from multihost_checkpoint_worker import BARRIER_TIMEOUT_S
+
+    _run_processes("multihost_checkpoint_worker.py", [str(tmp_path)], num_processes=2, devices_per_process=2,
+                   timeout_s=180)
+    results = []
+    for pid in (0, 1):
+        with open(tmp_path / f"process_{pid}.json") as f:
+            results.append(json.load(f))
+    for pid, r in enumerate(results):
+        assert r["first"] and r["first"].startswith("CheckpointWriteError: Checkpoint 0 could not be written"), r
+        assert "process 1: OSError: [Errno 28] No space left on device" in r["first"], r
+        assert r["first_s"] < BARRIER_TIMEOUT_S + 30, r  # bounded by the barrier timeout, not a hang
+        assert r["second"] is None and r["restored_matches"], r
+        assert r["steps"] == [1] and r["entries"] == ["1"], r  # no partial folder of checkpoint 0 is left
+    assert results[0]["first"] == results[1]["first"]  # the same decision and message on every host
