@@ -647,3 +647,36 @@ def test_single_turn_summaries_show_responses_as_ragen_records_them(tiny):
     assert ep.num_actions == 2 and ep.history[0].response_text.endswith("Left || Right </answer>")
     second = tok.decode(ep.history[1].context_tokens.tolist())
     assert "Turn 1 Action: <think></think><answer>Right || Left</answer>\nTurn 1 Reward: 1.0\n" in second
+
+
+# RAGEN's default grid_vocab legends (SokobanEnvConfig / FrozenLakeEnvConfig), as its ctx_manager writes them.
+_RAGEN_LEGENDS = {
+    "Sokoban": "#: wall, _: empty, O: target, √: box on target, X: box, P: player, S: player on target",
+    "FrozenLake": "P: player, _: empty, O: hole, G: goal, X: player in hole, √: player on goal",
+}
+
+
+@pytest.mark.parametrize("variant,game,kwargs,fmt", [
+    ("SimpleSokoban", "Sokoban", {}, "grid"),
+    ("SimpleSokoban", "Sokoban", {"observation_format": "coord"}, "coord"),
+    ("CoordSokoban", "Sokoban", {}, "grid_coord"),
+    ("FrozenLake", "FrozenLake", {}, "grid"),
+    ("FrozenLake", "FrozenLake", {"observation_format": "coord"}, "coord"),
+    ("CoordFrozenLake", "FrozenLake", {}, "grid_coord"),
+])
+def test_system_prompt_legend_in_every_observation_format(variant, game, kwargs, fmt):
+    """RAGEN's ctx_manager gates the legend (and a coord hint) on observation_format, but reads the format from the
+    custom_envs entry, where its configs never set it (CoordSokoban/CoordFrozenLake set it in env_config, which only
+    the env reads): every format's prompt is instruction + legend + actions, and no coord hint."""
+    from envs.batch import make_env_batch
+    from ragen_jax.rollout.engine import open_episodes
+
+    env = make_env_batch(variant, 1, **kwargs)
+    assert env.env.observation_format == fmt
+    ep = open_episodes(env, RolloutConfig(max_actions_per_traj=10), "t", [0], [0], env.reset([0]))[0]
+    actions = ", ".join(env.action_names)
+    assert ep.system == ("You're a helpful assistant. " + env.instruction()
+                         + "\nThe meaning of each symbol in the state is:\n" + _RAGEN_LEGENDS[game]
+                         + "\nYour available actions are:\n" + actions
+                         + '\nYou can make up to 10 actions, separated by the action separator " || "\n')
+    assert "coordinate lists" not in ep.system

@@ -202,6 +202,8 @@ def open_episodes(env: EnvBatch, cfg: RolloutConfig, tag: str, seeds, group_ids,
     """Episodes at their first turn: RAGEN's system prompt of `env`, and the "Max response length" the prompts
     state: `cfg.prompt_max_tokens`, else the env variant's (RAGEN's envs.yaml `max_tokens`), else response_length."""
     names = getattr(env, "prompt_action_names", env.action_names)
+    # The legend in every observation_format, as in RAGEN's runs: its ctx_manager gates it on a format read from
+    # the custom_envs entry, while its configs set the format in env_config (docs/custom_envs.md).
     system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj, cfg.action_sep,
                            style=cfg.prompt_style)
     shown = cfg.prompt_max_tokens or getattr(env, "prompt_max_tokens", None) or cfg.response_length
