@@ -115,6 +115,9 @@ def get_base_config() -> ml_collections.ConfigDict:
         logprob_chunk=256,  # positions per chunk when computing log-probs (never [B,T,V] at once)
         save_every=100,
         keep_checkpoints=2,
+        # several hosts: seconds each waits for the slowest at every checkpoint save/restore step before the save
+        # fails on all of them (Orbax's default 300; docs/scaling.md)
+        checkpoint_barrier_timeout_s=300,
         resume=False,
         export_hf=True,  # write the final policy as a Hugging Face folder
         log_samples_every=10,  # a sample trajectory as TensorBoard text every N steps (0 = never)

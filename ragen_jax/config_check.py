@@ -227,6 +227,8 @@ RANGES = {  # key: (valid, what the error says): values that cannot run, or woul
     "val.groups": (lambda v: v >= 1, "must be >= 1 (to turn validation off set config.val.every=0)"),
     # Orbax deletes every checkpoint past max_to_keep: 0 would delete each one as soon as it is written
     "trainer.keep_checkpoints": (lambda v: v >= 1, "must be >= 1 (checkpoints kept on disk)"),
+    "trainer.checkpoint_barrier_timeout_s": (lambda v: v > 0, "must be > 0 seconds (how long each host waits for "
+                                             "the slowest at a multi-host checkpoint step; Orbax's default is 300)"),
     # added to the reward of every invalid turn: NaN or inf would turn the rewards and so every update non-finite
     "rollout.format_penalty": (lambda v: math.isfinite(v), "must be a finite number"),
     **{f"optim.{m}.{k}": _AT_LEAST_0 for m in ("actor", "critic") for k in ("lr", "warmup_steps", "weight_decay")},

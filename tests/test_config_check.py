@@ -171,6 +171,8 @@ def test_greedy_validation_at_a_positive_temperature_is_valid():
     ("rollout.lanes", -1, r"config.rollout.lanes must be >= 0 \(0 = the sampler's default\)"),
     ("val.groups", 0, r"config.val.groups must be >= 1 \(to turn validation off set config.val.every=0\)"),
     ("trainer.keep_checkpoints", 0, r"config.trainer.keep_checkpoints must be >= 1"),
+    ("trainer.checkpoint_barrier_timeout_s", 0, r"config.trainer.checkpoint_barrier_timeout_s must be > 0 seconds"),
+    ("trainer.checkpoint_barrier_timeout_s", -5, r"checkpoint_barrier_timeout_s must be > 0 seconds .*\(got -5\)"),
     ("rollout.format_penalty", float("nan"), r"config.rollout.format_penalty must be a finite number"),
 ])
 def test_values_outside_their_range_fail_before_anything_is_built(key, value, message):

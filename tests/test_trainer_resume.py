@@ -523,3 +523,24 @@ def test_only_a_bfloat16_checkpoint_without_the_master_gets_one_rebuilt(tmp_path
     Checkpointer(str(tmp_path / "f32")).save(0, {"actor": wide, "actor_opt": inner}, {"step": 0})
     with pytest.raises(CheckpointError, match="actor_opt.master.w: this config builds it, the checkpoint lacks it"):
         Trainer._restore_state(Checkpointer(str(tmp_path / "f32")), 0, abstract)
+
+
+def test_the_checkpoint_barrier_timeout_reaches_every_checkpointer_the_trainer_builds(tmp_path, monkeypatch):
+    """config.trainer.checkpoint_barrier_timeout_s is the multi-host barrier timeout of the run's own checkpoints
+    and of another run's that `restore` reads."""
+    from ragen_jax.trainer import loop
+
+    trainer = Trainer(grpo_without_validation(tmp_path, checkpoint_barrier_timeout_s=17))
+    assert trainer.checkpointer.barrier_timeout_s == 17
+
+    class Opened(Exception):
+        pass
+
+    class RecordingCheckpointer(loop.Checkpointer):
+        def restore_meta(self, step):
+            raise Opened(self.barrier_timeout_s)
+
+    monkeypatch.setattr(loop, "Checkpointer", RecordingCheckpointer)
+    with pytest.raises(Opened) as opened:
+        trainer.restore(str(tmp_path / "another_run" / "checkpoints"), 1)
+    assert opened.value.args == (17,)

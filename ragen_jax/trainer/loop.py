@@ -145,7 +145,8 @@ class Trainer:
         self.base_key = jax.random.PRNGKey(t.seed)
         self.log_dir = log_dir or os.path.join(self.workdir, "tb")
         self.monitor = Monitor(self.log_dir, enabled=self.is_main, wandb=wandb_settings(cfg.logging, self.workdir))
-        self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), max_to_keep=t.keep_checkpoints)
+        self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), max_to_keep=t.keep_checkpoints,
+                                         barrier_timeout_s=t.checkpoint_barrier_timeout_s)
         self.collapse = CollapseMonitor(cfg, self.tokenizer, self.monitor)
         self.counters = {"empty_streak": 0, "val_low_streaks": {}, "std_zero_streak": 0, "skipped_in_a_row": 0,
                          "updates_applied": 0, "updates_skipped": 0, "steps_run": 0, "kept_ratio_sum": 0.0,
@@ -236,7 +237,8 @@ class Trainer:
     def restore(self, directory: str, step: int) -> None:
         """Load checkpoint `step` of the checkpoints folder `directory` (this run's or another run's)."""
         checkpointer = (self.checkpointer if os.path.abspath(directory) == self.checkpointer.directory
-                        else Checkpointer(directory, max_to_keep=None))
+                        else Checkpointer(directory, max_to_keep=None,
+                                          barrier_timeout_s=self.cfg.trainer.checkpoint_barrier_timeout_s))
         meta = checkpointer.restore_meta(step)
         with_reference = meta.get("reference") == "saved"
         if with_reference and not self.need_ref:
