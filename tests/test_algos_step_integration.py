@@ -279,3 +279,23 @@ def test_geo_mean_update_weighs_a_row_by_the_geometric_mean_of_its_rollout_weigh
     expected = algos.agg_numerator(loss, mask, "seq-mean-token-mean") / ROWS
     assert abs(float(expected) - float(arithmetic)) > 1e-4  # the outlier rows' weights tell them apart
     assert update(algo, batch)[1]["pg_loss"] == pytest.approx(float(expected), rel=1e-5)
+
+
+@pytest.mark.parametrize("scope", ["mini_batch", "micro_batch"])
+def test_sapo_on_micro_batches_of_empty_rows_is_a_zero_loss_and_no_update(scope):
+    """veRL's sapo divides 0 by 0 rows on a micro-batch whose rows are all empty (without global batch info): NaN.
+    Here such a micro-batch adds a finite 0 and no gradient: a mini-batch of them leaves the policy as it is, and
+    one beside a micro-batch with tokens leaves that one's update (micro_batch scope: its mean counts only it)."""
+    algo = dataclasses.replace(BASE, policy_loss="sapo", loss_agg_mode="seq-mean-token-mean", loss_scope=scope)
+    empty = make_batch()
+    empty["loss_mask"][:] = 0.0
+    delta, metrics = update(algo, empty, micro=4)
+    assert metrics["update_skipped"] == 0.0 and metrics["pg_loss"] == 0.0 and metrics["ppo_kl"] == 0.0
+    assert not np.any(delta)
+    half = make_batch()
+    half["loss_mask"][:4] = 0.0
+    delta, metrics = update(algo, half, micro=4)
+    assert metrics["update_skipped"] == 0.0 and np.isfinite(metrics["pg_loss"])
+    if scope == "micro_batch":
+        alone, _ = update(algo, {k: v[4:] for k, v in half.items()}, micro=4)
+        assert_same_update(delta, alone)

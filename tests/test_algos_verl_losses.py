@@ -181,6 +181,30 @@ def test_empty_rows_and_rollout_weights_match_verl(name, seed, empty, weighted):
                   verl_loss(name, new, old, adv, mask, verl_mode, weights, **hp))
 
 
+def test_sapo_on_rows_all_empty_verl_divides_0_by_0_ours_is_a_finite_zero():
+    """No global batch info: veRL's seq-mean divides by its 0 non-empty rows, a NaN loss (its masked_sum's
+    torch.where keeps the gradient 0); the intentional difference docs/custom_losses.md lists. Ours, divided as
+    the trainer divides (steps.loss_denominators), is 0 with a zero gradient in either loss scope."""
+    from ragen_jax.trainer.steps import loss_denominators
+
+    new, old, adv, _ = batch(0, per_token_adv=True)
+    mask = np.zeros((B, T))
+    v_loss, _, v_grad = verl_loss("sapo", new, old, adv, mask, "token-mean")
+    assert np.isnan(v_loss) and not np.any(v_grad)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    for scope in ("mini_batch", "micro_batch"):
+        def total(logprobs, scope=scope):
+            loss, _ = sapo_loss(logprobs, f32(old), f32(adv), f32(mask))
+            num = algos.agg_numerator(loss, f32(mask), "seq-mean-token-mean")
+            den = loss_denominators(f32(mask), "seq-mean-token-mean", scope, B,
+                                    denominator=lambda m, rows: policy_loss_denominator(sapo_loss, m,
+                                                                                        "seq-mean-token-mean", rows))
+            return num / den[0]
+
+        loss, grad = jax.jit(jax.value_and_grad(total))(f32(new))
+        assert float(loss) == 0.0 and not np.any(np.asarray(grad)), scope
+
+
 # --- mirror-free checks of the same (hand-computed), so they run where the veRL mirror does not ----------------
 
 
