@@ -456,7 +456,22 @@ class HostEnvBatch(EnvBatch):
 
 
 class EnvSetupError(ValueError):
-    """An env that its kwargs cannot build (a data file without usable rows, a missing setting or package)."""
+    """An env that cannot be built (a data file without usable rows, a missing setting, package or service, a
+    constructor that raised)."""
+
+
+def setup_error_message(env: str, error: Exception) -> str:
+    """Why env `env` could not be built, where it was raised (a bug in an env's own code is found from there), and
+    what to change: its kwargs (a bad or missing setting, a missing package), the file or service an OSError names,
+    or the env's code (anything else its constructor raised)."""
+    where = traceback.extract_tb(error.__traceback__)[-1]
+    cause = f"{type(error).__name__}: {error} (raised at {where.filename}:{where.lineno})"
+    if isinstance(error, (ValueError, ImportError, TypeError)):
+        return f"env {env} could not be built from its kwargs (--config.env.kwargs.*): {cause}"
+    if isinstance(error, OSError):
+        return (f"env {env} could not be built: {cause}. Make the file or service it names available, or point the "
+                "env elsewhere with --config.env.kwargs.*")
+    return f"env {env} could not be built: its constructor raised {cause}. Fix the env's code there."
 
 
 def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, *, later_overrides: Any = None,
@@ -464,8 +479,8 @@ def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, *, lat
     """A batch of `batch_size` episodes of a registered env (`overrides`, then `later_overrides`, replace its
     kwargs; either may use RAGEN's env_config names, see registry.env_kwargs).
 
-    A ValueError or ImportError while building the env is the setup's (its files, kwargs or packages): it comes
-    back as an EnvSetupError that names the env, so run.py can print it as one line instead of a traceback."""
+    Any exception while building the env (its kwargs, files, packages, service or constructor) comes back as an
+    EnvSetupError that names the env and the fix (`setup_error_message`), so run.py prints it as one line."""
     spec = registry.get_spec(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
     try:
         factory = spec.resolve_factory()
@@ -474,11 +489,9 @@ def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, *, lat
             batch = JaxEnvBatch(factory(**kwargs), batch_size)
         else:
             batch = HostEnvBatch([factory(**kwargs) for _ in range(batch_size)], factory=lambda: factory(**kwargs))
-    except (ValueError, ImportError) as e:
-        if isinstance(e, EnvSetupError):
-            raise
-        where = traceback.extract_tb(e.__traceback__)[-1]  # a bug in an env's own code is found from here
-        raise EnvSetupError(f"env {spec.name} could not be built from its kwargs (--config.env.kwargs.*): "
-                            f"{type(e).__name__}: {e} (raised at {where.filename}:{where.lineno})") from e
+    except EnvSetupError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure to build the env is the setup's: one line naming the env
+        raise EnvSetupError(setup_error_message(spec.name, e)) from e
     batch.prompt_max_tokens = spec.prompt_max_tokens  # what the prompts state as the "Max response length"
     return batch

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import traceback
 from typing import Any, Callable, Literal
 
 EnvKind = Literal["jax", "host"]
@@ -37,7 +38,23 @@ class EnvSpec:
                 f"Environment {self.name!r} needs module {module_name!r}, which failed to import: "
                 f"{e}. Install that environment's optional dependencies."
             ) from e
+        except Exception as e:  # noqa: BLE001 - the module's own code failed: named, not a bare traceback
+            raise ImportError(f"Environment {self.name!r}: {import_failure(module_name, e)}") from e
+        if not hasattr(module, attr):
+            raise ImportError(f"Environment {self.name!r}: module {module_name!r} has no {attr!r} (its factory "
+                              f"{self.factory!r}); fix the name it was registered with.")
         return getattr(module, attr)
+
+
+def import_failure(module_name: str, error: BaseException) -> str:
+    """What went wrong while a module's own code ran at import (not a missing module), with where it was raised."""
+    if isinstance(error, SyntaxError):
+        where = f"{error.filename}:{error.lineno}"
+    else:
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        where = f"{frame.filename}:{frame.lineno}"
+    return (f"importing module {module_name!r} raised {type(error).__name__}: {error} (at {where}). Fix that "
+            "module so that `import` of it runs.")
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -74,8 +91,14 @@ def spec_from_import_path(path: str) -> EnvSpec:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
+        missing = getattr(e, "name", None) or ""
+        if missing and missing != module_name and not module_name.startswith(missing + "."):
+            raise KeyError(f"Environment {path!r}: module {module_name!r} imports {missing!r}, which is not "
+                           f"installed ({e}). Install it in this environment (pip install ...).") from None
         raise KeyError(f"Environment {path!r}: module {module_name!r} failed to import ({e}). Put its folder "
                        "on PYTHONPATH (run.py adds the current directory) or install it.") from None
+    except Exception as e:  # noqa: BLE001 - the module exists but its code fails: say so, and where
+        raise KeyError(f"Environment {path!r}: {import_failure(module_name, e)}") from e
     target = getattr(module, attr, None)
     if isinstance(target, EnvSpec):
         return target

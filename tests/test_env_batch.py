@@ -473,3 +473,96 @@ def test_aliases_without_display_names_reach_step_as_their_ids_first_name():
     env.action_lookup, env.action_names = {"go": 0, "walk": 0, "stay": 1}, None
     batch = HostEnvBatch([env])
     assert batch.action_names == ["go", "stay"]  # before: ["go", "walk", "stay"], so id 1 sent "walk"
+
+
+def _write_module(tmp_path, monkeypatch, name: str, text: str) -> None:
+    (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("raise RuntimeError('no data yet')\n", "raised RuntimeError: no data yet"),
+    ("def broken(:\n    pass\n", "raised SyntaxError"),
+])
+def test_an_env_module_whose_code_fails_at_import_is_a_clear_config_error(tmp_path, monkeypatch, text, needle):
+    """A custom env given by import path whose module raises (not a missing module): config validation reports it
+    in one line, naming the module, the error, where it was raised and the fix, instead of a bare traceback."""
+    from configs.bandit import get_config
+    from ragen_jax.config_check import validate_config
+
+    name = f"faulty_env_{len(text)}"
+    _write_module(tmp_path, monkeypatch, name, text)
+    cfg = get_config("tiny")
+    cfg.env.name, cfg.warmstart.enabled = f"{name}:MyEnv", False
+    with pytest.raises(ValueError) as info:
+        validate_config(cfg)
+    message = str(info.value)
+    for part in (f"Environment '{name}:MyEnv'", f"importing module '{name}'", needle, f"{name}.py:",
+                 "Fix that module"):
+        assert part in message, message
+
+
+def test_an_env_module_missing_a_dependency_names_the_dependency_not_the_path(tmp_path, monkeypatch):
+    from envs.registry import get_spec
+
+    _write_module(tmp_path, monkeypatch, "needs_dep_env", "import not_installed_dep_xyz\n")
+    with pytest.raises(KeyError) as info:
+        get_spec("needs_dep_env:MyEnv")
+    message = info.value.args[0]
+    assert "imports 'not_installed_dep_xyz', which is not installed" in message and "PYTHONPATH" not in message
+
+
+class _CtorFails(HostEnv):
+    ERROR: Exception = RuntimeError("no data yet")
+
+    def __init__(self):
+        raise _CtorFails.ERROR
+
+    def instruction(self):
+        return ""
+
+    def reset(self, seed):
+        return "", {}
+
+    def step(self, action):
+        return "", 0.0, True, False, {}
+
+
+class _NeedsPath(_CtorFails):
+    def __init__(self, path):
+        self.path = path
+
+
+@pytest.mark.parametrize("cls, error, needles", [
+    (_CtorFails, RuntimeError("no data yet"),
+     ["its constructor raised RuntimeError: no data yet", "Fix the env's code"]),
+    (_CtorFails, FileNotFoundError(2, "No such file or directory", "/data/x.jsonl"),
+     ["FileNotFoundError", "/data/x.jsonl", "--config.env.kwargs.*"]),
+    (_NeedsPath, None, ["missing 1 required positional argument: 'path'", "--config.env.kwargs.*"]),
+])
+def test_an_env_whose_constructor_raises_is_a_setup_error_naming_the_env_and_the_fix(cls, error, needles):
+    """Any constructor failure is an EnvSetupError (run.py prints it as one FATAL line), naming the env, the error,
+    where it was raised and what to change; a RuntimeError, an OSError or a missing argument was a traceback or a
+    bare OSError without the env's name."""
+    from envs.batch import EnvSetupError
+    from envs.registry import EnvSpec
+
+    _CtorFails.ERROR = error
+    with pytest.raises(EnvSetupError) as info:
+        make_env_batch(EnvSpec(name="MyEnv", factory=cls, kind="host"), 2)
+    message = str(info.value)
+    assert message.startswith("env MyEnv could not be built") and "raised at" in message, message
+    for needle in needles:
+        assert needle in message, message
+
+
+def test_a_registered_factory_whose_module_fails_at_import_is_a_setup_error(tmp_path, monkeypatch):
+    from envs.batch import EnvSetupError
+    from envs.registry import EnvSpec
+
+    _write_module(tmp_path, monkeypatch, "faulty_registered_env", "x = 1 / 0\n")
+    with pytest.raises(EnvSetupError, match=r"importing module 'faulty_registered_env' raised ZeroDivisionError"):
+        make_env_batch(EnvSpec(name="MyEnv", factory="faulty_registered_env:MyEnv", kind="host"), 2)
+    _write_module(tmp_path, monkeypatch, "fine_registered_env", "y = 1\n")
+    with pytest.raises(EnvSetupError, match=r"module 'fine_registered_env' has no 'MyEnv'"):
+        make_env_batch(EnvSpec(name="MyEnv", factory="fine_registered_env:MyEnv", kind="host"), 2)
