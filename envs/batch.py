@@ -123,6 +123,7 @@ class JaxEnvBatch(EnvBatch):
         self._steps = np.zeros(self._batch_size, np.int32)
         self._done = np.zeros(self._batch_size, bool)
         self._success = np.zeros(self._batch_size, bool)
+        self.reset_errors = [""] * self._batch_size  # why an episode's first observation could not be rendered
 
     @property
     def batch_size(self) -> int:
@@ -138,10 +139,13 @@ class JaxEnvBatch(EnvBatch):
         """Text observation of episode `index` now."""
         return self.env.render_text(jax.tree.map(lambda x: np.asarray(x[index]), self.state), self.params)
 
-    def _render_rows(self, rows: np.ndarray) -> list[str]:
+    def _render_rows(self, rows: np.ndarray) -> tuple[list[str], list[str]]:
+        """(texts [B], errors [B]) of episodes `rows` [B] bool now ("" elsewhere): a renderer that raises or returns
+        no str ends only its episode, with the error recorded."""
         host = jax.device_get(self.state)
-        return [self.env.render_text(jax.tree.map(lambda x: x[i], host), self.params) if rows[i] else ""
-                for i in range(self._batch_size)]
+        pairs = [checked_render(self.env, jax.tree.map(lambda x: x[i], host), self.params) if rows[i] else ("", "")
+                 for i in range(self._batch_size)]
+        return [text for text, _ in pairs], [error for _, error in pairs]
 
     def reset(self, seeds: Sequence[int], instances: Sequence[int] | None = None) -> list[str]:
         if len(seeds) != self._batch_size:
@@ -157,9 +161,10 @@ class JaxEnvBatch(EnvBatch):
             self.state = self._reset_fn(keys, self.params)
         self._keys = episode_keys(self.env, self.episode_seeds)
         self._steps[:] = 0
-        self._done[:] = False
         self._success[:] = False
-        return self._render_rows(np.ones(self._batch_size, bool))
+        observations, self.reset_errors = self._render_rows(np.ones(self._batch_size, bool))
+        self._done[:] = [bool(e) for e in self.reset_errors]
+        return observations
 
     def step(self, actions: Sequence[Sequence[Action]], active: np.ndarray) -> TurnResult:
         if self.state is None:
@@ -171,17 +176,34 @@ class JaxEnvBatch(EnvBatch):
                                                self.params)
         self._steps = np.array(steps, np.int32)
         out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
-        self._done |= out["terminated"] | out["truncated"]
         self._success |= out["success"]
         infos = [{"action_is_effective": bool(out["action_is_effective"][i]), "success": bool(self._success[i]),
                   "action_is_valid": bool(out["action_is_valid"][i]),
                   "action_in_lookup": bool(out["action_in_lookup"][i])} for i in range(self._batch_size)]
+        observations, errors = self._render_rows(active)
+        failed = np.array([bool(e) for e in errors])
+        for i in np.flatnonzero(failed):
+            infos[i] = {"error": errors[i], "success": False}
+        self._done |= out["terminated"] | out["truncated"] | failed
         return TurnResult(
-            observations=self._render_rows(active), rewards=out["rewards"].astype(np.float32),
-            terminated=out["terminated"], truncated=out["truncated"], success=self._success.copy(),
+            observations=observations, rewards=out["rewards"].astype(np.float32),
+            terminated=out["terminated"] | failed, truncated=out["truncated"], success=self._success & ~failed,
             actions_executed=out["actions_executed"].astype(np.int32),
-            action_is_effective=out["action_is_effective"], errors=[""] * self._batch_size, infos=infos,
+            action_is_effective=out["action_is_effective"], errors=errors, infos=infos,
         )
+
+
+def checked_render(env: JaxEnv, state: Any, params: Any) -> tuple[str, str]:
+    """(text, "") of one unbatched state, or ("", error) when `env.render_text` raises or returns no str."""
+    try:
+        text = env.render_text(state, params)
+    except Exception as e:  # noqa: BLE001 - a renderer failing on one state ends only that episode
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        return "", f"{type(e).__name__}: {e} (in {type(env).__name__}.render_text at {where.filename}:{where.lineno})"
+    if not isinstance(text, str):
+        return "", (f"TypeError: {type(env).__name__}.render_text returned {_describe(text)}, not a str (the text "
+                    "the model reads next)")
+    return text, ""
 
 
 def run_with_timeouts(calls: Sequence[Callable[[], Any] | None],

@@ -4,11 +4,11 @@ reported; a run whose updates keep overflowing stops with a reason instead of dy
 import logging
 
 import jax
-
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs.protocols import HostEnv
+from envs.protocols import HostEnv, JaxEnv
 from ragen_jax.trainer.loop import Trainer
 from test_trainer_e2e import bandit_config
 
@@ -262,3 +262,74 @@ def test_a_step_without_an_update_does_not_move_the_learning_rate_schedule(tmp_p
     old = Trainer(cfg)
     assert old.counters["actor_update_steps"] == old.counters["critic_update_steps"] == 2
     assert old._learning_rates() == pytest.approx((1e-3, 1e-3))
+
+
+class FragileCounter(JaxEnv):
+    """A JAX env of three "Tick" steps whose host-side renderer raises on one state of the episodes at the batch
+    positions in FAILING: at reset (n = 0) or mid-episode (n = 2). The episode's instance rides in its seed."""
+
+    action_lookup = {"tick": 0}
+    FAILING: set[int] = set()
+    FAIL_AT = 2
+
+    @property
+    def default_params(self):
+        return None
+
+    @property
+    def action_names(self):
+        return ["Tick"]
+
+    def instruction(self):
+        return "Tick three times."
+
+    def episode_seed(self, seed, instance):
+        return int(seed) * 100 + int(instance)
+
+    def reset_from_seeds(self, seeds, params):
+        return {"n": jnp.zeros(len(seeds), jnp.int32), "seed": jnp.asarray(seeds, jnp.int32)}
+
+    def reset_env(self, key, params):
+        raise NotImplementedError
+
+    def step_env(self, key, state, action, params):
+        state = {**state, "n": state["n"] + 1}
+        info = {"action_is_effective": jnp.bool_(True), "success": state["n"] >= 3}
+        return jnp.zeros(()), state, jnp.float32(1.0), state["n"] >= 3, info
+
+    def is_truncated(self, state, params):
+        return jnp.bool_(False)
+
+    def render_text(self, state, params=None):
+        if int(state["seed"]) % 100 in FragileCounter.FAILING and int(state["n"]) == FragileCounter.FAIL_AT:
+            raise ValueError(f"cannot draw state {int(state['n'])}")
+        return f"ticks={int(state['n'])}"
+
+
+@pytest.mark.parametrize("engine", ["lockstep", "continuous"])
+@pytest.mark.parametrize("fail_at", [0, 2])
+def test_a_jax_env_whose_renderer_raises_fails_only_its_episode(tmp_path, monkeypatch, engine, fail_at):
+    """A JAX env's host-side render_text raising on one state (at reset or mid-episode) ends only that episode,
+    under both rollout engines, in training and in validation. Before, the exception ended the run."""
+    FragileCounter.FAILING, FragileCounter.FAIL_AT = {1, 6}, fail_at
+    cfg = bandit_config(tmp_path, preset="grpo", adv_estimator="grpo", use_critic=False)
+    cfg.env.name = "test_trainer_faults:FragileCounter"
+    cfg.env.max_turn, cfg.env.max_actions_per_traj = 3, 3
+    cfg.rollout.engine = engine
+    cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 0, 0, 0
+    trainer = Trainer(cfg)
+    monkeypatch.setattr(trainer.engine.tokenizer, "decode", lambda ids: "</think><answer>Tick</answer>")
+    seen = {}
+    run = trainer.engine.run
+    monkeypatch.setattr(trainer.engine, "run", lambda *a, **k: seen.setdefault("res", run(*a, **k)))
+    metrics = trainer.train_step(0)
+    res = seen["res"]
+    assert [i for i, ep in enumerate(res.episodes) if ep.error] == [1, 6]
+    assert f"cannot draw state {fail_at}" in res.episodes[1].error and "render_text" in res.episodes[1].error
+    assert (res.batch.loss_mask[np.isin(res.batch.episode_ids, [1, 6])] == 0).all()
+    assert metrics["rollout/env_error_ratio"] == pytest.approx(2 / 8) and metrics["train/num_samples"] == 6
+    assert metrics[f"train/{trainer.tag}/success"] == 1.0 and np.isfinite(metrics["actor/loss"])
+    val, episodes = trainer.run_validation(0)
+    assert [i for i, ep in enumerate(episodes) if ep.error] == [1, 6]
+    tag = trainer.val_tag
+    assert val[f"val/{tag}/env_error"] == pytest.approx(2 / 8) and val[f"val/{tag}/success"] == 1.0

@@ -19,6 +19,7 @@ from ragen_jax.rollout.demos import (DemoRows, demo_rows, load_jsonl_demos, orac
 from ragen_jax.rollout.dump import write_jsonl
 from ragen_jax.trainer import warmstart as ws
 from ragen_jax.trainer.steps import policy_logprobs
+from test_trainer_faults import FragileCounter
 
 MODES = ("single_turn", "limited_multi_turn", "full")
 
@@ -633,3 +634,34 @@ def test_a_warm_start_cut_by_max_seconds_after_a_validation_validates_once(tok, 
     assert metrics["sft/steps"] == 1 and len(validations) == 2  # before, and after step 1 (not again)
     assert [s for s, m in logged if "sft/val/Bandit/success" in m] == [0, 1]
     assert metrics["val_success_after_warmstart"] == 1.0
+
+
+class _FragileOracleCounter(FragileCounter):
+    """FragileCounter (its renderer raises on one state of the episodes at positions FAILING) with an oracle that
+    raises on the states of the episodes at positions ORACLE_FAILING."""
+
+    ORACLE_FAILING: set[int] = set()
+    num_actions = 1
+
+    def oracle_actions(self, state):
+        if int(state["seed"]) % 100 in _FragileOracleCounter.ORACLE_FAILING:
+            raise RuntimeError("no plan for this state")
+        return [0] * (3 - int(state["n"]))
+
+
+@pytest.mark.parametrize("random_actions", [False, True])
+@pytest.mark.parametrize("fail_at, oracle_failing", [(0, set()), (2, set()), (None, {3})])
+def test_demos_leave_out_episodes_whose_env_or_oracle_failed(tok, random_actions, fail_at, oracle_failing):
+    """A JAX env whose renderer raises at reset or mid-episode, or an oracle that raises, on some episodes: those
+    episodes are never demos (random demos kept them), and demo generation goes on. Before, the exception ended
+    the warm start."""
+    FragileCounter.FAILING, FragileCounter.FAIL_AT = {1, 6}, fail_at
+    _FragileOracleCounter.ORACLE_FAILING = oracle_failing
+    cfg = _cfg(max_turn=3, max_actions_per_turn=1, max_actions_per_traj=3)
+    eps = oracle_demo_episodes("test_warmstart:_FragileOracleCounter", 20, tok, cfg, seed=5, batch_size=8,
+                               random_actions=random_actions)
+    assert len(eps) == 20 and not any(ep.error for ep in eps)
+    assert all(ep.success and ep.num_actions == 3 for ep in eps)
+    FragileCounter.FAILING, FragileCounter.FAIL_AT, _FragileOracleCounter.ORACLE_FAILING = set(range(8)), 0, set()
+    with pytest.raises(ValueError, match=r"solved none of .*cannot draw state 0.*fix the env or its oracle"):
+        oracle_demo_episodes("test_warmstart:_FragileOracleCounter", 4, tok, cfg, seed=5, batch_size=8)

@@ -155,6 +155,9 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
     observations = env_batch.reset([int(s) for s in seeds])
     episodes = open_episodes(env_batch, cfg, tag, seeds, range(B), observations)  # as the engine opens them
     active = np.ones(B, bool)
+    for b, error in enumerate(getattr(env_batch, "reset_errors", None) or [""] * B):
+        if error:  # the env failed at reset (its first observation): the episode ends unplayed, as in a rollout
+            episodes[b].error, episodes[b].truncated, active[b] = error, True, False
     for turn in range(cfg.max_turn):
         if not active.any():
             break
@@ -162,9 +165,12 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
         actions: list[list[int]] = [[] for _ in range(B)]
         for b in np.nonzero(active)[0]:
             ep, record = episodes[b], episodes[b].history[-1]
-            plan = policy(jax.tree.map(lambda x: np.asarray(x[b]), host_state))
+            try:
+                plan = policy(jax.tree.map(lambda x: np.asarray(x[b]), host_state))
+            except Exception as e:  # noqa: BLE001 - an oracle failing on one state ends only that episode
+                ep.error, plan = f"{type(e).__name__}: {e} (in the demo policy)", None
             budget = min(cfg.max_actions_per_turn, cfg.max_actions_per_traj - ep.num_actions)
-            if not plan or budget <= 0:  # unsolvable from here: end the episode unsolved
+            if not plan or budget <= 0:  # unsolvable from here (or the policy failed): end the episode unsolved
                 active[b] = False
                 if ep.num_turns:
                     ep.history.pop()
@@ -242,7 +248,8 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
 
     Unsolved episodes (no plan, or a plan longer than the action budget) are skipped when
     `only_success`, trying up to max_tries * num_demos seeds. `random_actions`: a random policy plays
-    instead (`random_policy`; every episode is kept), for a warm start that teaches only the format.
+    instead (`random_policy`; every episode is kept), for a warm start that teaches only the format. An episode
+    whose env or policy failed (its error recorded, as in a rollout) is never kept.
     `reasoning`: what each response thinks (`reasoning_thoughts`): "fixed" (`reasoning_text`), "state", "filler" or
     "state_filler" (`filler_words` random words).
     """
@@ -255,6 +262,7 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
     thoughts = reasoning_thoughts(reasoning, env_batch.env, text=reasoning_text, filler_words=filler_words, seed=seed)
     only_success = only_success and not random_actions
     episodes: list[Episode] = []
+    first_error = ""
     next_seed = seed
     bar = tqdm(total=num_demos, desc=f"demos ({env_name})", leave=False, dynamic_ncols=True,
                disable=jax.process_index() != 0)
@@ -263,13 +271,16 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
         next_seed += batch_size
         played = play_oracle_episodes(env_batch, seeds, tokenizer, cfg, policy=policy,
                                       reasoning_text=thoughts, tag=env_name)
-        kept = [ep for ep in played if ep.success or not only_success]
+        failed = [ep.error for ep in played if ep.error]  # an env or policy failure never becomes a demo
+        first_error = first_error or (failed[0] if failed else "")
+        kept = [ep for ep in played if not ep.error and (ep.success or not only_success)]
         episodes.extend(kept)
         bar.update(min(len(kept), num_demos - bar.n))
     bar.close()
     if not episodes:
+        why = f" ({first_error}: fix the env or its oracle)" if first_error else ": raise the budget"
         raise ValueError(f"The oracle solved none of {next_seed - seed} {env_name} episodes within "
-                         f"{cfg.max_actions_per_traj} actions / {cfg.max_turn} turns: raise the budget.")
+                         f"{cfg.max_actions_per_traj} actions / {cfg.max_turn} turns{why}.")
     return episodes[:num_demos]
 
 
