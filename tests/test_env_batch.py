@@ -566,3 +566,19 @@ def test_a_registered_factory_whose_module_fails_at_import_is_a_setup_error(tmp_
     _write_module(tmp_path, monkeypatch, "fine_registered_env", "y = 1\n")
     with pytest.raises(EnvSetupError, match=r"module 'fine_registered_env' has no 'MyEnv'"):
         make_env_batch(EnvSpec(name="MyEnv", factory="fine_registered_env:MyEnv", kind="host"), 2)
+
+
+class _SilentCoin(CoinEnv):
+    """CoinEnv whose renderer returns None (no text) after the first flip."""
+
+    def render_text(self, state, params=None):
+        return None if int(state) >= 1 else "flips=0"
+
+
+def test_a_jax_env_renderer_returning_no_text_fails_the_episode_naming_the_contract():
+    batch = JaxEnvBatch(_SilentCoin(), 2)
+    assert batch.reset([0, 1]) == ["flips=0", "flips=0"] and batch.reset_errors == ["", ""]
+    result = batch.step([[0], []], np.array([True, False]))
+    assert "render_text returned NoneType None, not a str" in result.errors[0] and result.errors[1] == ""
+    assert result.terminated.tolist() == [True, False] and result.observations == ["", ""]
+    assert result.infos[0]["error"] == result.errors[0]
