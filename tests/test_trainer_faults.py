@@ -132,6 +132,27 @@ def test_a_batch_where_every_episode_failed_skips_the_update(tmp_path, monkeypat
     assert reason.startswith("every episode's environment failed"), reason
 
 
+def test_a_validation_whose_envs_all_failed_is_reported_and_never_reads_as_low_success(tmp_path, caplog,
+                                                                                        monkeypatch):
+    """Every validation episode's env failed (a dead env server): a warning names the errors, and the validation
+    does not count towards the low-success stop. Before, nothing was logged and after val_patience such
+    validations the run stopped saying validation success stayed below the bar."""
+    trainer = _flaky_trainer(tmp_path, failing=set(range(8)), monkeypatch=monkeypatch)
+    patience, tag = trainer.cfg.trainer.early_stop.val_patience, trainer.val_tag
+    assert patience > 0
+    with caplog.at_level(logging.WARNING):
+        metrics = trainer.validate(1)
+    assert metrics[f"val/{tag}/env_error"] == 1.0 and metrics[f"val/{tag}/success"] == 0.0
+    assert any("Validation at step 1: 8 of 8 episodes failed in the env" in r.getMessage()
+               and "flaky env" in r.getMessage() for r in caplog.records)
+    for step in range(patience + 1):
+        trainer._record_val(step, metrics)
+    assert trainer.counters["val_low_streaks"].get(tag, 0) == 0 and trainer._early_stop({}) is None
+    for step in range(patience):  # a healthy validation at zero success still counts
+        trainer._record_val(step, {**metrics, f"val/{tag}/env_error": 0.0})
+    assert trainer._early_stop({}).startswith("validation success stayed below")
+
+
 def test_overflowing_updates_stop_the_run_with_a_reason(tmp_path, caplog):
     cfg = bandit_config(tmp_path)
     cfg.optim.actor.lr = cfg.optim.critic.lr = 1e39  # past float32: every update would make the weights inf/NaN

@@ -313,6 +313,8 @@ class Trainer:
     def validate(self, step: int) -> dict[str, float]:
         """Validation at TensorBoard step `step` (0: before any RL step; n: after n steps)."""
         metrics, episodes = self.run_validation(step)
+        if any(ep.error for ep in episodes) and self.is_main:
+            self._report_env_errors(episodes, f"Validation at step {step}", "left out of its metrics")
         if self.cfg.trainer.dump_rollouts_every:
             self._dump_rollouts("val", step, episodes)
         return metrics
@@ -350,7 +352,7 @@ class Trainer:
         ok = np.array([not ep.error for ep in res.episodes], bool)  # an episode whose env failed never trains
         metrics["rollout/env_error_ratio"] = float(1.0 - ok.mean())
         if not ok.all():
-            self._report_env_errors(step, res.episodes)
+            self._report_env_errors(res.episodes, f"Step {step + 1}", "left out of the update")
         fres = filter_rollouts(rewards, cfg.env.group_size, self.filter_cfg, valid=ok, **self._filter_inputs(res))
         metrics.update(fres.metrics)
         self.counters["steps_run"] += 1
@@ -444,14 +446,15 @@ class Trainer:
         ctrl = init_kl_controller(a.kl_ctrl_type, coef, a.kl_ctrl_target, a.kl_ctrl_horizon)
         return float(update_kl_controller(ctrl, current_kl, rows).value)
 
-    def _report_env_errors(self, step: int, episodes) -> None:
+    def _report_env_errors(self, episodes, when: str, outcome: str) -> None:
+        """One warning: how many `episodes` failed in their env, and the three commonest errors."""
         failed = [ep for ep in episodes if ep.error]
         kinds: dict[str, int] = {}
         for ep in failed:
             kinds[ep.error] = kinds.get(ep.error, 0) + 1
         shown = "; ".join(f"{n} x {text[:200]}" for text, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
-        logger.warning("Step %d: %d of %d episodes failed in the env and are left out of the update: %s",
-                       step + 1, len(failed), len(episodes), shown)
+        logger.warning("%s: %d of %d episodes failed in the env and are %s: %s", when, len(failed), len(episodes),
+                       outcome, shown)
 
     def _ref_split(self):
         if not hasattr(self, "_ref_parts"):
@@ -577,10 +580,13 @@ class Trainer:
 
     def _record_val(self, step: int, metrics: dict, streak: bool = True) -> None:
         """The history follows the first validation env; the low-success streak is counted per env (RAGEN), over
-        the validations after RL steps (`streak`): RAGEN's validation before training does not count."""
+        the validations after RL steps (`streak`): RAGEN's validation before training does not count, nor one where
+        every episode of the env failed (a dead env server is not a policy that fails)."""
         below = self.cfg.trainer.early_stop.val_success_below
         streaks = self.counters["val_low_streaks"]
         for tag in self.val_tags if streak else ():
+            if metrics.get(f"val/{tag}/env_error", 0.0) >= 1.0:
+                continue  # every episode's env failed: no word on the policy, so the streak neither grows nor ends
             low = metrics.get(f"val/{tag}/success", 0.0) < below
             streaks[tag] = streaks.get(tag, 0) + 1 if low else 0
         self.history.append({"step": step, "val_success": metrics.get(f"val/{self.val_tag}/success", 0.0)})
