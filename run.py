@@ -73,6 +73,7 @@ def main(argv):
     from envs.batch import EnvSetupError
     from ragen_jax.checkpoint import CheckpointWriteError
     from ragen_jax.models import CheckpointError
+    from ragen_jax.rollout.engine import ContextOverflowError
     from ragen_jax.trainer import report
     from ragen_jax.trainer.loop import Trainer
 
@@ -111,6 +112,8 @@ def main(argv):
                 _run_mode(trainer, target)
             except (CheckpointError, CheckpointWriteError) as e:  # --mode=eval of a damaged checkpoint, or of
                 sys.exit(f"FATAL {_one_line(str(e))}")  # another model's; a final checkpoint a full disk refused
+            except ContextOverflowError as e:  # no episode's first turn fits: the config's lengths, not one env
+                sys.exit(f"FATAL {_one_line(str(e))}")
             except KeyboardInterrupt:  # outside the RL steps (which stop after the step and save it)
                 _exit_interrupted(trainer.checkpointer.directory)
             finally:  # a remote env server's sessions end now, not after its TTL

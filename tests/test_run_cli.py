@@ -388,3 +388,15 @@ def test_a_bad_command_line_is_one_line_and_nothing_else(tmp_path, args, needles
     assert "config_config" not in fatal, fatal
     if "Config files in" in fatal:  # the runnable ones: base.py holds the defaults and has no get_config
         assert "base.py" not in fatal.split("Config files in")[1], fatal
+
+
+@pytest.mark.parametrize("warmstart", [True, False])
+def test_lengths_too_small_for_any_first_turn_are_one_fatal_line(tmp_path, warmstart):
+    """max_model_len too small for every episode's first prompt (in warm-start demos or the first rollout): one
+    FATAL line with the sizes and the fix. Before, a ContextOverflowError traceback."""
+    proc = run_cli("--config=configs/bandit.py:tiny", "--compile_cache=", "--config.rollout.max_model_len=64",
+                   f"--config.warmstart.enabled={warmstart}", "--config.trainer.total_steps=1",
+                   workdir=tmp_path / "run", mode="train")
+    fatal = [line for line in proc.stderr.splitlines() if line.startswith("FATAL")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(fatal) == 1, proc.stderr
+    assert "> max_model_len 64" in fatal[0] and "Raise rollout.max_model_len" in fatal[0], fatal[0]

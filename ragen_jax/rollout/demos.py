@@ -264,19 +264,18 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
     episodes: list[Episode] = []
     first_error = ""
     next_seed = seed
-    bar = tqdm(total=num_demos, desc=f"demos ({env_name})", leave=False, dynamic_ncols=True,
-               disable=jax.process_index() != 0)
-    while len(episodes) < num_demos and next_seed - seed < max_tries * num_demos:
-        seeds = list(range(next_seed, next_seed + batch_size))
-        next_seed += batch_size
-        played = play_oracle_episodes(env_batch, seeds, tokenizer, cfg, policy=policy,
-                                      reasoning_text=thoughts, tag=env_name)
-        failed = [ep.error for ep in played if ep.error]  # an env or policy failure never becomes a demo
-        first_error = first_error or (failed[0] if failed else "")
-        kept = [ep for ep in played if not ep.error and (ep.success or not only_success)]
-        episodes.extend(kept)
-        bar.update(min(len(kept), num_demos - bar.n))
-    bar.close()
+    with tqdm(total=num_demos, desc=f"demos ({env_name})", leave=False, dynamic_ncols=True,
+              disable=jax.process_index() != 0) as bar:  # cleared on an error too, so its message starts a line
+        while len(episodes) < num_demos and next_seed - seed < max_tries * num_demos:
+            seeds = list(range(next_seed, next_seed + batch_size))
+            next_seed += batch_size
+            played = play_oracle_episodes(env_batch, seeds, tokenizer, cfg, policy=policy,
+                                          reasoning_text=thoughts, tag=env_name)
+            failed = [ep.error for ep in played if ep.error]  # an env or policy failure never becomes a demo
+            first_error = first_error or (failed[0] if failed else "")
+            kept = [ep for ep in played if not ep.error and (ep.success or not only_success)]
+            episodes.extend(kept)
+            bar.update(min(len(kept), num_demos - bar.n))
     if not episodes:
         why = f" ({first_error}: fix the env or its oracle)" if first_error else ": raise the budget"
         raise ValueError(f"The oracle solved none of {next_seed - seed} {env_name} episodes within "
