@@ -188,6 +188,12 @@ def parse_flags(argv: list[str]) -> list[str]:
         culprit = next((o for o in overrides if key in o[len("--config."):].split(".")), None)
         hint = "".join(f" {line.strip()}" for line in text.splitlines()[1:])
         where = f" in {culprit}" if culprit else ""
+        section = next((s for s in ("env.kwargs", "val.env_kwargs")
+                        if culprit and culprit.startswith(f"--config.{s}.")), None)
+        if section:  # free-form constructor arguments: the config file decides which exist
+            _fatal(f"unknown config key {key!r}{where}: config.{section} holds the env's constructor arguments that "
+                   f"the config file sets, and the command line can only change those. Set it in a config file "
+                   f"(c.{section}.{key} = ...), or check its spelling.")
         _fatal(f"unknown config key {key!r}{where}.{hint} Config keys cannot be added from the command line; "
                "see the config file (and configs/base.py) for the known keys.")
     try:

@@ -400,3 +400,16 @@ def test_lengths_too_small_for_any_first_turn_are_one_fatal_line(tmp_path, warms
     fatal = [line for line in proc.stderr.splitlines() if line.startswith("FATAL")]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(fatal) == 1, proc.stderr
     assert "> max_model_len 64" in fatal[0] and "Raise rollout.max_model_len" in fatal[0], fatal[0]
+
+
+@pytest.mark.parametrize("section", ["env.kwargs", "val.env_kwargs"])
+def test_a_new_env_kwarg_on_the_command_line_says_where_to_set_it(tmp_path, section):
+    """env.kwargs is the env's constructor arguments: a key the config file does not set cannot be added by a flag.
+    The error says so and where to set it, instead of pointing at configs/base.py, which has no such key."""
+    proc = run_cli("--config=configs/bandit.py:tiny", f"--config.{section}.data_path=x", workdir=tmp_path / "run",
+                   mode="train")
+    out = assert_fails_cleanly(proc, tmp_path / "run",
+                               f"unknown config key 'data_path' in --config.{section}.data_path",
+                               f"config.{section} holds the env's constructor arguments",
+                               f"c.{section}.data_path = ...")
+    assert "configs/base.py" not in out, out
