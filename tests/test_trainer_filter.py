@@ -106,6 +106,16 @@ def _ragen_top_k(group_scores, value):
     return np.sort(np.argsort(-np.asarray(group_scores), kind="stable")[:k])
 
 
+def _cut_trained_tokens(result: RolloutResult) -> RolloutResult:
+    """The rollout with each row's last `episode % 7` trained tokens taken out of its loss mask, so the groups'
+    trained lengths differ whatever the sampler drew (at temperature 3 the responses may all reach the cap)."""
+    mask = result.batch.loss_mask.copy()
+    for row, episode in enumerate(result.batch.episode_ids):
+        trained = np.nonzero(mask[row])[0]
+        mask[row, trained[len(trained) - min(int(episode) % 7, len(trained) - 1):]] = 0
+    return dataclasses.replace(result, batch=dataclasses.replace(result.batch, loss_mask=mask))
+
+
 def test_length_and_entropy_filters_run_in_the_trainer_as_ragen_scores_them(tmp_path, monkeypatch):
     """RAGEN's trainer filters on `length` (LengthRolloutFilter: trained tokens per trajectory, group mean) and
     `entropy` / `entropy_variance` (EntropyRolloutFilter: each row's masked mean token entropy under the current
@@ -113,6 +123,7 @@ def test_length_and_entropy_filters_run_in_the_trainer_as_ragen_scores_them(tmp_
     from ragen_jax.trainer.steps import policy_logprobs
 
     probe, result = _scripted_rollout(tmp_path, monkeypatch)
+    result = _cut_trained_tokens(result)
     b, n = result.batch, len(result.episodes)
     mask = b.loss_mask > 0
     length = _per_episode(mask.sum(axis=1), b.episode_ids, n, "sum").reshape(4, 4)
