@@ -1,7 +1,7 @@
 """Learning tests (slow): the Bandit tiny preset end to end, and GRPO, GSPO and CISPO on the same setup.
 
 Each algorithm gets the RL steps it needs on this noisy signal (the high arm pays 1 a quarter of the time): PPO's
-preset 25, CISPO 25, GRPO 50, GSPO 75; the bar is the same 15 points for all.
+preset 25, CISPO 50, GRPO 50, GSPO 75; the bar is the same 15 points for all.
 
 `configs/bandit.py:tiny` warm-starts the tiny policy on demonstrations that pick an arm at random
 (`warmstart.source="random"`), so it knows the answer format but has no preference; RL must then find
@@ -63,13 +63,15 @@ def test_grpo_group_mean_baseline_learns_the_high_arm(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset,steps", [("gspo", 75), ("cispo", 25)])
+@pytest.mark.parametrize("preset,steps", [("gspo", 75), ("cispo", 50)])
 def test_gspo_and_cispo_presets_learn_the_high_arm(tmp_path, preset, steps):
     # `:tiny,<preset>`: the preset's loss, clip ranges and aggregation, on the group-mean baseline without std
     # scaling, for the reason the GRPO test above gives (std scaling favours the low-variance arm here).
     # GSPO's sequence-level clip (the paper's 3e-4 / 4e-4) stops the gradient of about a third of the sequences in
     # a step's later mini-batches on this small model, so it needs more steps (measured from the same warm start:
-    # +10.2 points after 25 steps, +14.1 after 50, +23.4 after 75; CISPO +16.4 after 25).
+    # +10.2 points after 25 steps, +14.1 after 50, +23.4 after 75). CISPO gets 50: after 25 it gained +15.7 with
+    # the two-stage draw and +9.4 with the single draw before it (one seed, 1,024 validation episodes), too close
+    # to the bar for a test that any change of the random draws moves; after 50, +31.5.
     c = bandit_tiny(tmp_path, f"tiny,{preset}", steps=steps, norm_adv_by_std_in_grpo=False)
     assert (c.algo.preset, c.algo.policy_loss, c.algo.adv_estimator) == (preset, preset, "grpo")
     summary = Trainer(c).train()
