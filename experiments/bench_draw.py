@@ -58,16 +58,18 @@ def grid_probabilities(weights: np.ndarray, cdf: np.ndarray) -> np.ndarray:
     return np.where(positive, np.maximum(share, 0), 0) / 2.0**23
 
 
+running_sum = jax.jit(lambda w: jnp.cumsum(w, axis=-1))  # as the draws compute it
+
+
 def two_stage_grid_probabilities(logits: np.ndarray) -> np.ndarray:
     """The distribution `inverse_cdf_categorical` draws from on one row of logits [V] float32, over every pair of
     float32 uniforms -> [V] float64 (its blocks, weights and running sums computed as the draw computes them)."""
-    cumsum = jax.jit(lambda w: jnp.cumsum(w, axis=-1))
     w = jnp.exp(jnp.asarray(logits) - jnp.max(jnp.asarray(logits)))
     size = draw_block_size(logits.shape[0])
     blocks = jnp.pad(w, (0, -(-w.shape[0] // size) * size - w.shape[0])).reshape(-1, size)
     mass = jnp.sum(blocks, axis=-1)
-    p_block = grid_probabilities(np.asarray(mass), np.asarray(cumsum(mass)))
-    in_block = np.asarray(cumsum(blocks))
+    p_block = grid_probabilities(np.asarray(mass), np.asarray(running_sum(mass)))
+    in_block = np.asarray(running_sum(blocks))
     two = np.concatenate([p * grid_probabilities(bw, c) for p, bw, c in zip(p_block, np.asarray(blocks), in_block)])
     return two[:logits.shape[0]]
 
@@ -77,7 +79,7 @@ def exact_tvs(logits: np.ndarray) -> tuple[float, float]:
     exact = np.exp(logits.astype(np.float64) - logits.max())
     exact /= exact.sum()
     w = jnp.exp(jnp.asarray(logits) - logits.max())
-    single = grid_probabilities(np.asarray(w), np.asarray(jax.jit(lambda x: jnp.cumsum(x, axis=-1))(w)))
+    single = grid_probabilities(np.asarray(w), np.asarray(running_sum(w)))
     two = two_stage_grid_probabilities(logits)
     return 0.5 * float(np.abs(single - exact).sum()), 0.5 * float(np.abs(two - exact).sum())
 
