@@ -170,3 +170,39 @@ def test_gymnax_api_six_tuple(env):
     assert bool(terminated) and float(reward) == 1.0 and not bool(truncated)
     assert bool(info["success"]) and "final_observation" in info
     assert obs.shape == (4, 4) and int(state.time) == 0  # auto-reset
+
+
+# RAGEN's env_instruction of its named FrozenLake configs (config/envs.yaml), CoordFrozenLake's "(5, 5)" included.
+RAGEN_GRID_INSTRUCTION = (
+    "You are solving the FrozenLake puzzle. Forbid the whole and go to the target. You may move to the unintended "
+    "direction due to the slippery ice. Example answer format: <think>To forbid the hole and go to the target, I "
+    "should go left then go up.</think><answer>Left || Up</answer>")
+RAGEN_COORD_INSTRUCTION = (
+    "You are solving the FrozenLake puzzle. The observation includes both a symbol grid and zero-indexed "
+    "coordinates for the start, goal, player, and any holes.\n"
+    "Coordinates range from the top-left corner (0, 0) to the bottom-right corner (5, 5).\n"
+    "Beware that the ice is slippery, so the agent might slide and end up in an unintended tile.\n"
+    "Respond with a sequence of actions such as <answer>Left || Up || Up</answer>.\n")
+
+
+@pytest.mark.parametrize("name,text", [("FrozenLake", RAGEN_GRID_INSTRUCTION),
+                                       ("CoordFrozenLake", RAGEN_COORD_INSTRUCTION)])
+def test_ragen_named_configs_give_ragens_instruction(name, text):
+    assert registry.make(name).instruction() == text
+
+
+@pytest.mark.parametrize("variant", ["FrozenLake", "CoordFrozenLake"])
+@pytest.mark.parametrize("fmt", ["grid", "coord", "grid_coord"])
+@pytest.mark.parametrize("size", [4, 6])
+def test_instruction_names_only_what_the_observation_shows(variant, fmt, size):
+    # The coord format's instruction said "The observation includes both a symbol grid" while it shows no grid.
+    env = registry.make(variant, observation_format=fmt, size=size)
+    state = jax.tree.map(lambda x: x[0], env.reset_from_seeds([3]))
+    obs, text = env.render_text(state), env.instruction().lower()
+    shows_grid, shows_coords = "Grid Map" in obs or "Board size" not in obs, "Board size" in obs
+    assert shows_grid or "grid" not in text, (fmt, text)
+    assert ("coordinates" in text) == shows_coords, (fmt, text)
+    if shows_coords:
+        corner = 5 if (fmt, size) == ("grid_coord", 4) else size - 1  # CoordFrozenLake's board keeps RAGEN's text
+        assert f"bottom-right corner ({corner}, {corner})" in text
+        assert all(label in obs for label in ("Start: ", "Goal: ", "Player: "))

@@ -325,3 +325,44 @@ def test_state_from_grid_names_what_is_wrong_with_a_hand_built_level(env, grid, 
     # A typo raised a bare KeyError: ' ', a missing player silently stood at (0, 0) on a wall.
     with pytest.raises(ValueError, match=match):
         env.state_from_grid(grid)
+
+
+# RAGEN's env_instruction of its named Sokoban configs (config/envs.yaml): what its users see.
+RAGEN_GRID_INSTRUCTION = (
+    "You are solving the Sokoban puzzle. \nYou are the player and you need to push all boxes to targets. \n"
+    "When you are right next to a box, you can push it by moving in the same direction. \n"
+    "You cannot push a box through a wall, and you cannot pull a box. \n"
+    "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>\n")
+RAGEN_COORD_INSTRUCTION = (
+    "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets.\n"
+    "You are provided with a symbol grid and the zero-indexed coordinates of the player, each box, and each target. \n"
+    "Coordinates range from the top-left corner (0, 0) to the bottom-right corner (5, 5). \n"
+    "When you are exactly next to a box, you can push it by moving in the same direction. \n"
+    "You cannot push a box through a wall, and you cannot pull a box.\n"
+    "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>.\n")
+
+
+@pytest.mark.parametrize("name,text", [("SimpleSokoban", RAGEN_GRID_INSTRUCTION),
+                                       ("LargerSokoban", RAGEN_GRID_INSTRUCTION),
+                                       ("SokobanDifferentGridVocab", RAGEN_GRID_INSTRUCTION),
+                                       ("CoordSokoban", RAGEN_COORD_INSTRUCTION)])
+def test_ragen_named_configs_give_ragens_instruction(name, text):
+    assert registry.make(name).instruction() == text
+
+
+@pytest.mark.parametrize("variant", ["SimpleSokoban", "CoordSokoban"])
+@pytest.mark.parametrize("fmt", ["grid", "coord", "grid_coord"])
+@pytest.mark.parametrize("dim_room", [(6, 6), (7, 5)])
+def test_instruction_names_only_what_the_observation_shows(variant, fmt, dim_room):
+    # The coord format's instruction said "You are provided with a symbol grid" while its observation has no grid.
+    rows, cols = dim_room
+    env = registry.make(variant, observation_format=fmt, dim_room=dim_room)
+    grid = "\n".join(["#" * cols, "#PXO" + "_" * (cols - 5) + "#"] + ["#" * cols] * (rows - 2))
+    obs, text = env.render_text(env.state_from_grid(grid)), env.instruction().lower()
+    shows_grid, shows_coords = grid in obs, "Board size" in obs
+    assert shows_grid or "grid" not in text, (fmt, text)
+    assert ("coordinates" in text) == shows_coords, (fmt, text)
+    if shows_coords:
+        assert f"bottom-right corner ({rows - 1}, {cols - 1})" in text
+        assert all(label in obs for label in ("Player: ", "Boxes: ", "Targets: "))
+        assert shows_grid or ("walls are not listed" in text and "Walls" not in obs)

@@ -30,15 +30,33 @@ _INSTRUCTION = (
     "direction due to the slippery ice. Example answer format: <think>To forbid the hole and go to the target, I "
     "should go left then go up.</think><answer>Left || Up</answer>"
 )
-# RAGEN's CoordFrozenLake text, verbatim (including its "(5, 5)" corner on a 4x4 board).
+# What each coordinate format shows; RAGEN's CoordFrozenLake text is the grid_coord one.
+_COORD_SHOWN = {
+    "coord": "The observation gives zero-indexed coordinates for the start, goal, player, and any holes.",
+    "grid_coord": "The observation includes both a symbol grid and zero-indexed coordinates for the start, goal, "
+                  "player, and any holes.",
+}
 _COORD_INSTRUCTION = (
-    "You are solving the FrozenLake puzzle. The observation includes both a symbol grid and zero-indexed "
-    "coordinates for the start, goal, player, and any holes.\n"
-    "Coordinates range from the top-left corner (0, 0) to the bottom-right corner (5, 5).\n"
+    "You are solving the FrozenLake puzzle. {shown}\n"
+    "Coordinates range from the top-left corner (0, 0) to the bottom-right corner ({corner}, {corner}).\n"
     "Beware that the ice is slippery, so the agent might slide and end up in an unintended tile.\n"
     "Respond with a sequence of actions such as <answer>Left || Up || Up</answer>.\n"
 )
+# RAGEN's CoordFrozenLake (4x4, grid_coord) names the corner (5, 5); that board keeps its text verbatim.
+_RAGEN_COORD_SIZE, _RAGEN_COORD_CORNER = 4, 5
 _FORMATS = {"text": "grid", "grid": "grid", "coord": "coord", "grid_coord": "grid_coord"}
+
+
+def frozenlake_instruction(fmt: str, size: int) -> str:
+    """The instruction for observation format `fmt` ("grid", "coord", "grid_coord") on a size x size board: it names
+    only what that format shows (RAGEN's FrozenLake text for "grid"; its CoordFrozenLake text, verbatim, for the
+    4x4 "grid_coord" board; the board's own corner otherwise)."""
+    if fmt == "grid":
+        return _INSTRUCTION
+    if fmt not in _COORD_SHOWN:
+        raise ValueError(f"Unknown FrozenLake observation format {fmt!r}; use 'grid', 'coord' or 'grid_coord'.")
+    ragen_board = fmt == "grid_coord" and size == _RAGEN_COORD_SIZE
+    return _COORD_INSTRUCTION.format(shown=_COORD_SHOWN[fmt], corner=_RAGEN_COORD_CORNER if ragen_board else size - 1)
 
 
 def _state_from_tiles(tiles: jax.Array, slips: jax.Array) -> FrozenLakeState:
@@ -181,7 +199,7 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
     def instruction(self) -> str:
         if self._instruction is not None:
             return self._instruction
-        return _INSTRUCTION if self.observation_format == "grid" else _COORD_INSTRUCTION
+        return frozenlake_instruction(self.observation_format, self.size)
 
     def legend(self) -> str:
         """RAGEN's grid_vocab text, leading newline included (appended to the instruction)."""

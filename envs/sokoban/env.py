@@ -32,15 +32,31 @@ _GRID_INSTRUCTION = (
     "You cannot push a box through a wall, and you cannot pull a box. \n"
     "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>\n"
 )
+# What each coordinate format shows; RAGEN's CoordSokoban text is the grid_coord one (at 6x6, its "(5, 5)" corner).
+_COORD_SHOWN = {
+    "coord": "the zero-indexed coordinates of the player, each box, and each target (walls are not listed)",
+    "grid_coord": "a symbol grid and the zero-indexed coordinates of the player, each box, and each target",
+}
 _COORD_INSTRUCTION = (
     "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets.\n"
-    "You are provided with a symbol grid and the zero-indexed coordinates of the player, each box, and each target. \n"
+    "You are provided with {shown}. \n"
     "Coordinates range from the top-left corner (0, 0) to the bottom-right corner ({r}, {c}). \n"
     "When you are exactly next to a box, you can push it by moving in the same direction. \n"
     "You cannot push a box through a wall, and you cannot pull a box.\n"
     "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>.\n"
 )
 _FORMATS = {"text": "grid", "grid": "grid", "coord": "coord", "grid_coord": "grid_coord"}
+
+
+def sokoban_instruction(fmt: str, dim_room: Sequence[int]) -> str:
+    """The instruction for observation format `fmt` ("grid", "coord", "grid_coord") on a (rows, cols) board: it names
+    only what that format shows (RAGEN's SimpleSokoban text for "grid", its CoordSokoban text for "grid_coord")."""
+    if fmt == "grid":
+        return _GRID_INSTRUCTION
+    if fmt not in _COORD_SHOWN:
+        raise ValueError(f"Unknown Sokoban observation format {fmt!r}; use 'grid', 'coord' or 'grid_coord'.")
+    rows, cols = dim_room
+    return _COORD_INSTRUCTION.format(shown=_COORD_SHOWN[fmt], r=rows - 1, c=cols - 1)
 
 
 def _state_from_level(fixed: jax.Array, room: jax.Array, level_id: jax.Array) -> SokobanState:
@@ -213,10 +229,7 @@ class Sokoban(JaxEnv[SokobanState, SokobanParams]):
     def instruction(self) -> str:
         if self._instruction is not None:
             return self._instruction
-        if self.observation_format == "grid":
-            return _GRID_INSTRUCTION
-        rows, cols = self.config.dim_room
-        return _COORD_INSTRUCTION.format(r=rows - 1, c=cols - 1)
+        return sokoban_instruction(self.observation_format, self.config.dim_room)
 
     def legend(self) -> str:
         """RAGEN's grid_vocab text, leading newline included (appended to the instruction)."""
