@@ -3,10 +3,12 @@ follow the table as RAGEN's renderers do, and a table that is ambiguous or misse
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from envs import registry
 from envs.frozenlake import FrozenLake
+from envs.frozenlake.generator import FROZEN, START
 from envs.sokoban.env import Sokoban
 
 KEY = jax.random.PRNGKey(0)
@@ -87,6 +89,57 @@ def test_frozenlake_custom_lookup_renders_every_kind_and_its_legend():
                             "x: player in hole, !: player on goal")
     coord = registry.make("CoordFrozenLake", grid_lookup=FL_LOOKUP)
     assert coord.render_text(state).endswith("Grid Map: \nA...\n.H.H\n...H\nH..$")
+
+
+FL_NAMED = {"a": "player", "-": "empty", "o": "hole", "g": "goal", "X": "player in hole", "v": "player on goal"}
+
+
+@pytest.mark.parametrize("tables", [{}, dict(grid_lookup=FL_LOOKUP), dict(grid_vocab=FL_NAMED)])
+@pytest.mark.parametrize("size", [4, 6])
+def test_frozenlake_grid_reads_back_to_the_state_it_draws(tables, size):
+    # FrozenLake had no grid reader, so a custom table's grid was never read back (Sokoban's is, above).
+    env = registry.make("FrozenLake", size=size, success_rate=0.5, **tables)
+    step, rng = jax.jit(env.step_env), np.random.default_rng(size)
+    seeds = list(range(100, 112))
+    for seed, state in zip(seeds, _unbatch(env.reset_from_seeds(seeds), len(seeds))):
+        read = env.state_from_grid(env.render_text(state), seed=seed)
+        assert jax.tree.all(jax.tree.map(np.array_equal, read, state)), seed  # a fresh episode: start under the player
+        for _ in range(env.max_steps):
+            text = env.render_text(state)
+            read = env.state_from_grid(text, seed=seed)
+            assert env.render_text(read) == text and int(read.pos) == int(state.pos), (seed, text)
+            assert np.array_equal(_drawn(read.tiles), _drawn(state.tiles)), (seed, text)
+            _, state, _, done, _ = step(KEY, state, jnp.int32(rng.integers(4)), env.default_params)
+            if done:
+                break
+        assert env.render_text(env.state_from_grid(env.render_text(state))) == env.render_text(state)
+
+
+def _unbatch(state, n):
+    return [jax.tree.map(lambda x, i=i: x[i], state) for i in range(n)]
+
+
+def _drawn(tiles):
+    """What a grid shows of the tiles: the start is drawn as frozen ice."""
+    return np.where(np.asarray(tiles) == START, FROZEN, np.asarray(tiles))
+
+
+@pytest.mark.parametrize("grid,words", [
+    ("A.?.\n.H.H\n...H\nH..$", ["unknown symbol '?' at row 0, col 2", "'A' (player)", "'!' (player on goal)"]),
+    ("P___\n_O_O\n___O\nO__G", ["unknown symbol 'P' at row 0, col 0"]),  # the default table's symbols
+    ("A...\n.H.H\n..H\nH..$", ["row 2 has 3 cells but row 0 has 4"]),
+    ("A...\n.H.H\nH..$", ["3 rows of 4 cells", "square"]),
+    ("A...\n.H.A\n...H\nH..$", ["2 player cells", "exactly one"]),
+    ("....\n.H.H\n...H\nH..$", ["0 player cells"]),
+    ("A...\n.H.H\n...H\nH...", ["0 goal cells", "'$'"]),
+    ("", ["empty"]),
+])
+def test_frozenlake_unreadable_grid_is_refused_by_name(grid, words):
+    env = registry.make("FrozenLake", grid_lookup=FL_LOOKUP)
+    with pytest.raises(ValueError) as e:
+        env.state_from_grid(grid)
+    for word in words:
+        assert word in str(e.value), str(e.value)
 
 
 def test_frozenlake_default_table_given_as_dicts_is_the_default():

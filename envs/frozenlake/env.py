@@ -226,6 +226,15 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
             raise ValueError(f"FrozenLake rows use only F, H, S, G; got {e.args[0]!r}.") from None
         return _state_from_tiles(jnp.asarray(tiles), jnp.asarray(seeded_slips(seed, self.max_steps, self.success_rate)))
 
+    def state_from_grid(self, text: str, seed: int = 0) -> FrozenLakeState:
+        """An unbatched state from a grid drawn in this env's symbols (render_text's "grid" format), with the slip
+        draws gymnasium's FrozenLake seeded with `seed` would make; the start is the player's cell."""
+        tiles, pos = render.parse_grid(text, self.grid_lookup)
+        if tiles.shape[0] < 2:
+            raise ValueError(f"FrozenLake grid is {tiles.shape[0]}x{tiles.shape[1]}; the board needs size >= 2.")
+        return FrozenLakeState(tiles=jnp.asarray(tiles), pos=jnp.int32(pos), time=jnp.zeros((), jnp.int32),
+                               slips=jnp.asarray(seeded_slips(seed, self.max_steps, self.success_rate)))
+
     def oracle_actions(self, state: FrozenLakeState) -> list[int] | None:
         """Shortest intended-move path to the goal from one unbatched state; None if unreachable."""
         return oracle.solve(np.asarray(state.tiles), int(state.pos))

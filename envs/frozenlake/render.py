@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.frozenlake.generator import GOAL, HOLE, START
+from envs.frozenlake.generator import FROZEN, GOAL, HOLE, START
 
 # RAGEN's grid codes (its grid_lookup keys) and what each is, in code order.
 KINDS = ("player", "empty", "hole", "goal", "player in hole", "player on goal")
@@ -55,3 +55,42 @@ def render_text(tiles: np.ndarray, pos: int, fmt: str, lookup: dict[int, str] = 
     if fmt == "grid_coord":
         return "Coordinates: \n" + render_coords(tiles, pos) + "\nGrid Map: \n" + render_grid(tiles, pos, lookup)
     raise ValueError(f"Unknown FrozenLake observation format {fmt!r}; use 'grid', 'coord' or 'grid_coord'.")
+
+
+_CODE_TILE = {0: FROZEN, 1: FROZEN, 2: HOLE, 3: GOAL, 4: HOLE, 5: GOAL}  # RAGEN's grid code -> our tile under it
+_PLAYER_CODES = (0, 4, 5)
+
+
+def parse_grid(text: str, lookup: dict[int, str] = GRID_LOOKUP) -> tuple[np.ndarray, int]:
+    """Inverse of `render_grid`: (tiles [N, N] int8, flat player cell). The grid does not draw the start: it is put
+    under a player on frozen ice (a read grid begins an episode where the player stands). ValueError names an
+    unknown symbol (row, col), a ragged or non-square board, or a board without exactly one player and one goal."""
+    inverse = {symbol: code for code, symbol in lookup.items()}
+    lines = text.strip("\n").split("\n")
+    if not lines[0]:
+        raise ValueError("FrozenLake grid is empty; draw one row per line.")
+    for r, line in enumerate(lines):
+        if len(line) != len(lines[0]):
+            raise ValueError(f"FrozenLake grid row {r} has {len(line)} cells but row 0 has {len(lines[0])}; "
+                             "every row needs the same width.")
+        for c, ch in enumerate(line):
+            if ch not in inverse:
+                raise ValueError(f"FrozenLake grid has unknown symbol {ch!r} at row {r}, col {c}; use "
+                                 f"{', '.join(f'{s!r} ({KINDS[k]})' for s, k in inverse.items())}.")
+    if len(lines) != len(lines[0]):
+        raise ValueError(f"FrozenLake grid has {len(lines)} rows of {len(lines[0])} cells; the board is square.")
+    codes = np.array([[inverse[ch] for ch in line] for line in lines], np.int8)
+    players = np.flatnonzero(np.isin(codes, _PLAYER_CODES))
+    if len(players) != 1:
+        raise ValueError(f"FrozenLake grid has {len(players)} player cells; draw exactly one ({lookup[0]!r}, or "
+                         f"{lookup[4]!r} in a hole, or {lookup[5]!r} on the goal).")
+    goals = int(np.isin(codes, (3, 5)).sum())
+    if goals != 1:
+        raise ValueError(f"FrozenLake grid has {goals} goal cells; draw exactly one ({lookup[3]!r}, or "
+                         f"{lookup[5]!r} with the player on it).")
+    tiles = np.vectorize(_CODE_TILE.__getitem__, otypes=[np.int8])(codes)
+    pos = int(players[0])
+    cell = divmod(pos, tiles.shape[1])
+    if tiles[cell] == FROZEN:
+        tiles[cell] = START
+    return tiles, pos
