@@ -72,6 +72,15 @@ def test_linear_top_p_keeps_nothing_when_threshold_unreachable():
     assert select_groups(np.array([-1.0, 4.0]), "top_p", 0.9, largest=False).tolist() == []
 
 
+@pytest.mark.parametrize("value, eps", [(0.75, 0.0), (0.775, 0.01)])
+def test_linear_top_p_stops_at_a_prefix_summing_exactly_to_the_threshold(value, eps):
+    # 0.75 * 0.4 - 0 = 0.775 * 0.4 - 0.01 = 0.3 = 0.2 + 0.1: two groups reach it. RAGEN compares its running sum
+    # with the float32 threshold in float32; compared in float64, 0.2f + 0.1f fell one ulp short and kept all three
+    kept = select_groups(np.array([0.2, 0.1, 0.1]), "top_p", value, eps=eps)
+    assert kept.tolist() == [0, 1]
+    assert select_groups(np.array([0.1, 0.2, 0.1]), "top_p", value, eps=eps).tolist() == [0, 1]
+
+
 def test_linear_top_p_smallest_walks_ascending():
     kept = select_groups(np.array([4.0, 3.0, 2.0, 1.0]), "top_p", 0.5, largest=False)
     assert kept.tolist() == [1, 2, 3]  # 1 + 2 + 3 = 6 >= 0.5 * 10 - 0.01

@@ -19,17 +19,21 @@ def _order(scores: np.ndarray, largest: bool) -> np.ndarray:
 
 
 def _top_p_linear(scores: np.ndarray, value: float, eps: float, largest: bool) -> np.ndarray:
-    """Walk sorted scores until their running sum reaches value*sum - eps; else keep nothing."""
+    """Walk sorted scores until their running sum reaches value*sum - eps; else keep nothing.
+
+    As RAGEN's tensors: a float32 threshold, the running sum accumulated in float64 and rounded to float32 to be
+    compared with it, so a prefix that sums exactly to the threshold (0.2 + 0.1 against 0.75 * 0.4) reaches it.
+    """
     order = _order(scores, largest)
     total = scores[order].sum()  # summed in sorted order so the result ignores group order
-    threshold = float(np.float32(np.float32(value) * total) - np.float32(eps))
+    threshold = np.float32(np.float32(value) * total) - np.float32(eps)
     running, count = 0.0, 0
     for score in scores[order]:
-        if running >= threshold or score <= 0:
+        if np.float32(running) >= threshold or score <= 0:
             break
         running += float(score)
         count += 1
-    return order[:count] if running >= threshold else order[:0]
+    return order[:count] if np.float32(running) >= threshold else order[:0]
 
 
 def _top_p_softmax(scores: np.ndarray, value: float, largest: bool) -> np.ndarray:
