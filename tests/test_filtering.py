@@ -247,6 +247,24 @@ def test_a_group_that_env_failures_left_with_one_member_is_not_kept():
     assert "rollout/groups_broken_by_env_errors" not in filter_rollouts(rewards, 4, FilterConfig()).metrics
 
 
+def test_groups_broken_by_env_errors_stay_out_of_the_in_group_figures():
+    """Group 1 keeps one healthy member: its std is 0 by definition, not a measurement, so it joins neither the
+    in_group std (the reward-collapse early stop reads in_group_reward_std) nor the zero count; its one reward
+    is still a mean, max and sum. Group 3 lost both members: it has no figure at all."""
+    rewards = np.array([0.0, 2.0, 3.0, 7.0, 1.0, 1.0, 4.0, 4.0])
+    valid = np.array([1, 1, 1, 0, 1, 1, 0, 0], bool)
+    m = filter_rollouts(rewards, 2, FilterConfig(), valid=valid).metrics
+    assert m["rollout/in_group_reward_std"] == pytest.approx(np.sqrt(2) / 2)  # groups 0 (std sqrt 2) and 2 (0)
+    assert m["rollout/in_group_std"] == m["rollout/in_group_reward_std"]
+    assert m["rollout/in_group_reward_mean"] == pytest.approx((1 + 3 + 1) / 3)
+    assert m["rollout/in_group_reward_max"] == pytest.approx((2 + 3 + 1) / 3)
+    assert m["rollout/in_group_reward_sum"] == pytest.approx((2 + 3 + 2) / 3)
+    assert m["rollout/filter_zero_count"] == 1.0  # group 2's equal rewards, not groups 1 and 3
+    assert m["rollout/filter_kept_ratio"] == pytest.approx(2 / 4)  # over all groups, as RAGEN's
+    everyone_failed = filter_rollouts(rewards, 2, FilterConfig(), valid=np.zeros(8, bool)).metrics
+    assert everyone_failed["rollout/in_group_reward_std"] == 0.0 and everyone_failed["rollout/filter_zero_count"] == 0
+
+
 @pytest.mark.parametrize(
     "name, canonical",
     [("reward_std", "reward_variance"), ("entropy_std", "entropy_variance"), ("Reward_Variance", "reward_variance"),

@@ -106,21 +106,29 @@ def _chosen_mean(values: np.ndarray, kept: np.ndarray) -> float:
 
 
 def filter_metrics(
-    stats: Mapping[str, np.ndarray], quantity: str, scores: np.ndarray, kept: np.ndarray
+    stats: Mapping[str, np.ndarray], quantity: str, scores: np.ndarray, kept: np.ndarray,
+    measured: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """RAGEN's `rollout/*` filter metrics, before (in_group_*) and after (chosen_in_group_*)."""
+    """RAGEN's `rollout/*` filter metrics, before (in_group_*) and after (chosen_in_group_*).
+
+    Each in_group_* figure averages the groups where it is defined: mean/max/sum over groups with a member that
+    counts (stats["count"] > 0), the std and the zero count over `measured` [G] bool (default: the same groups).
+    A group that env failures left with one healthy member has std 0 by definition, not by its rewards: left
+    out, so failures cannot fake a reward collapse. Without any such group a figure is 0.
+    """
+    has_data = np.asarray(stats["count"]) > 0 if "count" in stats else np.ones(scores.shape, bool)
+    defined = {"data": np.nonzero(has_data)[0],
+               "std": np.nonzero(has_data if measured is None else np.asarray(measured, bool))[0]}
     metrics: dict[str, float] = {}
     base_keys = ("std", "max", "mean")
-    for key in base_keys:
-        metrics[f"rollout/in_group_{key}"] = float(stats[key].mean())
-        metrics[f"rollout/chosen_in_group_{key}"] = _chosen_mean(stats[key], kept)
     keys = base_keys + (("sum",) if quantity == "reward" else ())
-    for key in keys:
-        metrics[f"rollout/in_group_{quantity}_{key}"] = float(stats[key].mean())
-        metrics[f"rollout/chosen_in_group_{quantity}_{key}"] = _chosen_mean(stats[key], kept)
+    for name, key in [(key, key) for key in base_keys] + [(f"{quantity}_{key}", key) for key in keys]:
+        groups = defined["std" if key == "std" else "data"]
+        metrics[f"rollout/in_group_{name}"] = _chosen_mean(stats[key], groups)
+        metrics[f"rollout/chosen_in_group_{name}"] = _chosen_mean(stats[key], kept)
     metrics["rollout/filter_kept_count"] = float(kept.size)
     metrics["rollout/filter_kept_ratio"] = kept.size / scores.size
-    metrics["rollout/filter_zero_count"] = float(np.sum(np.abs(scores) <= ZERO_TOL))
+    metrics["rollout/filter_zero_count"] = float(np.sum(np.abs(scores[defined["std"]]) <= ZERO_TOL))
     return metrics
 
 
@@ -161,7 +169,7 @@ def filter_rollouts(
     healthy = stats["count"] >= min(2, group_size)
     kept = kept[healthy[kept]]
     row_group = np.arange(scores.size * group_size) // group_size
-    metrics = filter_metrics(stats, metric_quantity(config.metric), scores, kept)
+    metrics = filter_metrics(stats, metric_quantity(config.metric), scores, kept, measured=healthy)
     if valid is not None:
         metrics["rollout/groups_broken_by_env_errors"] = float(np.sum(~healthy))
     return FilterResult(
