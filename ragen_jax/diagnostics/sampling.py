@@ -44,9 +44,10 @@ def first_turn_pairs(
 ) -> PairSample:
     """Up to num_samples first-turn pairs [N trajectories] drawn without replacement.
 
-    Columns are the distinct first-turn prompts among the draws (RAGEN's unique prompts), in the
-    order of the lowest group id showing each: one column per group when a group shares its
-    prompt, one per episode where each draws its own (Bandit: seed + instance).
+    Columns are the distinct first-turn prompts among the draws, in the order of the lowest group id
+    showing each: one column per group when a group shares its prompt, one per episode where each
+    draws its own (Bandit: seed + instance). RAGEN's columns are the distinct group ids (two groups
+    showing one prompt are two columns there; a group whose prompts differ stops its metrics).
     """
     if not len(prompts) == len(reasonings) == len(group_ids):
         raise ValueError(
