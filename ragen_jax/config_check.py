@@ -39,6 +39,7 @@ def validate_config(cfg, mode: str = "train") -> None:
     from ragen_jax.algos.presets import needs_critic
     from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
     from ragen_jax.filtering import FilterConfig
+    from ragen_jax.rollout.batching import turn_scores_problem
     from ragen_jax.trainer.settings import validation_envs
 
     errors = _unknown_keys(cfg, get_base_config())
@@ -108,6 +109,8 @@ def validate_config(cfg, mode: str = "train") -> None:
         errors.append(f"config.val.batch_size ({cfg.val.batch_size}) must be a multiple of config.val.group_size "
                       f"({cfg.val.group_size}): validation plays whole groups")
     errors += _sampling_errors(cfg.rollout, cfg.val)
+    turn_scores = turn_scores_problem(cfg.rollout.context_mode, cfg.rollout.use_turn_scores)
+    errors += [f"config.{turn_scores}"] if turn_scores else []
     for m in ("actor", "critic"):
         o = cfg.optim[m]
         if o.warmup_steps and o.warmup_steps_ratio:  # veRL lets the steps win silently: say it

@@ -250,22 +250,51 @@ def test_scripted_turns_rewards_done_and_cache_continuation(tiny):
     assert res.metrics["Line/pass_at_2"] == pytest.approx(1.0)
 
 
-def test_turn_scores_and_per_turn_samples(tiny):
+def test_per_turn_samples_each_carry_the_episode_score(tiny):
+    """RAGEN's limited_multi_turn: one row per turn, only that turn trained, the episode's score (env rewards plus
+    penalties) on its last token, so an early turn is credited with what the episode earned after it."""
     graphdef, params, tok = tiny
-    cfg = _cfg(max_turn=2, use_turn_scores=True, context_mode="limited_multi_turn", context_window=2)
+    cfg = _cfg(max_turn=2, context_mode="limited_multi_turn", context_window=2)
     engine = RolloutEngine(graphdef, tok, cfg, batch_size=2)
     script = [["</think><answer>Right</answer>", "bad"], ["</think><answer>Right</answer>", "bad"]]
     engine.sampler = ScriptedSampler(engine.sampler, tok, script)
     res = engine.run(params, LineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
     b = res.batch
     assert b.num_samples == 4  # one sample per (episode, turn)
+    assert [ep.total_reward for ep in res.episodes] == pytest.approx([2.0, -0.2])
     for row in range(4):
         trained = np.nonzero(b.loss_mask[row])[0]
         turn = b.turn_ids[row, trained[0]]
         assert (b.turn_ids[row, trained] == turn).all()  # only the sample's own turn is trained
         ep = res.episodes[b.episode_ids[row]]
-        expected = ep.history[turn].reward + (cfg.format_penalty if ep.history[turn].invalid else 0)
-        assert b.token_rewards[row, trained[-1]] == pytest.approx(expected)
+        assert b.token_rewards[row, trained[-1]] == pytest.approx(ep.total_reward)
+        assert np.count_nonzero(b.token_rewards[row]) == 1
+
+
+@pytest.mark.parametrize("mode", ["limited_multi_turn", "single_turn"])
+def test_turn_scores_in_a_per_turn_context_mode_are_refused(tiny, mode):
+    """A per-turn row scored with its own turn's score alone would never credit a turn with the rewards after it
+    (the turn-1 "Right" of a 2-turn walk got 1.0, not the episode's 2.0); RAGEN ignores the flag there. Refused
+    by the config check, the rollout config and the batch builder alike, each naming both ways out."""
+    from configs import sokoban
+    from ragen_jax.config_check import validate_config
+    from ragen_jax.rollout.batching import build_batch
+    from ragen_jax.rollout.context import ContextBuilder
+
+    fixes = "use_turn_scores=False.*context_mode='full'"
+    with pytest.raises(ValueError, match=fixes):
+        _cfg(use_turn_scores=True, context_mode=mode)
+    with pytest.raises(ValueError, match=fixes):
+        build_batch(ContextBuilder(tiny[2]), [], mode=mode, window=1, max_tokens=16, enable_think=True,
+                    format_penalty=-0.1, use_turn_scores=True, norm_method="identity", norm_grouping="state",
+                    logprobs={}, pad_id=0)
+    cfg = sokoban.get_config("tiny")
+    cfg.rollout.context_mode, cfg.rollout.use_turn_scores = mode, True
+    with pytest.raises(ValueError, match="config.rollout.use_turn_scores=True needs rollout.context_mode='full'"):
+        validate_config(cfg)
+    cfg.rollout.use_turn_scores = False
+    validate_config(cfg)
+    assert _cfg(use_turn_scores=True, context_mode="full").use_turn_scores
 
 
 def test_truncation_keeps_newest_turns(tiny):
@@ -500,14 +529,14 @@ def test_an_env_lookup_spelled_in_capitals_still_matches_names_case_insensitivel
 def test_rows_of_truncated_histories_train_only_kept_turns_at_their_positions(tiny, mode):
     """Past max_model_len the oldest turns leave the context; the rows then train only the kept turns, each
     response at the positions of its own sampled tokens, the newest one right after the context it was sampled
-    after, and each turn's score on its own last token."""
+    after, and each turn's score on its own last token (a per-turn row: the episode's score)."""
     graphdef, params, tok = tiny
     probe = RolloutEngine(graphdef, tok, _cfg(max_turn=4), batch_size=1)
     probe.sampler = ScriptedSampler(probe.sampler, tok, [["</think><answer>Left</answer>"]] * 4)
     two_turns = len(probe.run(params, LineEnv(1), [1], [0], jax.random.PRNGKey(0), tag="Line")
                     .episodes[0].history[1].context_tokens)
     cfg = _cfg(max_turn=4, max_model_len=two_turns + 16 + 8, context_mode=mode, context_window=-1,
-               use_turn_scores=True)
+               use_turn_scores=mode == "full")  # a per-turn row: the episode score on its turn
     engine = RolloutEngine(graphdef, tok, cfg, batch_size=2)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Left</answer>", "bad"]] * 4)
     res = engine.run(params, LineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
@@ -523,7 +552,8 @@ def test_rows_of_truncated_histories_train_only_kept_turns_at_their_positions(ti
         for turn in trained:
             pos = np.nonzero(batch.turn_ids[row] == turn)[0]
             assert batch.tokens[row, pos].tolist() == ep.history[turn].response_tokens
-            expected = ep.history[turn].reward + (cfg.format_penalty if ep.history[turn].invalid else 0.0)
+            expected = (ep.history[turn].reward + (cfg.format_penalty if ep.history[turn].invalid else 0.0)
+                        if cfg.use_turn_scores else ep.total_reward)
             assert batch.token_rewards[row, pos[-1]] == pytest.approx(expected)
             # sampled seeing turns this row dropped: its sampler log-probs are of another context
             assert (batch.same_context[row, pos] == (ep.history[turn].history_start == kept.start)).all()

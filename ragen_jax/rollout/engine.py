@@ -22,7 +22,7 @@ import numpy as np
 
 from envs.protocols import EnvBatch
 from ragen_jax.rollout import metrics as metrics_lib
-from ragen_jax.rollout.batching import build_batch
+from ragen_jax.rollout.batching import build_batch, turn_scores_problem
 from ragen_jax.rollout.context import ContextBuilder, common_prefix_length
 from ragen_jax.rollout.parsing import ACTION_SEP, case_insensitive_lookup, parse_response, recorded_response
 from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
@@ -57,6 +57,11 @@ class RolloutConfig:
     format_penalty: float = -0.1
     reward_norm_method: str = "identity"  # identity | mean_std | mean | asym_clip
     reward_norm_grouping: str = "state"  # state | inductive | batch
+
+    def __post_init__(self):
+        problem = turn_scores_problem(self.context_mode, self.use_turn_scores)
+        if problem:
+            raise ValueError(problem)
 
     def stop_sequences(self, tokenizer) -> tuple[tuple[int, ...], ...]:
         """The token sequences that end a response besides the end-of-turn ids (an engine computes them once)."""
