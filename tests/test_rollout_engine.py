@@ -271,6 +271,14 @@ def test_per_turn_samples_each_carry_the_episode_score(tiny):
         assert np.count_nonzero(b.token_rewards[row]) == 1
 
 
+@pytest.mark.parametrize("window", [0, -2])
+def test_a_context_window_that_shows_no_turn_is_refused(window):
+    """Window 0 started the context past the current turn: the prompt held no state at all."""
+    with pytest.raises(ValueError, match=f"context_window={window} shows no turn.*>= 1.*-1 for every turn"):
+        _cfg(context_mode="limited_multi_turn", context_window=window)
+    assert _cfg(context_mode="single_turn", context_window=-1).context_window == -1
+
+
 @pytest.mark.parametrize("mode", ["limited_multi_turn", "single_turn"])
 def test_turn_scores_in_a_per_turn_context_mode_are_refused(tiny, mode):
     """A per-turn row scored with its own turn's score alone would never credit a turn with the rewards after it

@@ -62,6 +62,10 @@ class RolloutConfig:
         problem = turn_scores_problem(self.context_mode, self.use_turn_scores)
         if problem:
             raise ValueError(problem)
+        if not (self.context_window >= 1 or self.context_window == -1):
+            raise ValueError(f"RolloutConfig.context_window={self.context_window} shows no turn at all (a prompt "
+                             "without the current state): use the number of turns to show (>= 1, the current one "
+                             "included) or -1 for every turn.")
 
     def stop_sequences(self, tokenizer) -> tuple[tuple[int, ...], ...]:
         """The token sequences that end a response besides the end-of-turn ids (an engine computes them once)."""
