@@ -337,6 +337,34 @@ def test_jsonl_round_trip(tiny, tmp_path):
     assert meta["group_id"] == 0 and meta["num_turns"] == 2 and meta["total_reward"] == pytest.approx(-0.2)
 
 
+class StepFailsLineEnv(LineEnv):
+    """LineEnv whose row 2 reports an env error at its first step."""
+
+    def step(self, actions, active):
+        result = super().step(actions, active)
+        result.errors[2] = "EnvError: boom"
+        return result
+
+
+def test_each_episode_keeps_the_state_its_last_turn_left_for_the_dumps(tiny, tmp_path):
+    from ragen_jax.rollout.dump import trajectory_sample_text
+
+    graphdef, params, tok = tiny
+    engine = RolloutEngine(graphdef, tok, _cfg(max_turn=2), batch_size=3)
+    right = "</think><answer>Right</answer>"
+    engine.sampler = ScriptedSampler(engine.sampler, tok, [[right, "bad", right], [right, "bad", right]])
+    res = engine.run(params, StepFailsLineEnv(3, goal=2), [5, 5, 5], [0, 0, 0], jax.random.PRNGKey(0), tag="Line")
+    reached, capped, failed = res.episodes
+    assert reached.terminated and reached.final_state == "__P"  # the goal's board, shown in no turn's prompt
+    assert capped.truncated and capped.final_state == "P__" and capped.num_turns == 2
+    assert failed.error == "EnvError: boom" and failed.final_state is None
+    path = write_jsonl(str(tmp_path / "r.jsonl"), res.episodes, max_tokens=16, enable_think=True, format_penalty=-0.1)
+    assert [line["metadata"]["final_state"] for line in read_jsonl(path)] == ["__P", "P__", None]
+    assert all("__P" not in m["content"] for m in read_jsonl(path)[0]["messages"])  # the prompts never showed it
+    text = trajectory_sample_text(res.episodes, max_tokens=16, enable_think=True, format_penalty=-0.1)
+    assert "**final state**:\n```\n__P\n```" in text and "**final state**:\n```\nP__\n```" in text
+
+
 def test_compact_prompt_with_unchanged_state_replays_last_token(tiny):
     """prompt_style='compact': system lists the actions, a turn shows the state alone; an invalid turn
     leaves the single-turn context identical to the previous one, which the engine must still feed."""

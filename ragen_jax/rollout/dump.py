@@ -37,6 +37,7 @@ def episode_record(ep: Episode, index: int, **prompt_kwargs: Any) -> dict:
             "terminated": ep.terminated,
             "truncated": ep.truncated,
             "error": ep.error,
+            "final_state": ep.final_state,
             "response_tokens": [r.response_tokens for r in ep.history if r.response_tokens is not None],
         },
     }
@@ -62,11 +63,15 @@ def sample_episodes(episodes: list[Episode]) -> list[int]:
 
 
 def trajectory_sample_text(episodes: list[Episode], **prompt_kwargs: Any) -> str:
-    """Markdown for TensorBoard's text tab: each of `sample_episodes` with its header, then its messages."""
+    """Markdown for TensorBoard's text tab: each of `sample_episodes` with its header, its messages and the state
+    its last turn left (RAGEN's dump ends on it too)."""
     parts = []
     for i in sample_episodes(episodes):
         messages = episode_messages(episodes[i], **prompt_kwargs)
-        body = "\n\n".join(f"**{m['role']}**:\n```\n{m['content']}\n```" for m in messages)
+        shown = [(m["role"], m["content"]) for m in messages]
+        if episodes[i].final_state is not None:
+            shown.append(("final state", episodes[i].final_state))
+        body = "\n\n".join(f"**{role}**:\n```\n{content}\n```" for role, content in shown)
         parts.append(f"### {episode_header(episodes[i], i, len(episodes))}\n\n{body}")
     return "\n\n---\n\n".join(parts)
 

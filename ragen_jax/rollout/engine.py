@@ -414,6 +414,7 @@ def book_turn(ep: Episode, result, b: int, actions: Sequence, cfg: RolloutConfig
         ep.terminated = bool(result.terminated[b]) and not error
         ep.truncated = not ep.terminated
         ep.success = bool(result.success[b]) and ep.terminated
+        ep.final_state = None if error else result.observations[b]
         return True
     ep.history.append(TurnRecord(state=result.observations[b], actions_left=cfg.max_actions_per_traj - ep.num_actions,
                                  warn_invalid=not actions or missed_lookup))

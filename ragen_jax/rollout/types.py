@@ -31,6 +31,7 @@ class Episode:
     valid_turns: int = 0
     effective_turns: int = 0
     info_sums: dict[str, float] = dataclasses.field(default_factory=dict)
+    final_state: str | None = None  # the observation after the last turn (None after an env error)
 
     @property
     def num_turns(self) -> int:
