@@ -177,6 +177,40 @@ def test_whitespace_only_reasoning_is_empty_as_ragen_strips_it():
     assert metrics["collapse/first_turn_num_valid"] == 1.0
 
 
+def test_a_failed_episode_is_left_out_of_the_pairs_and_counted():
+    """An episode whose env failed (crashed, timed out) never trains, so its reasoning must not enter the MI rows,
+    columns or the valid-thinking counts; collapse/num_failed_excluded says how many were left out.
+    Token ids: 5 = "go", 6 = " left", 7 = " right", 9 = "</think>"."""
+    from types import SimpleNamespace
+
+    from ragen_jax.diagnostics.collapse import CollapseConfig, collapse_metrics
+    from ragen_jax.diagnostics.pairs import rollout_pairs
+
+    text = {5: "go", 6: " left", 7: " right", 9: "</think>"}
+    decode = lambda ids: "".join(text[i] for i in ids)  # noqa: E731
+    turn = lambda ctx, resp: SimpleNamespace(context_tokens=ctx, response_tokens=resp)  # noqa: E731
+    episodes = [
+        SimpleNamespace(group_id=0, error="", history=[turn([10], [5, 6, 9])]),
+        SimpleNamespace(group_id=1, error="TimeoutError: env step took 30 s", history=[turn([20], [5, 7, 9])]),
+        SimpleNamespace(group_id=2, error="", history=[turn([30], [6, 9])]),
+    ]
+    pairs = rollout_pairs(episodes, [9], decode)
+    assert pairs.first_turn_reasonings == [[5, 6], [6]] and pairs.group_ids == [0, 2]
+    assert pairs.first_turn_prompts == [[10], [30]] and pairs.turn_prompts == [[[10]], [[30]]]
+    assert pairs.num_failed == 1
+    seen = []
+
+    def score(prompts, reasonings):
+        seen.append((prompts, reasonings))
+        return (np.zeros((len(reasonings), len(prompts))),) * 2
+
+    metrics, _ = collapse_metrics(pairs, score, CollapseConfig(num_samples=None), np.random.default_rng(0))
+    assert metrics["collapse/num_failed_excluded"] == 1.0
+    assert metrics["collapse/first_turn_num_total"] == 2.0
+    assert metrics["collapse_first_turn_sample/num_samples"] == 2.0
+    assert all([5, 7] not in z and [20] not in x for x, z in seen) and len(seen) == 2
+
+
 def test_reasoning_ends_where_the_text_closes_the_tag_even_when_bpe_merged_its_first_piece():
     """Byte-level BPE merges the start of "</think>" with what precedes it: cl100k-style vocabularies (Qwen2.5's
     among them) have " </" and ".</" tokens, so a response "... up </think>" holds none of the tokens of a

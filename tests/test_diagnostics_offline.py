@@ -190,3 +190,28 @@ def test_jsonl_pairs_are_cut_from_the_recorded_tokens_as_the_trainer_cuts_them(p
     by_text = record_pairs(records, tok)
     assert by_text.first_turn_reasonings[0] == tok.encode(text.split("</think>")[0].strip())
     assert by_text.turn_prompts == want.turn_prompts
+
+
+def test_a_failed_episode_is_left_out_of_the_jsonl_and_pkl_pairs_alike(played):
+    """A record whose env failed (metadata.error) is left out of the offline pairs as the trainer leaves the episode
+    out, and counted in num_failed; a dump where every episode failed says so."""
+    from ragen_jax.diagnostics.offline import load_rollouts, record_pairs
+    from ragen_jax.diagnostics.pairs import rollout_pairs
+    from ragen_jax.models.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_folder(played.export)
+    records = load_rollouts(played.jsonl)
+    records[1]["metadata"]["error"] = "ConnectionError: env server gone"
+    played.episodes[1].error = "ConnectionError: env server gone"
+    try:
+        want = rollout_pairs(played.episodes, tok.encode("</think>"), tok.decode)
+    finally:
+        played.episodes[1].error = ""
+    got = record_pairs(records, tok)
+    assert want.num_failed == got.num_failed == 1
+    assert len(got.group_ids) == len(records) - 1 and got.turn_reasonings == want.turn_reasonings
+    assert got.turn_prompts == want.turn_prompts and got.group_ids == want.group_ids
+    for rec in records:
+        rec["metadata"]["error"] = "boom"
+    with pytest.raises(ValueError, match=f"{len(records)} of {len(records)} failed in their env"):
+        record_pairs(records, tok)

@@ -49,7 +49,8 @@ class RolloutPairs:
     """What a batch offers the diagnostics, as token ids taken from the rollout buffers.
 
     first_turn_* are per trajectory [N]; turn_* are per trajectory, per turn with an assistant
-    response (turn_prompts[m][t] = whole context before that turn's reasoning).
+    response (turn_prompts[m][t] = whole context before that turn's reasoning). num_failed: trajectories whose
+    env failed, left out of all of these (they never train, so their reasoning says nothing of the policy's).
     """
 
     first_turn_prompts: Sequence[Sequence[int]]
@@ -57,6 +58,7 @@ class RolloutPairs:
     group_ids: Sequence[int]
     turn_prompts: Sequence[Sequence[Sequence[int]]] | None = None
     turn_reasonings: Sequence[Sequence[Sequence[int]]] | None = None
+    num_failed: int = 0
 
 
 def _score_sample(
@@ -87,7 +89,7 @@ def collapse_metrics(
 ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     """All collapse metrics for one batch -> (metrics, updated EMA state per sampling)."""
     ema = dict(ema or {})
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = {"collapse/num_failed_excluded": float(pairs.num_failed)}
     if config.multi_turn_enabled and pairs.turn_prompts is not None:
         start = time.perf_counter()
         valid = sum(sum(len(z) > 0 for z in zs) for zs in pairs.turn_reasonings)

@@ -127,7 +127,8 @@ def _with_tokens(context: list[dict], responses: list[list[int]]) -> list[dict]:
 
 def record_pairs(records: Sequence[Mapping[str, Any]], tokenizer: Any, think_tag: str = "<think>") -> RolloutPairs:
     """Prompts and reasonings of every turn [N]: from the recorded response tokens where a record has them (see the
-    module docstring), else re-tokenized; groups from metadata.group_id, else by prompt."""
+    module docstring), else re-tokenized; groups from metadata.group_id, else by prompt. A record whose env failed
+    (a non-empty metadata.error) is left out and counted in num_failed, as the trainer leaves its episode out."""
     from ragen_jax.rollout.context import ContextBuilder
 
     builder = ContextBuilder(tokenizer, enable_think=think_tag == "<think>")
@@ -135,7 +136,11 @@ def record_pairs(records: Sequence[Mapping[str, Any]], tokenizer: Any, think_tag
     first_prompts, first_reasonings, group_ids = [], [], []
     turn_prompts, turn_reasonings = [], []
     by_prompt: dict[tuple[int, ...], int] = {}
+    num_failed = 0
     for rec in records:
+        if (rec.get("metadata") or {}).get("error"):
+            num_failed += 1
+            continue
         prompts, reasonings = [], []
         turns = _turns(rec["messages"])
         recorded = recorded_response_tokens(rec, len(turns))
@@ -159,8 +164,9 @@ def record_pairs(records: Sequence[Mapping[str, Any]], tokenizer: Any, think_tag
             gid = by_prompt.setdefault(tuple(prompts[0]), len(by_prompt))
         group_ids.append(int(gid))
     if not first_prompts:
-        raise ValueError("No trajectory has an assistant message; nothing to diagnose.")
-    return RolloutPairs(first_prompts, first_reasonings, group_ids, turn_prompts, turn_reasonings)
+        failed = f" ({num_failed} of {len(records)} failed in their env and are left out)" if num_failed else ""
+        raise ValueError(f"No trajectory has an assistant message{failed}; nothing to diagnose.")
+    return RolloutPairs(first_prompts, first_reasonings, group_ids, turn_prompts, turn_reasonings, num_failed)
 
 
 def dump_pairs(kind: str, items: list[Any], tokenizer: Any) -> RolloutPairs:

@@ -77,14 +77,16 @@ def reasoning_tokens(response: Sequence[int], think_close: Sequence[int],
 
 def rollout_pairs(episodes: Sequence["Episode"], think_close: Sequence[int],
                   decode: Callable[[list[int]], str] | None = None) -> RolloutPairs:
-    """Token-level (prompt, reasoning) pairs per turn of every episode [N]; `decode`: see reasoning_tokens."""
+    """Token-level (prompt, reasoning) pairs per turn of every episode [N] whose env did not fail (a failed episode
+    never trains; they are counted in num_failed); `decode`: see reasoning_tokens."""
+    played = [ep for ep in episodes if not getattr(ep, "error", "")]
     turn_prompts, turn_reasonings = [], []
-    for ep in episodes:
+    for ep in played:
         done = [r for r in ep.history if r.response_tokens is not None and r.context_tokens is not None]
         turn_prompts.append([list(map(int, r.context_tokens)) for r in done])
         turn_reasonings.append([reasoning_tokens(r.response_tokens, think_close, decode) for r in done])
     return RolloutPairs(
         first_turn_prompts=[p[0] if p else [] for p in turn_prompts],
         first_turn_reasonings=[z[0] if z else [] for z in turn_reasonings],
-        group_ids=[ep.group_id for ep in episodes],
-        turn_prompts=turn_prompts, turn_reasonings=turn_reasonings)
+        group_ids=[ep.group_id for ep in played],
+        turn_prompts=turn_prompts, turn_reasonings=turn_reasonings, num_failed=len(episodes) - len(played))
