@@ -260,6 +260,9 @@ def _checked_reset(result: Any) -> tuple[str, Any]:
 
 
 _STEP_CONTRACT = "(observation: str, reward: float, terminated: bool, truncated: bool, info: dict)"
+# Info fields the rollout reads as flags (success, the action_is_* metrics, the format penalty). A string is refused
+# rather than parsed: bool("False") is True, and no spelling of a string is the bool the step contract asks for.
+INFO_FLAGS = ("success", "action_is_valid", "action_is_effective", "action_in_lookup")
 
 
 def _scalar_kind(value: Any) -> str:
@@ -295,17 +298,22 @@ def step_result_problems(result: tuple) -> list[str]:
                  if not _is_flag(flag)]
     if info is not None and not isinstance(info, dict):
         problems.append(f"info {_describe(info)}, not a dict (return {{}} when there is nothing to report)")
+    elif info:
+        problems += [f"info[{k!r}] {_describe(info[k])}, not a bool (give True/False or 0/1)" for k in INFO_FLAGS
+                     if k in info and not _is_flag(info[k])]
     return problems
 
 
-def _checked_step(result: Any) -> tuple[str, Any, Any, Any, Any]:
-    """A host env's step result, or TypeError naming what it returned (the model must never read 'None', a
-    string reward never counts as a number, the string "False" never ends an episode)."""
+def _checked_step(result: Any, env: str = "") -> tuple[str, Any, Any, Any, Any]:
+    """A host env's step result, or TypeError naming the env (its class name) and what it returned (the model must
+    never read 'None', a string reward never counts as a number, the string "False" never ends an episode nor
+    counts as a success)."""
+    where = f"{env}.step(action)" if env else "step(action)"
     if not (isinstance(result, tuple) and len(result) == 5):
-        raise TypeError(f"step(action) must return {_STEP_CONTRACT}, got {_describe(result)}")
+        raise TypeError(f"{where} must return {_STEP_CONTRACT}, got {_describe(result)}")
     problems = step_result_problems(result)
     if problems:
-        raise TypeError(f"step(action) returned {'; '.join(problems)}; it must return {_STEP_CONTRACT}")
+        raise TypeError(f"{where} returned {'; '.join(problems)}; it must return {_STEP_CONTRACT}")
     return result
 
 
@@ -424,7 +432,7 @@ class HostEnvBatch(EnvBatch):
                 if not self.action_names:
                     raise TypeError(f"Action id {action} given to an env without an action lookup.")
                 action = self.action_names[int(action)]
-            text, reward, terminated, truncated, info = _checked_step(env.step(str(action)))
+            text, reward, terminated, truncated, info = _checked_step(env.step(str(action)), type(env).__name__)
             info = dict(info or {})
             out.update(observation=text, terminated=bool(terminated), truncated=bool(truncated), info=info)
             out["reward"] += float(reward)

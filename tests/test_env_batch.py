@@ -298,6 +298,10 @@ class FieldEnv(CounterEnv):
     ((1.0, "False", False, {}), "terminated str 'False', not a bool"),
     ((1.0, True, None, {}), "truncated NoneType None, not a bool"),
     ((1.0, True, False, [("success", True)]), "info list [('success', True)], not a dict"),
+    ((1.0, True, False, {"success": "False"}), "FieldEnv.step(action) returned info['success'] str 'False', not a bool"),
+    ((1.0, False, False, {"action_is_valid": "false"}), "info['action_is_valid'] str 'false', not a bool"),
+    ((1.0, False, False, {"action_is_effective": None}), "info['action_is_effective'] NoneType None, not a bool"),
+    ((1.0, False, False, {"action_in_lookup": 2}), "info['action_in_lookup'] int 2, not a bool"),
 ])
 def test_a_step_result_of_the_wrong_types_fails_its_episode_naming_the_field(fields, needle):
     """Never a reward read from a string, an episode ended by the truthy string "False", nor float()'s message."""
@@ -309,6 +313,18 @@ def test_a_step_result_of_the_wrong_types_fails_its_episode_naming_the_field(fie
     assert result.terminated[0] and result.rewards[0] == 0.0
     assert result.errors[1:] == ["", ""] and result.rewards[1:].tolist() == [0.5, 1.0]  # numpy and JAX scalars pass
     assert result.terminated.tolist() == [True, True, False]
+
+
+@pytest.mark.parametrize("flag, success", [(True, True), (np.bool_(False), False), (jnp.bool_(True), True),
+                                           (1, True), (0.0, False), (np.int64(1), True)])
+def test_info_flags_read_as_bools_numpy_bools_and_0_1_numbers(flag, success):
+    """The info flags the metrics read take any bool or a 0/1 number; `success` is read as its value (a string
+    "False" is refused above, never read as a success)."""
+    batch = HostEnvBatch([FieldEnv(1.0, True, False, {"success": flag, "action_is_effective": flag})])
+    batch.reset([0])
+    result = batch.step([[0]], np.ones(1, bool))
+    assert result.errors == [""] and result.success.tolist() == [success]
+    assert result.action_is_effective.tolist() == [success]
 
 
 class ObservationEnv(CounterEnv):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -119,12 +120,14 @@ def test_env_exception_is_500_and_session_recovers(toy_server):
 @pytest.mark.parametrize("out, needle", [(("x", None, True, False, {}), "reward NoneType None, not a number"),
                                          (("x", 1.0, "False", False, {}), "terminated str 'False', not a bool"),
                                          (("x", 1.0, True, False, "ok"), "info str 'ok', not a dict"),
+                                         (("x", 1.0, True, False, {"success": "False"}),
+                                          "info['success'] str 'False', not a bool"),
                                          ((None, 1.0, True, False, {}), "observation NoneType None, not a str")])
 def test_a_step_result_of_the_wrong_types_is_a_500_naming_the_field(out, needle):
     from envs.serve.http import HttpError
     from envs.serve.server import _check_step
 
-    with pytest.raises(HttpError, match=needle.replace("(", r"\(")) as caught:
+    with pytest.raises(HttpError, match=re.escape(needle)) as caught:
         _check_step(out)
     assert caught.value.status == 500
 
@@ -409,6 +412,7 @@ _GOOD_STEP = {"observation": "o", "reward": 0.0, "terminated": False, "truncated
     ({**_GOOD_STEP, "reward": None}, "reward NoneType None, not a number"),
     ({**_GOOD_STEP, "observation": 5}, "observation int 5, not a str"),
     ({**_GOOD_STEP, "info": [1]}, "info list [1], not a dict"),
+    ({**_GOOD_STEP, "info": {"success": "True"}}, "info['success'] str 'True', not a bool"),
     ({k: v for k, v in _GOOD_STEP.items() if k != "terminated"}, "answered without 'terminated'"),
     ("<html>proxy error</html>", "not a JSON object: '<html>proxy error</html>'"),
     ([1, 2], "not a JSON object: '[1, 2]'"),
