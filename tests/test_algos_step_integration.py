@@ -260,6 +260,23 @@ def test_geo_mean_update_counts_an_empty_row_but_not_a_padding_row(micro):
     assert metrics["entropy_loss"] == pytest.approx(padded[1]["entropy_loss"], rel=1e-5)
 
 
+@pytest.mark.parametrize("padding", [False, True])
+def test_geo_mean_micro_batch_scope_counts_an_all_empty_micro_batch_as_verl(padding):
+    """loss_scope="micro_batch": veRL scales each micro-batch's geo_mean (a mean over its rows) by
+    1 / gradient_accumulation, so a micro-batch of empty rows (rows 2-3) adds 0 and counts; with equal micro-batches
+    that is the mini-batch's mean over rows. Ours counted only micro-batches with tokens (3 of 4: a loss 4/3 of
+    veRL's). A micro-batch of padding rows (row_valid 0; RAGEN pads with real rows) counts for nothing."""
+    batch = make_batch()
+    batch["loss_mask"][2:4] = 0.0
+    batch["advantages"][2:4] = 0.0
+    batch["row_valid"] = (~np.isin(np.arange(ROWS), [2, 3]) if padding else np.ones(ROWS)).astype(np.float32)
+    micro = dataclasses.replace(GMPO, loss_scope="micro_batch")
+    delta, metrics = update(micro, batch, ROWS // 4)
+    want_delta, want = update(GMPO, batch, ROWS // 4)
+    assert metrics["pg_loss"] == pytest.approx(want["pg_loss"], rel=1e-5)
+    assert_same_update(delta, want_delta)
+
+
 def test_geo_mean_update_weighs_a_row_by_the_geometric_mean_of_its_rollout_weights():
     """Under a rollout correction the update's geo_mean loss is the loss's own with the weights handed to it
     (each row times their geometric mean), not the per-token loss times them (their arithmetic mean)."""

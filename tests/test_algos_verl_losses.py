@@ -205,6 +205,49 @@ def test_sapo_on_rows_all_empty_verl_divides_0_by_0_ours_is_a_finite_zero():
         assert float(loss) == 0.0 and not np.any(np.asarray(grad)), scope
 
 
+def micro_scope_loss(name: str, new, old, adv, mask, micro: int, **hparams):
+    """Ours as the trainer divides under loss_scope="micro_batch": each micro-batch's numerator over its
+    steps.loss_denominators entry, summed; -> (loss, d loss / d log pi)."""
+    from ragen_jax.trainer.steps import loss_denominators
+
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    fn = algos.POLICY_LOSSES.get(name)
+    mode = "seq-mean-token-mean"
+    den = loss_denominators(f32(mask), mode, "micro_batch", micro,
+                            denominator=lambda m, rows: policy_loss_denominator(fn, m, mode, rows),
+                            all_rows=name == "geo_mean")
+
+    def total(logprobs):
+        loss, _ = fn(logprobs, f32(old), f32(adv), f32(mask), **hparams)
+        nums = [algos.agg_numerator(loss[i:i + micro], f32(mask[i:i + micro]), mode) for i in range(0, B, micro)]
+        return sum(n / d for n, d in zip(nums, den))
+
+    loss, grad = jax.value_and_grad(total)(f32(new))
+    return float(loss), np.asarray(grad)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_geo_mean_under_micro_batch_scope_counts_an_all_empty_micro_batch_as_verl(seed):
+    """veRL scales each micro-batch's geo_mean by 1 / gradient_accumulation, every micro-batch counted: one whose
+    rows are all empty (here rows 2-3) adds 0 and still counts. Ours multiplied by the micro-batches with tokens
+    (2 here, not 3), a loss and gradient 3/2 of veRL's."""
+    micro = 2
+    new, old, adv, mask = batch(seed, log_ratio_std=0.6)
+    mask[2:4] = 0.0
+    adv = adv * mask
+    hp = dict(clip_ratio_low=0.2, clip_ratio_high=0.28)
+    n_micro = B // micro
+    v_loss, v_grad = 0.0, np.zeros_like(new)
+    for i in range(0, B, micro):
+        part = slice(i, i + micro)
+        loss, _, grad = verl_loss("geo_mean", new[part], old[part], adv[part], mask[part], "token-mean", **hp)
+        v_loss += loss / n_micro
+        v_grad[part] = grad / n_micro
+    loss, grad = micro_scope_loss("geo_mean", new, old, adv, mask, micro, **hp)
+    np.testing.assert_allclose(loss, v_loss, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, v_grad, rtol=1e-4, atol=1e-6)
+
+
 # --- mirror-free checks of the same (hand-computed), so they run where the veRL mirror does not ----------------
 
 
@@ -224,3 +267,23 @@ def test_geo_mean_scales_a_row_by_the_geometric_mean_of_its_rollout_weights():
     loss, _ = geo_mean_loss(zeros, zeros, mask, mask, rollout_weights=jnp.array([[1.0, 4.0]]))
     np.testing.assert_allclose(np.asarray(loss), [[-2.0, -2.0]], rtol=1e-6)
     assert takes_rollout_weights(geo_mean_loss) and not takes_rollout_weights(sapo_loss)
+
+
+def test_geo_mean_micro_scope_counts_an_empty_micro_batch_but_not_a_padding_one():
+    """Two micro-batches of one row: row 0 log r = 0, A = 1 (loss -1), row 1 empty. veRL: (-1 + 0) / 2. A
+    padding row (row_valid 0) is no micro-batch veRL has (RAGEN pads with real rows): it does not count."""
+    from ragen_jax.trainer.steps import loss_denominators, micro_batches_counted
+
+    zeros, mask = jnp.zeros((2, 3)), jnp.array([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    loss, _ = geo_mean_loss(zeros, zeros, mask, mask)
+    mode = "seq-mean-token-mean"
+    num = algos.agg_numerator(loss[:1], mask[:1], mode)
+
+    def denominators(row_valid):
+        return loss_denominators(mask, mode, "micro_batch", 1, row_valid=row_valid, all_rows=True,
+                                 denominator=lambda m, rows: policy_loss_denominator(geo_mean_loss, m, mode, rows))
+
+    assert float(num / denominators(None)[0]) == pytest.approx(-0.5)
+    assert float(num / denominators(jnp.array([1.0, 0.0]))[0]) == pytest.approx(-1.0)
+    assert float(micro_batches_counted(mask, jnp.ones(2), 1)) == 1.0  # other losses: the micro-batches with tokens
+    assert float(micro_batches_counted(mask, jnp.ones(2), 1, all_rows=True)) == 2.0

@@ -27,8 +27,8 @@ from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 from ragen_jax.algos.rollout_correction import resolve_rollout_correction
 from ragen_jax import sharding
 from ragen_jax.algos.masked import masked_mean, masked_var
-from ragen_jax.algos.policy_loss import (CLIP_COV_LB, CLIP_COV_UB, COV_RATIO, PPO_KL_COEF, ROLLOUT_WEIGHTS_KEY,
-                                         SAPO_TAU_NEG, SAPO_TAU_POS, policy_loss_denominator,
+from ragen_jax.algos.policy_loss import (ALL_ROWS_ATTR, CLIP_COV_LB, CLIP_COV_UB, COV_RATIO, PPO_KL_COEF,
+                                         ROLLOUT_WEIGHTS_KEY, SAPO_TAU_NEG, SAPO_TAU_POS, policy_loss_denominator,
                                          required_agg_mode_problem, takes_rollout_weights)
 from ragen_jax.algos.shaping import shape_advantages
 from ragen_jax.trainer.optim import guarded_apply
@@ -149,9 +149,18 @@ def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Arr
     return jax.tree.map(split, batch)
 
 
+def micro_batches_counted(mask: jax.Array, row_valid: jax.Array, micro: int, all_rows: bool = False) -> jax.Array:
+    """How many micro-batches of mask [M, T] (row_valid [M]) a "micro_batch"-scope loss averages over, at least 1:
+    those with tokens to train or, with all_rows (a loss whose mean counts every row: geo_mean), those with a real
+    row, empty rows or not, as veRL's 1 / gradient_accumulation counts every micro-batch."""
+    n_micro = mask.shape[0] // micro
+    has = row_valid.reshape(n_micro, -1) > 0 if all_rows else mask.reshape(n_micro, -1).astype(bool)
+    return jnp.maximum(jnp.sum(has.any(axis=-1)), 1).astype(jnp.float32)
+
+
 def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int,
                       loss_scale_factor: int | None = None, denominator: Callable | None = None,
-                      row_valid: jax.Array | None = None) -> jax.Array:
+                      row_valid: jax.Array | None = None, all_rows: bool = False) -> jax.Array:
     """What each micro-batch's aggregated numerator is divided by. mask [M, T] -> [M // micro].
 
     scope "mini_batch": the mini-batch's own denominator for every micro-batch, so the summed losses are the
@@ -159,10 +168,11 @@ def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int,
     own rows, then averaged over the micro-batches with something to train (veRL 0.4, which RAGEN runs: with one
     row per micro-batch its token-mean weighs every sequence alike). A micro-batch of empty rows (the all-zero
     rows padding a filtered batch; RAGEN pads with copies of real rows instead) adds nothing and counts for
-    nothing, so padding does not shrink the last mini-batch's loss. ``loss_scale_factor`` is the constant horizon
-    of ``seq-mean-token-sum-norm`` (None: the padded width). ``denominator(mask [m, T], row_valid [m])`` replaces
-    the aggregation's (the policy loss's own, `policy_loss_denominator`); row_valid [M] marks the real rows (None:
-    all)."""
+    nothing, so padding does not shrink the last mini-batch's loss; with ``all_rows`` (geo_mean, whose mean counts
+    empty rows) a micro-batch of real empty rows counts, as in veRL (`micro_batches_counted`).
+    ``loss_scale_factor`` is the constant horizon of ``seq-mean-token-sum-norm`` (None: the padded width).
+    ``denominator(mask [m, T], row_valid [m])`` replaces the aggregation's (the policy loss's own,
+    `policy_loss_denominator`); row_valid [M] marks the real rows (None: all)."""
     n_micro = mask.shape[0] // micro
     row_valid = jnp.ones(mask.shape[:1], jnp.float32) if row_valid is None else row_valid
     if denominator is None:
@@ -173,8 +183,8 @@ def loss_denominators(mask: jax.Array, mode: str, scope: str, micro: int,
     if scope != "micro_batch":
         raise ValueError(f"loss_scope must be 'mini_batch' or 'micro_batch', got {scope!r}.")
     parts = mask.reshape(n_micro, micro, *mask.shape[1:])
-    trained = jnp.maximum(jnp.sum(parts.astype(bool).any(axis=(1, 2))), 1).astype(jnp.float32)
-    return jnp.maximum(jax.vmap(denominator)(parts, row_valid.reshape(n_micro, micro)), 1e-8) * trained
+    counted = micro_batches_counted(mask, row_valid, micro, all_rows)
+    return jnp.maximum(jax.vmap(denominator)(parts, row_valid.reshape(n_micro, micro)), 1e-8) * counted
 
 
 def _accumulate(loss_fn, params, micro_batches, denominators, *args):
@@ -356,7 +366,8 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         denoms = {"agg": loss_denominators(mask, algo.loss_agg_mode, algo.loss_scope, micro_batch_size,
                                            algo.loss_scale_factor),
                   "policy": loss_denominators(mask, algo.loss_agg_mode, algo.loss_scope, micro_batch_size,
-                                              algo.loss_scale_factor, pg_denominator, row_valid)}
+                                              algo.loss_scale_factor, pg_denominator, row_valid,
+                                              getattr(policy_fn, ALL_ROWS_ATTR, False))}
         loss, grads, metrics = _accumulate(actor_loss, trainable, _micro_batches(minibatch, micro_batch_size),
                                            denoms, frozen)
         trainable, opt_state, grad_norm, finite = guarded_apply(actor_tx, trainable, opt_state, grads, loss, lr)
