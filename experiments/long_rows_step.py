@@ -6,7 +6,9 @@ RAGEN's prompts, full-history context, max_model_len 3600) on 8 episodes with re
 steps. RAGEN's prompts in a small byte-level vocabulary and a model that writes to the cap make rows of ~3,600
 tokens (perf-facts' setup). The same command runs in this checkout (`--repo`) and in a baseline (`--baseline`: a
 checkout folder, or a git revision of this repository unpacked to a temporary folder; by default d8cb961, the dense
-[T, S] attention scores that the blockwise attention was written to beat), alternating run by run, --repeats times.
+[T, S] attention scores that the blockwise attention was written to beat), alternating run by run, --repeats times;
+before any run, each side's own run.py checks the command (its flags parse, the config validates, the checkpoint
+loads) without training, so a flag or checkpoint a side refuses fails in seconds, with nothing timed.
 Each run's rollout, scoring, update and step seconds and trained tokens are read back from its TensorBoard events;
 step 1 compiles, so a run's figure is its median over steps 2..--steps, and each side's the median over its runs.
 Prints the load at the start, the CPU other processes used meanwhile, both sides' medians and, last, the ratios
@@ -68,6 +70,31 @@ def run_command(model: str, workdir: str, steps: int) -> list[str]:
             "--config.trainer.mini_batch_size=8", "--config.trainer.micro_batch_size=4",
             f"--config.trainer.total_steps={steps}", "--config.val.every=0", "--config.val.at_start=False",
             "--config.trainer.save_every=0", "--config.diagnostics.every=0"]
+
+
+# Run in a checkout's folder with the arguments of run_command: that checkout's own run.py parses them, its
+# validate_config checks the config and its trainer loads the checkpoint, then it exits without training.
+_PREFLIGHT = """
+import sys
+import run
+run.parse_flags(["run.py", *sys.argv[1:]])
+from ragen_jax.config_check import validate_config
+from ragen_jax.trainer.setup import load_policy_and_tokenizer
+validate_config(run._CONFIG.value)
+load_policy_and_tokenizer(run._CONFIG.value.model)
+"""
+
+
+def preflight(repo: str, command: list[str]) -> None:
+    """Checks in checkout `repo`, in seconds and without training, that its run.py accepts `command`
+    (run_command's list): the flags parse, the config validates, the model and tokenizer load."""
+    out = subprocess.run([command[0], "-c", _PREFLIGHT, *command[2:]], cwd=repo, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": repo})
+    if out.returncode:
+        lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
+        why = lines[-1] if lines else f"exit status {out.returncode}"
+        raise SystemExit(f"{repo}: its run.py refuses the long-row run's command ({why}); nothing was timed. "
+                         f"Command: {' '.join(command[1:])}")
 
 
 def run_once(repo: str, model: str, workdir: str, steps: int) -> dict[str, list[tuple[int, float]]]:
@@ -144,6 +171,8 @@ def main(argv: list[str] | None = None) -> None:
         sides = {"ours": args.repo, "baseline": baseline_checkout(args.baseline, os.path.join(tmp, "baseline"))}
         model = os.path.join(tmp, "model")
         write_checkpoint(model)
+        for repo in sides.values():  # a flag or checkpoint a side refuses fails here, not after minutes of runs
+            preflight(repo, run_command(model, os.path.join(tmp, "preflight"), args.steps))
         print(" ".join(run_command(model, "WORKDIR", args.steps)[1:]), flush=True)
         print(f"ours {args.repo}, baseline {args.baseline}; medians over steps 2-{args.steps} of each run, then over "
               f"{args.repeats} alternating runs per side; at the start: {load_line()}", flush=True)

@@ -28,10 +28,12 @@ def test_runs_alternate_and_the_ratios_leave_the_compiling_step_out(tmp_path, mo
         return _fake_scalars(next(speed[repo]))
 
     monkeypatch.setattr(bench, "write_checkpoint", lambda folder: None)
+    monkeypatch.setattr(bench, "preflight", lambda repo, command: order.append(("preflight", repo)))
     monkeypatch.setattr(bench, "run_once", fake_run)
     bench.main(["--steps", "3", "--repeats", "3", "--baseline", str(baseline)])
     out = capsys.readouterr().out
-    assert order == [(str(bench.ROOT), "ours_0", 3), (str(baseline), "baseline_0", 3),
+    assert order == [("preflight", str(bench.ROOT)), ("preflight", str(baseline)),
+                     (str(bench.ROOT), "ours_0", 3), (str(baseline), "baseline_0", 3),
                      (str(bench.ROOT), "ours_1", 3), (str(baseline), "baseline_1", 3),
                      (str(bench.ROOT), "ours_2", 3), (str(baseline), "baseline_2", 3)]
     assert "1-minute load average" in out and "during the timed calls" in out
@@ -56,3 +58,20 @@ def test_one_step_is_refused(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--steps", "1"])
     assert "--steps must be >= 2" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_both_sides_run_py_accept_the_exact_command_and_a_bad_flag_is_named(tmp_path):
+    """The command main() runs, checked by this checkout's run.py and by the default baseline's (its own flags,
+    validate_config and checkpoint loader), without training; an override that a run.py lacks fails, named."""
+    model = str(tmp_path / "model")
+    bench.write_checkpoint(model)
+    command = bench.run_command(model, str(tmp_path / "run"), 3)
+    baseline = bench.baseline_checkout(bench.DEFAULT_BASELINE, str(tmp_path / "baseline"))
+    for repo in (str(bench.ROOT), baseline):
+        bench.preflight(repo, command)
+    with pytest.raises(SystemExit, match=r"refuses the long-row run's command \(.*no_such_key"):
+        bench.preflight(str(bench.ROOT), command + ["--config.trainer.no_such_key=1"])
+    with pytest.raises(SystemExit, match="refuses the long-row run's command .*No weights in"):
+        os.remove(os.path.join(model, "model.safetensors"))
+        bench.preflight(baseline, command)
