@@ -1,0 +1,95 @@
+"""Every script in experiments/ answers `--help` when run by path from any folder (no PYTHONPATH), and every
+command experiments/gpu_session.sh runs parses its flags on CPU, so a lent GPU's minutes are not lost to a typo."""
+
+import argparse
+import importlib.util
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = sorted(name for name in os.listdir(os.path.join(ROOT, "experiments"))
+                 if name.endswith(".py") and "__main__" in open(os.path.join(ROOT, "experiments", name)).read())
+
+
+def _clean_env() -> dict:
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "JAX_PLATFORMS": "cpu"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_script_answers_help_from_another_folder(script, tmp_path):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", script), "--help"], cwd=tmp_path,
+                         env=_clean_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "usage:" in out.stdout, out.stdout
+
+
+def session_commands(text: str) -> list[list[str]]:
+    """The `$PY ...` commands of a shell script (continuation lines joined, ${VAR:-default} -> default, up to the
+    first redirection or pipe) as argument lists without `$PY`."""
+    text = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", text.replace("\\\n", " "))
+    commands = []
+    for line in text.splitlines():
+        if "$PY " not in line or line.lstrip().startswith("#"):
+            continue
+        words = shlex.split(line[line.index("$PY ") + 4:], comments=True)
+        cut = next((i for i, w in enumerate(words) if w in ("|", "&&") or w.startswith(("2>", ">"))), len(words))
+        commands.append(words[:cut])
+    return commands
+
+
+class _Parsed(Exception):
+    pass
+
+
+def _parses(script: str, argv: list[str], monkeypatch) -> None:
+    """Runs `script`'s main(argv) up to its argument parsing (a flag it lacks exits 2 there), then stops."""
+    spec = importlib.util.spec_from_file_location(f"_session_{os.path.basename(script)[:-3]}",
+                                                  os.path.join(ROOT, script))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        parse(self, args, namespace)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    with pytest.raises(_Parsed):
+        module.main(argv)
+
+
+def test_session_commands_are_read_from_the_script():
+    text = 'X=1\n$PY -m pip install -q a.whl \\\n  && export A\ntimeout ${T:-5} $PY run.py --a ${B:-7} \\\n' \
+           '  --c=1 2>&1 | tee "$OUT/x"\n# $PY ignored.py\n'
+    assert session_commands(text) == [["-m", "pip", "install", "-q", "a.whl"], ["run.py", "--a", "7", "--c=1"]]
+
+
+@pytest.mark.slow
+def test_every_gpu_session_command_parses_its_flags(monkeypatch, tmp_path):
+    with open(os.path.join(ROOT, "experiments", "gpu_session.sh")) as f:
+        commands = session_commands(f.read())
+    checked = []
+    for command in commands:
+        if command[:2] == ["-m", "pip"]:
+            continue  # installs wheels only where .whl/ holds some
+        if command[0] == "-c":  # the version line: imports that must exist there too
+            out = subprocess.run([sys.executable, *command], cwd=ROOT, env=_clean_env(), capture_output=True,
+                                 text=True, timeout=300)
+        elif command[0] == "run.py":  # resolves and validates the config, then exits without training
+            out = subprocess.run([sys.executable, *command, "--print_config"], cwd=ROOT,
+                                 env={**_clean_env(), "PYTHONPATH": ROOT}, capture_output=True, text=True,
+                                 timeout=300)
+        else:
+            assert command[0].startswith("experiments/") and command[0].endswith(".py"), command
+            _parses(command[0], command[1:], monkeypatch)
+            checked.append(command[0])
+            continue
+        assert out.returncode == 0, (command, out.stderr[-2000:])
+        checked.append(command[0])
+    assert checked == ["-c", "experiments/bench_gpu.py", "experiments/bench_kv_window.py", "run.py"], checked
