@@ -93,3 +93,68 @@ def test_every_gpu_session_command_parses_its_flags(monkeypatch, tmp_path):
         assert out.returncode == 0, (command, out.stderr[-2000:])
         checked.append(command[0])
     assert checked == ["-c", "experiments/bench_gpu.py", "experiments/bench_kv_window.py", "run.py"], checked
+
+
+def _run(script: str, *args: str) -> str:
+    """`script`'s stdout at a tiny size (it must exit 0); timings vary, so callers check the structure only."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", script), *args], cwd=ROOT,
+                         env=_clean_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+LOAD = r"at the start: 1-minute load average \d"
+NUMBER = r"\d+\.\d+"
+
+
+@pytest.mark.slow
+def test_bench_generate_at_its_tiny_case_matches_transformers_and_prints_the_ratio():
+    out = _run("bench_generate.py", "--cases", "tiny", "--repeats", "1")
+    assert re.search(LOAD, out), out
+    assert "[tiny] batch 64" in out and "greedy tokens identical: 100.0%" in out, out
+    assert "other processes used" in out and "of the measured GEMM bound" in out, out
+    assert re.fullmatch(rf"ratios ours/transformers: tiny={NUMBER}x", out.strip().splitlines()[-1]), out
+
+
+@pytest.mark.slow
+def test_bench_train_at_its_tiny_size_agrees_with_torch_and_prints_the_ratio():
+    out = _run("bench_train.py", "--sizes", "tiny", "--warmup", "1", "--steps", "1")
+    assert re.search(LOAD, out), out
+    first = re.search(r"first update +ours loss (\S+) grad_norm (\S+) \| torch loss (\S+) grad_norm (\S+)", out)
+    assert first and first[1] == first[3] and first[2] == first[4], out
+    assert re.search(r"ours +\d+\.\d+ s/update \(median of 1", out) and "other processes used" in out, out
+    assert re.fullmatch(rf"ratio ours/torch tokens/s: tiny {NUMBER}", out.strip().splitlines()[-1]), out
+
+
+@pytest.mark.slow
+def test_bench_rollout_at_its_tiny_workload_keeps_the_trajectories_and_prints_the_ratio():
+    out = _run("bench_rollout.py", "--workloads", "tiny", "--repeats", "1", "--slots", "0")
+    assert re.search(LOAD, out), out
+    rows = re.findall(r"same trajectories as lockstep: (\w+)", out)
+    assert rows == ["True", "True"] and "WARNING: tiny" not in out, out
+    assert re.search(r"best continuous: continuous\[slots=128,lanes=\d\]", out), out
+    assert re.fullmatch(rf"RATIO continuous/lockstep wall: tiny={NUMBER}x", out.strip().splitlines()[-1]), out
+
+
+def test_bench_lanes_at_one_small_case_decodes_the_same_tokens_and_prints_the_ratio():
+    out = _run("bench_lanes.py", "--cases", "tiny:8", "--repeats", "1")
+    assert re.search(LOAD, out), out
+    assert re.search(r"\[tiny:8\] .*medians of 1: .*greedy tokens identical: 100\.0%; other processes used", out), out
+    assert re.fullmatch(rf"RATIO lanes/one program: tiny:8={NUMBER}x", out.strip().splitlines()[-1]), out
+
+
+def test_bench_diagnostics_at_eight_pairs_prints_its_token_shares():
+    out = _run("bench_diagnostics.py", "--models", "tiny", "--pairs", "8", "--batch-size", "8", "--repeats", "1")
+    assert re.search(LOAD, out), out
+    assert re.search(r"\[tiny\] .*8 pairs per sampling; first call \(compiling\) .*medians of 1: first-turn", out), out
+    assert re.search(r"\[tiny\] tokens through the model: diagnostics [\d,]+ per call;.*other processes used", out), out
+    assert "[tiny] at RAGEN's 64 pairs:" in out, out
+
+
+def test_bench_draw_with_one_repeat_prints_ratios_and_exact_distances():
+    out = _run("bench_draw.py", "--repeats", "1")
+    assert re.search(LOAD, out), out
+    cases = re.findall(rf"^(\d+) x ([\d,]+): .*ours / single draw {NUMBER}x, ours / categorical {NUMBER}x  "
+                       r"\(other processes used", out, flags=re.M)
+    assert cases == [("64", "1,119"), ("8", "151,936")], out
+    assert len(re.findall(r"exact TV from softmax on row 0: ours \S+, single draw \S+", out)) == 2, out
