@@ -514,6 +514,10 @@ def make_env_batch(name_or_spec: str | registry.EnvSpec, batch_size: int, *, lat
     spec = registry.get_spec(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
     try:
         factory = spec.resolve_factory()
+        problem = registry.env_class_problem(factory, spec.name) if isinstance(factory, type) and issubclass(
+            factory, (HostEnv, JaxEnv)) else None
+        if problem:
+            raise EnvSetupError(problem)
         kwargs = registry.env_kwargs(spec, overrides, later_overrides)
         if spec.kind == "jax":
             batch = JaxEnvBatch(factory(**kwargs), batch_size)

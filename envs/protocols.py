@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import abc
+import inspect
 import dataclasses
 from typing import Any, Generic, Sequence, TypeVar
 
@@ -107,6 +108,28 @@ class HostEnv(abc.ABC):
 
     def close(self) -> None:
         """Release resources (processes, sockets)."""
+
+
+# What a subclass must define, with the signature the error shows (HostEnv's abstract methods, JaxEnv's stubs).
+_REQUIRED = {
+    "HostEnv": {"instruction": "def instruction(self) -> str", "reset": "def reset(self, seed: int)",
+                "step": "def step(self, action: str)"},
+    "JaxEnv": {"reset_env": "def reset_env(self, key, params)", "step_env": "def step_env(self, key, state, action, "
+               "params)", "instruction": "def instruction(self) -> str", "render_text": "def render_text(self, "
+               "state, params=None) -> str", "action_names": "an action_names property (display names, id order)"},
+}
+
+
+def missing_methods(cls: type) -> list[str]:
+    """What env class `cls` (a HostEnv or JaxEnv subclass) leaves undefined, as the definitions to add; [] if none."""
+    base = JaxEnv if issubclass(cls, JaxEnv) else HostEnv
+    missing = []
+    for name, definition in _REQUIRED[base.__name__].items():
+        found = inspect.getattr_static(cls, name, None)
+        stubs = [inspect.getattr_static(k, name, None) for k in (base, gymnax_env.Environment)]
+        if found is None or any(found is stub for stub in stubs) or getattr(found, "__isabstractmethod__", False):
+            missing.append(definition)
+    return missing
 
 
 @dataclasses.dataclass

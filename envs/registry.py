@@ -99,14 +99,32 @@ def spec_from_import_path(path: str) -> EnvSpec:
                        "on PYTHONPATH (run.py adds the current directory) or install it.") from None
     except Exception as e:  # noqa: BLE001 - the module exists but its code fails: say so, and where
         raise KeyError(f"Environment {path!r}: {import_failure(module_name, e)}") from e
-    target = getattr(module, attr, None)
+    if not hasattr(module, attr):
+        raise KeyError(f"Environment {path!r}: module {module_name!r} ({module.__file__}) has no {attr!r}; define "
+                       f"that class there or fix the name after the colon.")
+    target = getattr(module, attr)
     if isinstance(target, EnvSpec):
         return target
     if isinstance(target, type) and issubclass(target, (JaxEnv, HostEnv)):
+        problem = env_class_problem(target, path)
+        if problem:
+            raise KeyError(problem)
         return EnvSpec(name=path, factory=target, kind="jax" if issubclass(target, JaxEnv) else "host")
-    found = "nothing" if target is None else f"a {type(target).__name__}"
-    raise KeyError(f"Environment {path!r}: {module_name}.{attr} is {found}; it must be a JaxEnv or HostEnv "
-                   "subclass (envs.protocols) or an envs.registry.EnvSpec.")
+    raise KeyError(f"Environment {path!r}: {module_name}.{attr} is a {type(target).__name__}; it must be a JaxEnv "
+                   "or HostEnv subclass (envs.protocols) or an envs.registry.EnvSpec.")
+
+
+def env_class_problem(cls: type, name: str) -> str | None:
+    """What env class `cls` (registered or imported as `name`) still has to define, as an error message; None if
+    nothing."""
+    from envs.protocols import JaxEnv, missing_methods
+
+    missing = missing_methods(cls)
+    if not missing:
+        return None
+    base = "JaxEnv" if issubclass(cls, JaxEnv) else "HostEnv"
+    return (f"Environment {name!r}: {cls.__module__}.{cls.__qualname__} does not define {'; '.join(missing)}. "
+            f"A {base} needs them all (docs/custom_envs.md).")
 
 
 def get_spec(name: str) -> EnvSpec:

@@ -1,5 +1,6 @@
 """EnvBatch implementations and the io_callback bridge: multi-action turns, errors, timeouts, jit."""
 
+import re
 import threading
 import time
 
@@ -599,3 +600,37 @@ def test_a_jax_env_renderer_returning_no_text_fails_the_episode_naming_the_contr
     assert "render_text returned NoneType None, not a str" in result.errors[0] and result.errors[1] == ""
     assert result.terminated.tolist() == [True, False] and result.observations == ["", ""]
     assert result.infos[0]["error"] == result.errors[0]
+
+
+class _NoStep(HostEnv):
+    def instruction(self):
+        return ""
+
+    def reset(self, seed):
+        return "", {}
+
+
+class _NoRender(CoinEnv):
+    render_text = JaxEnv.render_text
+
+
+def test_an_env_class_missing_a_method_is_refused_naming_the_method(tmp_path, monkeypatch):
+    """A custom env that leaves out a method the protocol needs stops the run naming that method, both as an
+    import path (the config check) and registered (building the batch); it was a TypeError blamed on the env's
+    kwargs (HostEnv) or every episode failing with NotImplementedError mid-rollout (JaxEnv)."""
+    from envs.batch import EnvSetupError
+    from envs.registry import EnvSpec, get_spec
+
+    for cls, needle in [(_NoStep, "does not define def step(self, action: str). A HostEnv needs them all"),
+                        (_NoRender, "does not define def render_text(self, state, params=None) -> str. A JaxEnv")]:
+        kind = "jax" if issubclass(cls, JaxEnv) else "host"
+        with pytest.raises(EnvSetupError, match=re.escape(needle)):
+            make_env_batch(EnvSpec(name="MyEnv", factory=cls, kind=kind), 2)
+    _write_module(tmp_path, monkeypatch, "half_done_env", "from envs.protocols import HostEnv\n\n"
+                  "class MyEnv(HostEnv):\n    def reset(self, seed):\n        return '', {}\n")
+    with pytest.raises(KeyError) as info:
+        get_spec("half_done_env:MyEnv")
+    message = info.value.args[0]
+    assert "half_done_env.MyEnv does not define def instruction(self) -> str; def step(self, action: str)" in message
+    with pytest.raises(KeyError, match="module 'half_done_env' .* has no 'Other'; define that class there"):
+        get_spec("half_done_env:Other")
