@@ -53,6 +53,15 @@ def episode_keys(env: JaxEnv, episode_seeds: Sequence[int]) -> jax.Array:
     return jnp.stack([jax.random.fold_in(env.seed_to_key(int(s)), _TRANSITION_STREAM) for s in seeds])
 
 
+def required_info(env: JaxEnv, info: dict, key: str) -> jax.Array:
+    """`info[key]` of `env.step_env`'s info, or a ValueError naming the missing key and the contract."""
+    if key not in info:
+        raise ValueError(f"{type(env).__name__}.step_env returned an info without {key!r} (its keys: {sorted(info)}); "
+                         "a JaxEnv's step_env info must hold the bool arrays 'success' and 'action_is_effective' "
+                         "(docs/custom_envs.md).")
+    return info[key]
+
+
 def make_turn_fn(env: JaxEnv) -> Callable:
     """Jitted `turn(state [B], actions [B, A], active [B], done [B], keys [B], steps [B], params)` of a JAX env.
 
@@ -75,9 +84,10 @@ def make_turn_fn(env: JaxEnv) -> Callable:
                 "rewards": out["rewards"] + jnp.where(run, reward, 0.0),
                 "terminated": out["terminated"] | (run & terminated),
                 "truncated": out["truncated"] | (run & truncated),
-                "success": out["success"] | (run & info["success"]),
+                "success": out["success"] | (run & required_info(env, info, "success")),
                 "actions_executed": out["actions_executed"] + run.astype(jnp.int32),
-                "action_is_effective": jnp.where(run, info["action_is_effective"], out["action_is_effective"]),
+                "action_is_effective": jnp.where(run, required_info(env, info, "action_is_effective"),
+                                                 out["action_is_effective"]),
                 "action_is_valid": out["action_is_valid"] & (~run | valid),
                 "action_in_lookup": out["action_in_lookup"] & (~run | in_lookup),
             }

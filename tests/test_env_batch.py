@@ -634,3 +634,17 @@ def test_an_env_class_missing_a_method_is_refused_naming_the_method(tmp_path, mo
     assert "half_done_env.MyEnv does not define def instruction(self) -> str; def step(self, action: str)" in message
     with pytest.raises(KeyError, match="module 'half_done_env' .* has no 'Other'; define that class there"):
         get_spec("half_done_env:Other")
+
+
+class _NoSuccessInfo(CoinEnv):
+    def step_env(self, key, state, action, params):
+        return jnp.zeros(()), state + 1, jnp.float32(0), jnp.bool_(False), {"action_is_effective": jnp.bool_(True)}
+
+
+def test_a_jax_env_whose_info_lacks_success_names_the_key_and_the_contract():
+    """A step_env info without `success` was a bare KeyError('success') from inside the jitted turn."""
+    batch = JaxEnvBatch(_NoSuccessInfo(), 2)
+    batch.reset([1, 2])
+    with pytest.raises(ValueError, match=r"_NoSuccessInfo.step_env returned an info without 'success' \(its keys: "
+                       r"\['action_is_effective'\]\); a JaxEnv's step_env info must hold"):
+        batch.step([[0], [0]], np.ones(2, bool))
