@@ -320,12 +320,25 @@ def test_a_registered_filter_metric_scores_groups_by_its_quantity():
 
 @pytest.mark.parametrize("metric, message", [
     ("tests_missing_module:score", "filter metric 'tests_missing_module:score': Cannot import module"),
-    ("numpy:mean", "is <function mean.*not a FilterMetric"),
+    ("numpy:mean", r'is the function .mean.: wrap it, FilterMetric\("reward", fn\); a metric is FilterMetric'),
     ("rewrd_variance", r"Unknown filter metric 'rewrd_variance'; choose one of \[.*'reward_variance'"),
 ])
 def test_a_filter_metric_that_is_not_one_is_refused_by_name(metric, message):
     with pytest.raises(ValueError, match=message):
         FilterConfig(metric=metric)
+
+
+def test_a_filter_metric_reading_a_quantity_the_trainer_does_not_measure_names_it():
+    """A misspelt quantity was reported as the whole FilterMetric repr 'not a FilterMetric', which it is."""
+    from ragen_jax.filtering import FILTER_METRICS, FilterMetric
+
+    FILTER_METRICS.register("test_rewards_metric", FilterMetric("rewards", lambda stats: stats["std"]))
+    try:
+        with pytest.raises(ValueError, match=r"'test_rewards_metric' reads the quantity 'rewards', which the trainer "
+                           r"does not measure; a metric is FilterMetric\(quantity, score\) with quantity one of"):
+            FilterConfig(metric="test_rewards_metric")
+    finally:
+        FILTER_METRICS.unregister("test_rewards_metric")
 
 
 @pytest.mark.parametrize("score, message", [

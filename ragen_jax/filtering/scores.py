@@ -8,7 +8,7 @@ unbiased (ddof=1), as RAGEN computes them; a group of one trajectory has std 0 b
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -112,9 +112,21 @@ def resolve_metric(metric: str) -> FilterMetric:
     except (ImportError, AttributeError, KeyError) as e:
         raise ValueError(f"filter metric {metric!r}: {e.args[0] if e.args else e}") from e
     if not (isinstance(found, tuple) and len(found) == 2 and found[0] in QUANTITIES and callable(found[1])):
-        raise ValueError(f"filter metric {metric!r} is {found!r}, not a FilterMetric(quantity, score) with quantity "
-                         f"one of {QUANTITIES} (ragen_jax.filtering.FilterMetric).")
+        raise ValueError(f"filter metric {metric!r} {_metric_problem(found)}; a metric is FilterMetric(quantity, "
+                         f"score) with quantity one of {QUANTITIES} (ragen_jax.filtering.FilterMetric, "
+                         "docs/custom_losses.md).")
     return FilterMetric(*found)
+
+
+def _metric_problem(found: Any) -> str:
+    """What is wrong with `found` as a FilterMetric, and how to fix it."""
+    if callable(found) and not isinstance(found, tuple):
+        return f"is the function {getattr(found, '__name__', found)!r}: wrap it, FilterMetric(\"reward\", fn)"
+    if isinstance(found, tuple) and len(found) == 2 and found[0] not in QUANTITIES:
+        return f"reads the quantity {found[0]!r}, which the trainer does not measure"
+    if isinstance(found, tuple) and len(found) == 2:
+        return f"has a score of type {type(found[1]).__name__}, not a function"
+    return f"is {found!r}"
 
 
 def metric_quantity(metric: str) -> str:
