@@ -336,19 +336,19 @@ def _close_quietly(env: HostEnv) -> None:
 
 def names_by_id(lookup: dict[str, int], names: Sequence[str] | None, env: str) -> list[str]:
     """The name `step` receives for each action id (a parsed action reaches a host env as `names[id]`): `names`
-    checked against `lookup`, or without them the first name `lookup` gives each id. ValueError when ids are not
-    0..n-1 or a display name's lookup id is not its position (a 1-based lookup, as RAGEN's envs number actions,
-    would send every action's neighbour)."""
+    checked against `lookup`, or without them the first name `lookup` gives each id. EnvSetupError (a ValueError
+    about the env's class, not its kwargs) when ids are not 0..n-1 or a display name's lookup id is not its position
+    (a 1-based lookup, as RAGEN's envs number actions, would send every action's neighbour)."""
     ids = sorted(set(lookup.values()))
     if ids != list(range(len(ids))):
-        raise ValueError(f"{env}.action_lookup has ids {ids}; they must be 0..{len(ids) - 1}, positions in "
+        raise EnvSetupError(f"{env}.action_lookup has ids {ids}; they must be 0..{len(ids) - 1}, positions in "
                          "action_names (the parsed id i reaches step as action_names[i]). Renumber them from 0.")
     if not names:
         return [next(name for name, i in lookup.items() if i == k) for k in ids]
     wrong = [f"{name!r} at position {k} has id {lookup[name.lower()]}" for k, name in enumerate(names)
              if lookup.get(name.lower(), k) != k]
     if len(names) != len(ids) or wrong:
-        raise ValueError(f"{env}.action_names {list(names)} do not follow action_lookup {lookup} in id order"
+        raise EnvSetupError(f"{env}.action_names {list(names)} do not follow action_lookup {lookup} in id order"
                          f"{': ' + '; '.join(wrong) if wrong else f' ({len(names)} names for {len(ids)} ids)'}. "
                          "List one display name per id, at the position of its id.")
     return list(names)

@@ -648,3 +648,17 @@ def test_a_jax_env_whose_info_lacks_success_names_the_key_and_the_contract():
     with pytest.raises(ValueError, match=r"_NoSuccessInfo.step_env returned an info without 'success' \(its keys: "
                        r"\['action_is_effective'\]\); a JaxEnv's step_env info must hold"):
         batch.step([[0], [0]], np.ones(2, bool))
+
+
+def test_a_one_based_lookup_is_blamed_on_the_env_class_not_its_kwargs():
+    """make_env_batch reported a 1-based action_lookup as 'could not be built from its kwargs (--config.env.kwargs.*)',
+    sending the reader to settings that cannot fix it."""
+    from envs.batch import EnvSetupError
+    from envs.registry import EnvSpec
+
+    class OneBased(_GoStayHostEnv):
+        action_lookup, action_names = {"go": 1, "stay": 2}, ["Go", "Stay"]
+
+    with pytest.raises(EnvSetupError) as info:
+        make_env_batch(EnvSpec(name="MyEnv", factory=OneBased, kind="host"), 2)
+    assert str(info.value).startswith("OneBased.action_lookup has ids [1, 2]; they must be 0..1"), str(info.value)
