@@ -62,6 +62,24 @@ def required_info(env: JaxEnv, info: dict, key: str) -> jax.Array:
     return info[key]
 
 
+def check_step_info(env: JaxEnv, params: Any) -> None:
+    """EnvSetupError, before any model work, when `env.step_env`'s info (traced abstractly from a `reset_env`
+    state) lacks a key the turn reads. An env whose reset_env cannot be traced this way is checked at its first
+    turn instead (`required_info`)."""
+    def probe(key):
+        return env.step_env(key, env.reset_env(key, params)[1], jnp.int32(0), params)[4]
+
+    try:
+        info = jax.eval_shape(probe, jax.random.PRNGKey(0))
+    except Exception:  # noqa: BLE001 - e.g. a state only reset_from_seeds builds: the first turn checks it
+        return
+    for key in ("success", "action_is_effective"):
+        try:
+            required_info(env, info, key)
+        except ValueError as e:
+            raise EnvSetupError(str(e)) from None
+
+
 def make_turn_fn(env: JaxEnv) -> Callable:
     """Jitted `turn(state [B], actions [B, A], active [B], done [B], keys [B], steps [B], params)` of a JAX env.
 
@@ -125,6 +143,7 @@ class JaxEnvBatch(EnvBatch):
         self.action_names = list(env.action_names) if self.action_lookup else None
         # names listed in the system prompt (an env whose valid names change per episode hides them)
         self.prompt_action_names = getattr(env, "prompt_action_names", self.action_names)
+        check_step_info(env, self.params)
         self._turn_fn = make_turn_fn(env)
         self._reset_fn = jax.jit(jax.vmap(lambda k, p: env.reset_env(k, p)[1], in_axes=(0, None)))
         self.state: Any = None

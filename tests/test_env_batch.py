@@ -642,12 +642,15 @@ class _NoSuccessInfo(CoinEnv):
 
 
 def test_a_jax_env_whose_info_lacks_success_names_the_key_and_the_contract():
-    """A step_env info without `success` was a bare KeyError('success') from inside the jitted turn."""
-    batch = JaxEnvBatch(_NoSuccessInfo(), 2)
-    batch.reset([1, 2])
-    with pytest.raises(ValueError, match=r"_NoSuccessInfo.step_env returned an info without 'success' \(its keys: "
-                       r"\['action_is_effective'\]\); a JaxEnv's step_env info must hold"):
-        batch.step([[0], [0]], np.ones(2, bool))
+    """A step_env info without `success` was a bare KeyError('success') from inside the jitted turn, a traceback
+    after the model was built; now building the batch refuses it (run.py: one FATAL line before any model work)."""
+    from envs.batch import EnvSetupError
+    from envs.registry import EnvSpec
+
+    needle = (r"_NoSuccessInfo.step_env returned an info without 'success' \(its keys: \['action_is_effective'\]\); "
+              r"a JaxEnv's step_env info must hold")
+    with pytest.raises(EnvSetupError, match=needle):
+        make_env_batch(EnvSpec(name="MyEnv", factory=_NoSuccessInfo, kind="jax"), 2)
 
 
 def test_a_one_based_lookup_is_blamed_on_the_env_class_not_its_kwargs():
