@@ -51,6 +51,9 @@ def get_base_config() -> ml_collections.ConfigDict:
         group_size=1,
         seed=123,
         temperature=0.5,
+        # validation samples with its own nucleus / top-k, not the rollout's (veRL's val_kwargs top_p 1.0, top_k -1)
+        top_p=1.0,
+        top_k=0,
         greedy=False,
         every=10,  # validate every N steps (0 = never)
         at_start=True,

@@ -198,8 +198,8 @@ def _lora_errors(lora) -> list[str]:
 
 
 def _sampling_errors(rollout, val) -> list[str]:
-    """What `SamplingConfig` would refuse at the first rollout, said in config keys (validation samples with the
-    rollout's top_p and top_k; a greedy validation still reports log-probs at its temperature)."""
+    """What `SamplingConfig` would refuse at the first rollout, said in config keys (validation samples with its
+    own top_p and top_k; a greedy validation still reports log-probs at its temperature)."""
     errors = []
     if not rollout.temperature > 0:
         errors.append(f"config.rollout.temperature must be > 0 (got {rollout.temperature}): RL samples its "
@@ -207,12 +207,13 @@ def _sampling_errors(rollout, val) -> list[str]:
     if not val.temperature > 0:
         errors.append(f"config.val.temperature must be > 0 (got {val.temperature}); for argmax validation add "
                       "--config.val.greedy=True and keep a positive temperature")
-    if not 0 < rollout.top_p <= 1:
-        errors.append(f"config.rollout.top_p must be in (0, 1] (got {rollout.top_p}); 1.0 turns nucleus "
-                      "filtering off")
-    if rollout.top_k < -1:
-        errors.append(f"config.rollout.top_k must be >= 0 or -1 (0 and -1, veRL's vLLM default, = off) "
-                      f"(got {rollout.top_k})")
+    for name, section in (("rollout", rollout), ("val", val)):
+        if not 0 < section.top_p <= 1:
+            errors.append(f"config.{name}.top_p must be in (0, 1] (got {section.top_p}); 1.0 turns nucleus "
+                          "filtering off")
+        if section.top_k < -1:
+            errors.append(f"config.{name}.top_k must be >= 0 or -1 (0 and -1, veRL's vLLM default, = off) "
+                          f"(got {section.top_k})")
     return errors
 
 

@@ -34,6 +34,8 @@ RAGEN_DEFAULTS = [
     ("val.seed", 123, "base.yaml:10"),
     ("val.temperature", 0.5, "base.yaml:74"),
     ("val.greedy", False, "base.yaml:73 (val_kwargs.do_sample: True)"),
+    ("val.top_p", 1.0, f"{VERL}:207 (rollout.val_kwargs.top_p; eval.yaml:47)"),
+    ("val.top_k", 0, f"{VERL}:206 (rollout.val_kwargs.top_k -1: off)"),
     ("val.every", 10, "base.yaml:119 (test_freq)"),
     ("val.at_start", True, "base.yaml:117 (val_before_train)"),
     ("rollout.response_length", 400, "base.yaml:56"),
@@ -220,3 +222,22 @@ def test_val_env_kwargs_are_free_form_and_only_for_validation():
     for module in ENV_MODULES:
         if module != "webshop":
             assert not importlib.import_module(f"configs.{module}").get_config().val.env_kwargs, module
+
+
+def test_validation_samples_with_its_own_top_p_and_top_k():
+    """RAGEN validates with veRL's val_kwargs (top_p 1.0, top_k -1; vllm_rollout_spmd.py reads them when
+    meta_info.validate), whatever the training rollout's top_p / top_k: config.val.top_p / top_k, not rollout.*."""
+    from configs.sokoban import get_config
+    from ragen_jax.trainer.settings import validation_sampling
+
+    c = get_config()
+    c.rollout.top_p, c.rollout.top_k = 0.9, 20
+    validate_config(c)
+    assert validation_sampling(c) == dict(temperature=0.5, greedy=False, top_p=1.0, top_k=0)
+    c.val.top_p, c.val.top_k, c.val.greedy = 0.95, 5, True
+    assert validation_sampling(c) == dict(temperature=0.5, greedy=True, top_p=0.95, top_k=5)
+    for key, bad in (("top_p", 0.0), ("top_k", -2)):
+        c = get_config()
+        c.val[key] = bad
+        with pytest.raises(ValueError, match=f"config.val.{key} must be"):
+            validate_config(c)

@@ -146,3 +146,16 @@ def test_decode_lanes_play_the_same_trajectories(tiny, ragged_turns, lockstep_ru
     stats = got.extras["stats"]
     # first turns: one prefill per (group, lane), 2 x GROUPS; every later turn of an episode: its own prefill
     assert stats["prefills"] == 2 * GROUPS + stats["first_tokens"] - N
+
+
+def test_run_samples_with_the_top_p_and_top_k_it_is_given(tiny, ragged_turns, lockstep_runs):
+    """A validation's own top_p / top_k (engine.run's) replace the config's in both engines: engines configured to
+    keep only the top token play, given top_p=1 and top_k=0, the trajectories of a whole-vocabulary config."""
+    graphdef, params, tok = tiny
+    reference = reference_run(lockstep_runs, tiny)
+    narrow = _config(temperature=1.0, top_p=0.5, top_k=1)
+    lockstep = RolloutEngine(graphdef, tok, narrow, N, lanes=1)
+    for engine in (lockstep, ContinuousEngine(graphdef, tok, narrow, N, slots=N, chunk=3)):
+        assert_same_trajectories(play(engine, tok, params, top_p=1.0, top_k=0), reference)
+    tokens = [[r.response_tokens for r in ep.history] for ep in reference.episodes]
+    assert [[r.response_tokens for r in ep.history] for ep in play(lockstep, tok, params).episodes] != tokens

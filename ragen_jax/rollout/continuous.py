@@ -79,12 +79,12 @@ class ContinuousEngine:
 
     def run(self, params: Any, env: EnvBatch, seeds: Sequence[int], group_ids: Sequence[int],
             key: jax.Array, *, tag: str, temperature: float | None = None, greedy: bool = False,
-            row_multiple: int = 1) -> RolloutResult:
+            top_p: float | None = None, top_k: int | None = None, row_multiple: int = 1) -> RolloutResult:
         """Play one episode per seed (episodes of a group share a seed) and build the batch (as RolloutEngine.run)."""
         cfg = self.config
         play = EpisodeBook.start(self, env, seeds, group_ids, tag)
         sampling = cfg.sampling(self.tokenizer, self.stop_sequences, temperature=temperature, greedy=greedy,
-                                stop_after=self.stop_after)
+                                top_p=top_p, top_k=top_k, stop_after=self.stop_after)
         cache, _ = self.sampler.init_cache()
         state = self.sampler.idle_state(sampling)
         episode_of = np.full(self.slots, -1)  # the episode each slot holds

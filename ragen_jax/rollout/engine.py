@@ -77,11 +77,14 @@ class RolloutConfig:
         return stop_sequences_for(tokenizer, "</think>") if self.stop_at_answer and self.enable_think else ()
 
     def sampling(self, tokenizer, stop_sequences: tuple[tuple[int, ...], ...], *, temperature: float | None = None,
-                 greedy: bool = False, stop_after: tuple[tuple[int, ...], ...] = ()) -> SamplingConfig:
+                 greedy: bool = False, top_p: float | None = None, top_k: int | None = None,
+                 stop_after: tuple[tuple[int, ...], ...] = ()) -> SamplingConfig:
+        """The sampler's settings for a turn; temperature, top_p and top_k given here replace this config's (a
+        validation samples with its own, as veRL's val_kwargs)."""
         return SamplingConfig(
             max_new_tokens=self.response_length,
             temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p, top_k=self.top_k, greedy=greedy,
+            top_p=self.top_p if top_p is None else top_p, top_k=self.top_k if top_k is None else top_k, greedy=greedy,
             eos_ids=tuple(tokenizer.eos_token_ids), stop_sequences=stop_sequences, stop_after=stop_after)
 
 
@@ -126,16 +129,17 @@ class RolloutEngine:
     # ----------------------------------------------------------------------------------------
     def run(self, params: Any, env: EnvBatch, seeds: Sequence[int], group_ids: Sequence[int],
             key: jax.Array, *, tag: str, temperature: float | None = None, greedy: bool = False,
-            row_multiple: int = 1) -> RolloutResult:
+            top_p: float | None = None, top_k: int | None = None, row_multiple: int = 1) -> RolloutResult:
         """Play one episode per seed (episodes of a group share a seed) and build the batch.
 
         seeds, group_ids [batch_size]: the whole batch; `env` holds this process's `local_batch_size` episodes.
+        temperature, top_p, top_k: None = the config's (a validation passes its own).
         """
         cfg = self.config
         B = self.local_batch_size
         play = EpisodeBook.start(self, env, seeds, group_ids, tag, first_episode=self.rows.start)
         sampling = cfg.sampling(self.tokenizer, self.stop_sequences, temperature=temperature, greedy=greedy,
-                                stop_after=self.stop_after)
+                                top_p=top_p, top_k=top_k, stop_after=self.stop_after)
         cache, cache_lens = self.sampler.init_cache()
         cache_lens = np.array(cache_lens, np.int32)
         active = play.opened.copy()

@@ -35,7 +35,8 @@ from ragen_jax.trainer.early_stop import early_stop_reason, resumed_stop_reason,
 from ragen_jax.trainer.interrupt import StopRequests, stop_message
 from ragen_jax.trainer.optim import MasterWeights, make_optimizer, with_rebuilt_master, without_masters
 from ragen_jax.trainer.settings import (algo_settings, env_tag, resumed_config_warning, rollout_config,
-                                        truncated_sampling_warning, validation_envs, write_config_json)
+                                        truncated_sampling_warning, validation_envs, validation_sampling,
+                                        write_config_json)
 from ragen_jax.trainer.steps import (batch_entropy, explained_variance, in_row_context, make_step_fns,
                                      mean_update_metrics, row_total_stats, sampler_agreement, scored_positions,
                                      take_rows, token_stats)
@@ -301,7 +302,7 @@ class Trainer:
             seeds, gids = group_seeds(v.seed + e * v.groups + first_group, per_chunk_groups, v.group_size)
             key = jax.random.fold_in(jax.random.fold_in(self.base_key, 10_000_000 + step), c)
             res = self.val_engine.run(self.sampling_params(), self.val_envs[e], seeds, gids + first_group, key,
-                                      tag=self.val_tags[e], temperature=v.temperature, greedy=v.greedy)
+                                      tag=self.val_tags[e], **validation_sampling(self.cfg))
             kept[e].extend(res.episodes[: v.groups * v.group_size - first_group * v.group_size])
         metrics = {f"val/{k}": value for e, episodes in enumerate(kept)
                    for k, value in episode_metrics(episodes, self.val_tags[e]).items()}

@@ -90,6 +90,8 @@ def _model_line(trainer) -> str:
 def _validation_text(trainer) -> str:
     v = trainer.cfg.val
     sampling = "greedy" if v.greedy else f"temperature {v.temperature:g}"
+    sampling += f", top_p {v.top_p:g}" if v.top_p < 1 and not v.greedy else ""
+    sampling += f", top_k {v.top_k}" if v.top_k > 0 and not v.greedy else ""
     each = " each" if len(trainer.val_names) > 1 else ""
     return f"{v.groups * v.group_size} episodes{each} of {' and '.join(trainer.val_names)} per validation ({sampling})"
 

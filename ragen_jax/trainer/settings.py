@@ -26,6 +26,13 @@ def rollout_config(cfg) -> RolloutConfig:
         reward_norm_method=r.reward_norm_method, reward_norm_grouping=r.reward_norm_grouping)
 
 
+def validation_sampling(cfg) -> dict[str, Any]:
+    """The sampling keywords of a validation rollout (engine.run's): config.val's temperature, greedy, top_p and
+    top_k, never the training rollout's top_p / top_k (RAGEN validates with veRL's val_kwargs)."""
+    v = cfg.val
+    return dict(temperature=v.temperature, greedy=v.greedy, top_p=v.top_p, top_k=v.top_k)
+
+
 def truncated_sampling_warning(cfg) -> str | None:
     """Why a sampler-mismatch correction (or the TIS cap) misreads a run whose rollouts sample with top-p/top-k,
     else None. The sampler's log-probs are of the truncated distribution (vLLM's processed_logprobs, as veRL asks
