@@ -7,6 +7,7 @@ volcengine/verl d62da495, 0.6.1: verl/trainer/config/_generated_ppo_trainer.yaml
 """
 
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +45,10 @@ RAGEN_DEFAULTS = [
     ("rollout.top_p", 1.0, f"{VERL}:173"),
     ("rollout.top_k", 0, f"{VERL}:172 (-1: off)"),
     ("rollout.enable_think", True, "base.yaml:142"),
+    ("rollout.action_sep", "||", "base.yaml:139"),
+    ("rollout.prompt_style", "ragen", "ctx_manager.py's prompts (compact is only the tiny presets')"),
+    # 0: each env's envs.yaml max_tokens in the prompts (ctx_manager.py:146), pinned per env below
+    ("rollout.prompt_max_tokens", 0, "envs.yaml max_tokens"),
     ("rollout.context_mode", "full", "base.yaml:135"),
     # -1: every earlier turn stays in a non-full mode's context (RAGEN's ctx_manager.py:281-282 maps k < 0 to None,
     # no limit); it only acts once a user picks single_turn / limited_multi_turn
@@ -72,6 +77,12 @@ RAGEN_DEFAULTS = [
     ("algo.soft_advantage_reweight", False, "base.yaml:104"),
     ("algo.grpo_advantage_length_weight", False, "base.yaml:17"),
     ("algo.loss_agg_mode", "token-mean", "base.yaml:43"),
+    # RAGEN's dp_critic.py:244 calls veRL's compute_value_loss without a loss_agg_mode: its default token-mean
+    ("algo.critic_loss_agg_mode", "token-mean", "ragen/workers/critic/dp_critic.py:244"),
+    ("algo.policy_loss", "vanilla", f"{VERL}:58 (actor.policy_loss.loss_mode)"),
+    ("algo.value_loss", "clipped", f"{VERL}:386 (critic.cliprange_value: veRL's clipped value loss)"),
+    ("algo.rollout_correction", "none", f"{VERL}:469,471 (rollout_is, rollout_rs: null)"),
+    ("algo.tis_cap", 0.0, "veRL 0.6.1's ppo_trainer has no TIS cap (0 = off)"),
     ("algo.clip_ratio_low", 0.2, "base.yaml:38"),
     ("algo.clip_ratio_high", 0.28, "base.yaml:39"),
     ("algo.clip_ratio_c", 3.0, f"{VERL}:64"),
@@ -91,6 +102,8 @@ RAGEN_DEFAULTS = [
     ("optim.actor.b1", 0.9, "base.yaml:45"),
     ("optim.actor.b2", 0.999, "base.yaml:45"),
     ("optim.actor.weight_decay", 0.01, f"{VERL}:15"),
+    # veRL's build_optimizer (verl/workers/config/optimizer.py) passes no eps: torch.optim.AdamW's 1e-8
+    ("optim.actor.eps", 1e-8, "torch.optim.AdamW default"),
     ("optim.actor.warmup_steps", 0, f"{VERL}:13,16 (ratio 0.0, steps -1)"),
     ("optim.actor.warmup_steps_ratio", 0.0, f"{VERL}:13"),
     ("optim.actor.schedule", "constant", f"{VERL}:23"),
@@ -101,6 +114,7 @@ RAGEN_DEFAULTS = [
     ("optim.critic.b1", 0.9, "base.yaml:85"),
     ("optim.critic.b2", 0.999, "base.yaml:85"),
     ("optim.critic.weight_decay", 0.01, f"{VERL}:330"),
+    ("optim.critic.eps", 1e-8, "ragen/workers/fsdp_workers.py:368 (optim.AdamW without eps: torch's 1e-8)"),
     ("optim.critic.warmup_steps", 0, f"{VERL}:328,331"),
     ("optim.critic.warmup_steps_ratio", 0.0, f"{VERL}:328"),
     ("optim.critic.schedule", "constant", f"{VERL}:338"),
@@ -112,8 +126,25 @@ RAGEN_DEFAULTS = [
     ("trainer.epochs", 1, f"{VERL}:71"),
     ("trainer.critic_warmup", 0, f"{VERL}:519"),
     ("trainer.save_every", 100, "base.yaml:114"),
+    ("trainer.early_stop.reward_collapse_window", 10, "ragen/trainer/agent_trainer.py:1212,1228 (10 steps)"),
+    ("trainer.early_stop.reward_collapse_ratio", 0.1, "ragen/trainer/agent_trainer.py:1229"),
+    ("trainer.early_stop.val_success_below", 0.01, "ragen/trainer/agent_trainer.py:1485"),
+    ("trainer.early_stop.val_patience", 5, "ragen/trainer/agent_trainer.py:1490"),
+    ("model.critic_path", "", "base.yaml:80 (critic.model.path: ${model_path})"),
     ("diagnostics.every", 5, "base.yaml:149"),
     ("diagnostics.max_pairs", 64, "base.yaml:153"),
+    ("diagnostics.first_turn", True, "base.yaml:151"),
+    ("diagnostics.trajectory", True, "base.yaml:152"),
+    ("diagnostics.std_eps", 1e-3, "ragen/trainer/agent_trainer.py:674 (collapse_detection.std_eps)"),
+    ("diagnostics.ema_decay", 0.9, "ragen/trainer/agent_trainer.py:675 (collapse_detection.ema_decay)"),
+]
+
+# Deliberate differences, each in README's "Where we deliberately differ from RAGEN": (key, ours, RAGEN's, where)
+DELIBERATE = [
+    ("trainer.micro_batch_size", 8, 1, "base.yaml:12 (micro_batch_size_per_gpu)"),
+    ("algo.loss_scope", "mini_batch", "micro_batch", "veRL 0.4's dp_actor: each micro-batch aggregated alone"),
+    ("trainer.keep_checkpoints", 2, 1, "base.yaml:123 (max_actor_ckpt_to_keep)"),
+    ("diagnostics.batch_size", 32, 128, "base.yaml:150 (collapse_detection.micro_batch_size)"),
 ]
 
 
@@ -130,6 +161,113 @@ def test_sokoban_defaults_are_ragens(key, want, where):
     c = get_config()
     validate_config(c)
     assert _get(c, key) == want, f"{key}: RAGEN's {where} is {want!r}"
+
+
+@pytest.mark.parametrize("key,ours,ragens,where", DELIBERATE, ids=[k for k, *_ in DELIBERATE])
+def test_deliberate_differences_are_documented(key, ours, ragens, where):
+    from configs.sokoban import get_config
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    differ = readme.split("### Where we deliberately differ from RAGEN", 1)[1].split("\n## ", 1)[0]
+    assert _get(get_config(), key) == ours and ours != ragens, f"{key}: RAGEN's {where} is {ragens!r}"
+    assert key in differ, f"{key} differs from RAGEN's {where}; README's list must say so"
+
+
+def test_lora_targets_every_linear_projection():
+    """RAGEN's base.yaml:22 lora.target_modules all-linear: every projection of a decoder layer."""
+    from configs.sokoban import get_config
+    from ragen_jax.models.lora import parse_target_modules
+
+    assert parse_target_modules(get_config().model.lora.target_modules) == parse_target_modules("all-linear")
+
+
+# Per env: RAGEN's config/_N_<env>.yaml over base.yaml and envs.yaml (test_configs_eval pins the env name, turns,
+# actions, response_length, max_model_len and train groups): key -> (value, where)
+ENV_SETTINGS = {
+    "sokoban": {"val.groups": (512, "base.yaml:165"), "env.kwargs": ({}, "envs.yaml:73-78 (the variant's own)")},
+    "frozenlake": {"val.groups": (512, "base.yaml:165"),
+                   "env.kwargs.success_rate": (1.0, "_3_frozen_lake.yaml:23"),
+                   "env.kwargs.size": (4, "ragen/env/frozen_lake/config.py (size 4)"),
+                   "env.kwargs.p": (0.9, "ragen/env/frozen_lake/config.py (p 0.9)")},
+    "bandit": {"val.groups": (256, "_1_bandit.yaml:30 (n_groups [256, 256])"), "val.name": ("Bandit,BanditTest",
+                                                                                              "_1_bandit.yaml:29")},
+    "countdown": {"val.groups": (512, "base.yaml:165")},
+    "metamathqa": {"val.groups": (512, "base.yaml:165")},
+    "sudoku": {"val.groups": (32, "_8_sudoku.yaml:19"), "val.group_size": (16, "_8_sudoku.yaml:20"),
+               "env.kwargs.max_steps": (81, "envs.yaml:286"),
+               "env.kwargs.render_format": ("with_feedback", "envs.yaml:283"),
+               "env.kwargs.show_conflicts": (True, "envs.yaml:284"),
+               "env.kwargs.show_valid_numbers": (True, "envs.yaml:285")},
+    "webshop": {"val.groups": (512, "base.yaml:165"), "trainer.mini_batch_size": (32, "_6_webshop.yaml:9"),
+                "trainer.micro_batch_size": (4, "_6_webshop.yaml:8")},
+    "searchqa": {"val.groups": (256, "_9_search.yaml:35"), "val.group_size": (1, "base.yaml:166"),
+                 "trainer.mini_batch_size": (32, "_9_search.yaml:12"),
+                 "trainer.micro_batch_size": (4, "_9_search.yaml:11"),
+                 "env.kwargs.max_steps": (10, "envs.yaml:326"), "env.kwargs.top_k": (5, "envs.yaml:327")},
+    "deepcoder": {"val.groups": (512, "base.yaml:165"), "env.kwargs.max_steps": (1, "envs.yaml:163")},
+    "lean": {"val.groups": (512, "base.yaml:165"), "rollout.context_window": (5, "_7_lean.yaml:18"),
+             "env.kwargs.server_url": ("http://127.0.0.1:8000", "ragen/env/lean/config.py (server_url)"),
+             "env.kwargs.request_timeout": (30.0, "ragen/env/lean/config.py (request_timeout)"),
+             "env.kwargs.max_retries": (3, "ragen/env/lean/config.py (max_retries)"),
+             "env.kwargs.max_steps": (100, "ragen/env/lean/config.py (max_steps)")},
+}
+# envs.yaml max_tokens, the prompts' "Max response length" of each registered variant
+PROMPT_MAX_TOKENS = {"SimpleSokoban": 100, "CoordSokoban": 120, "LargerSokoban": 100, "SokobanDifferentGridVocab": 100,
+                     "FrozenLake": 100, "CoordFrozenLake": 120, "Bandit": 100, "BanditTest": 100, "Countdown": 100,
+                     "MetamathQA": 100, "SimpleSudoku": 150, "MediumSudoku": 150, "WebShop": 200, "SearchQA": 300,
+                     "DeepCoder": 8000, "Lean": 512}
+
+
+@pytest.mark.parametrize("module", ENV_MODULES)
+def test_env_config_settings_are_ragens(module):
+    c = importlib.import_module(f"configs.{module}").get_config()
+    validate_config(c)
+    assert c.model.path == "Qwen/Qwen2.5-3B-Instruct", "every _N_<env>.yaml keeps base.yaml:15's model_path"
+    assert c.val.group_size == ENV_SETTINGS[module].get("val.group_size", (1, ""))[0]
+    for key, (want, where) in ENV_SETTINGS[module].items():
+        got = _get(c, key)
+        got = got.to_dict() if hasattr(got, "to_dict") else got
+        assert got == want, f"{module} {key}: RAGEN's {where} is {want!r}"
+
+
+def test_registered_variants_state_ragens_max_tokens():
+    from envs.registry import get_spec
+
+    for name, want in PROMPT_MAX_TOKENS.items():
+        assert get_spec(name).prompt_max_tokens == want, f"{name}: RAGEN's envs.yaml max_tokens is {want}"
+
+
+@pytest.mark.parametrize("preset,want", [
+    ("ppo", dict(adv_estimator="gae", loss_agg_mode="token-mean", use_critic=True)),
+    ("dapo", dict(adv_estimator="gae", loss_agg_mode="token-mean", clip_ratio_low=0.2, clip_ratio_high=0.28,
+                  use_kl_loss=False, kl_loss_coef=0.0, use_kl_in_reward=False, kl_ctrl_coef=0.0)),
+    ("grpo", dict(adv_estimator="grpo", norm_adv_by_std_in_grpo=True, loss_agg_mode="seq-mean-token-mean",
+                  use_critic=False)),
+    ("drgrpo", dict(adv_estimator="grpo", norm_adv_by_std_in_grpo=False, loss_agg_mode="seq-mean-token-sum",
+                    use_critic=False)),
+])
+def test_algorithm_variants_are_ragens(preset, want):
+    """RAGEN's scripts/runs/run_main_table_diff_algo.sh:228-239 (PPO, DAPO, GRPO, DrGRPO); every other setting
+    stays base.yaml's (entropy 0.001, no KL, clip 0.2 / 0.28)."""
+    from configs.sokoban import get_config
+
+    c = get_config(preset)
+    validate_config(c)
+    base = get_config().algo.to_dict()
+    assert {k: c.algo[k] for k in want} == want
+    changed = {k for k, v in c.algo.to_dict().items() if base[k] != v} - set(want) - {"preset"}
+    assert not changed, f"{preset} also changes {sorted(changed)}"
+
+
+@pytest.mark.parametrize("module", ["sokoban", "frozenlake"])
+def test_filter_variants_are_ragens(module):
+    """RAGEN's docs/guide_rollout_filtering.md:21-22: no filter = top_p 1.0 with include_zero True; the recommended
+    filter = top_p 0.9, linear, include_zero False, selection_eps 0.01."""
+    get_config = importlib.import_module(f"configs.{module}").get_config
+    f, n = get_config("filter").filter, get_config("no_filter").filter
+    assert (f.strategy, f.value, f.prob_mode, f.include_zero, f.selection_eps) == ("top_p", 0.9, "linear", False,
+                                                                                     0.01)
+    assert (n.strategy, n.value, n.include_zero) == ("top_p", 1.0, True)
 
 
 @pytest.mark.parametrize("module", ENV_MODULES)
