@@ -286,3 +286,13 @@ def test_step_timeout_covers_the_runs_the_whole_batch_queues():
         del others
         gc.collect()
         assert env.step_timeout_s == alone
+
+
+def test_seed_picks_ragens_problem(sandbox):
+    """RAGEN's reset: `random.seed(seed); random.randint(0, n - 1)` over the split's rows (here 10 problems)."""
+    env = DeepCoderEnv(problems=list(BUILTIN_PROBLEMS), sandbox=sandbox)
+    picked = []
+    for seed in range(6):
+        env.reset(seed)
+        picked.append(BUILTIN_PROBLEMS.index(env.problem))
+    assert picked == [6, 2, 0, 3, 3, 9]  # random.Random(s).randint(0, 9) for s = 0..5

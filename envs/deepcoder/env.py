@@ -56,7 +56,7 @@ class DeepCoderEnv(HostEnv):
     """Single turn by default (`max_steps=1`, as RAGEN). A failed attempt with turns left shows feedback.
 
     `dataset_path`: a DeepCoder JSON/JSONL/parquet file or folder; None -> the built-in problems.
-    Seeds pick problems deterministically (`seed % num_problems` after a seeded shuffle).
+    Seed s picks problem `random.Random(s).randint(0, n - 1)`, RAGEN's choice (it seeds `random` with s).
     `max_concurrency`: this episode's tests run at once. `max_concurrent_sandboxes`: if set, the
     process-wide bound on sandboxed runs alive at once, shared by every env of the batch (the last
     env created with it sets it; None keeps the current bound, see `slots.py`).
@@ -81,8 +81,6 @@ class DeepCoderEnv(HostEnv):
                                                         memory_bytes=memory_bytes), max_concurrency=max_concurrency)
         self.most_tests = max(len(p.tests) for p in self.problems)
         _LIVE_RUNS.set(self, self.most_tests)  # until reset picks a problem
-        self._order = list(range(len(self.problems)))
-        random.Random(0).shuffle(self._order)
         self.problem: Problem | None = None
         self.prompt = ""
         self.num_steps = 0
@@ -101,7 +99,7 @@ class DeepCoderEnv(HostEnv):
         return INSTRUCTION
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
-        self.problem = self.problems[self._order[seed % len(self.problems)]]
+        self.problem = self.problems[random.Random(int(seed)).randint(0, len(self.problems) - 1)]
         _LIVE_RUNS.set(self, len(self.problem.tests))
         self.prompt = format_prompt(self.problem)
         self.num_steps = 0
