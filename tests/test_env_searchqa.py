@@ -159,7 +159,7 @@ def test_empty_search_is_invalid_and_searches_nothing():
     env.reset(0)
     for action in ("search[]", "search[   ]"):
         obs, reward, done, truncated, info = env.step(action)
-        assert obs == ("Search results for '':\nNo relevant documents found for the query.\n\n"
+        assert obs == (f"Search results for '{action[7:-1]}':\nNo relevant documents found for the query.\n\n"
                        "Available actions: search[<query>], finish[<answer>]")
         assert (reward, done, truncated) == (0.0, False, False)
         assert (info["action_is_valid"], info["action_is_effective"], info["num_hits"]) == (False, False, 0)
@@ -339,3 +339,16 @@ def test_results_of_the_wrong_shape_are_a_retrieval_error(results, needle):
         assert needle in str(caught.value)
     finally:
         srv.stop()
+
+
+def test_observation_echoes_the_query_and_answer_as_written():
+    """RAGEN's text is `action[7:-1]` as written: "search[ town hall ]" shows "Search results for ' town hall ':"."""
+    env = make("SearchQA")
+    env.reset(0)
+    obs = env.step("search[ town hall ]")[0]
+    assert obs.startswith("Search results for ' town hall ':\n")
+    obs = env.step("search[   ]")[0]
+    assert obs.startswith("Search results for '   ':\nNo relevant documents found for the query.")
+    gold = env.question.answers[0]
+    obs, reward, done, _, info = env.step(f"finish[ {gold} ]")
+    assert obs == f"Your answer:  {gold} . Reward: 1.00" and reward == 1.0 and done and info["answer"] == f" {gold} "

@@ -96,16 +96,17 @@ class SearchQAEnv(HostEnv):
         action = (action or "").strip()
         at_cap = self.num_steps >= self.max_steps
         if action.startswith("search[") and action.endswith("]"):
-            query = action[len("search["):-1].strip()
+            written = action[len("search["):-1]  # shown as written (RAGEN's text); searched stripped
+            query = written.strip()
             hits = self.backend.search(query, self.top_k) if query else []
             results = format_results(hits, self.top_k, self.max_doc_chars, self.max_total_chars)
             tail = "Maximum search steps reached. Episode ended without an answer." if at_cap else ACTIONS_LINE
             self.done = at_cap
             info = {"action_is_valid": bool(query), "action_is_effective": bool(query), "success": False,
                     "action_type": "search", "num_hits": len(hits)}
-            return f"Search results for '{query}':\n{results}\n\n{tail}", 0.0, False, at_cap, info
+            return f"Search results for '{written}':\n{results}\n\n{tail}", 0.0, False, at_cap, info
         if action.startswith("finish[") and action.endswith("]"):
-            return self._finish(action[len("finish["):-1].strip(), valid=True)
+            return self._finish(action[len("finish["):-1], valid=True)
         if not action:
             self.done = at_cap
             info = {"action_is_valid": False, "action_is_effective": False, "success": False, "action_type": "invalid"}
