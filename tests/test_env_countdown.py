@@ -222,3 +222,17 @@ def test_any_text_scores_without_error(text):
 def test_generator_any_seed_gives_solvable_task(seed):
     task = generate_task(seed, ops="+-*/")
     assert score_answer(solve(task.nums, task.target), task.target, task.nums) == 1.0
+
+
+def test_step_texts_and_info_for_partial_and_wrong_answers():
+    """RAGEN: "Your answer get {reward} points."; effective when reward > 0, success only at the full score."""
+    env = CountdownEnv(data_path=None)
+    assert env.reset(0)[0] == "Target: 84, nums: [46, 75, 28, 65]"
+    cases = [("46 + 75 + 28 + 65 + 0", "Your answer get 0 points.", 0.0),  # an extra number
+             ("46 + 75 + 28 + 65", "Your answer get 0.1 points.", 0.1),  # 214: numbers right, value wrong
+             ("75 - 65 + 28 + 46", "Your answer get 1 points.", 1.0)]  # 10 + 28 + 46 = 84
+    for answer, text, expected in cases:
+        env.reset(0)
+        obs, reward, terminated, truncated, info = env.step(answer)
+        assert (obs, reward, terminated, truncated) == (text, expected, True, False)
+        assert info == {"action_is_effective": expected > 0, "action_is_valid": True, "success": expected == 1.0}

@@ -185,3 +185,21 @@ def test_fraction_and_latex_forms_agree(value):
     sign = "-" if value < 0 else ""
     latex = f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
     assert answers_match(plain, latex) and parse_number(plain) == value
+
+
+def test_original_rule_on_a_data_row_and_a_row_without_label(tmp_path):
+    """RAGEN's label is everything after "The answer is: "; case and whitespace never matter; a response without the
+    marker has no label, so no answer is correct (but a non-empty one is still a valid action)."""
+    path = tmp_path / "mm.jsonl"
+    rows = [{"query": "Name the set.", "response": "Work.\nThe answer is: \\{1, 2\\}\n"},
+            {"query": "No label here.", "response": "It is 3."}]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    env = MetaMathQAEnv(data_path=str(path), max_attempts=2)
+    seed = next(s for s in range(100) if random.Random(s).randint(0, 1) == 0)
+    assert env.reset(seed) == ("Name the set.", {"label": "\\{1, 2\\}"})
+    assert env.step("  \\{1,2\\} ")[:3] == ("Correct!", 1.0, True)
+    seed = next(s for s in range(100) if random.Random(s).randint(0, 1) == 1)
+    assert env.reset(seed) == ("No label here.", {"label": None})
+    obs, reward, terminated, truncated, info = env.step("3")
+    assert (obs, reward, terminated, truncated) == ("Incorrect. Please think again.", 0.0, False, False)
+    assert info == {"action_is_valid": True, "success": False}

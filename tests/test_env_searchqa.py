@@ -352,3 +352,26 @@ def test_observation_echoes_the_query_and_answer_as_written():
     gold = env.question.answers[0]
     obs, reward, done, _, info = env.step(f"finish[ {gold} ]")
     assert obs == f"Your answer:  {gold} . Reward: 1.00" and reward == 1.0 and done and info["answer"] == f" {gold} "
+
+
+def test_ragen_finish_rules_partial_f1_case_and_step_cap():
+    """RAGEN: success = exact match or reward > 0, so an F1 >= 0.3 answer succeeds with reward F1; the action names are
+    case-sensitive ("Search[...]" is a free-text answer that ends the episode); a finish on the last step is scored."""
+    env = make("SearchQA", max_steps=2)
+    env.reset(2)
+    assert env.question.answers == ("Mirtor River",)
+    obs, reward, done, truncated, info = env.step("finish[Mirtor River delta]")
+    # precision 2/3, recall 1: F1 = 2 * (2/3) / (5/3) = 0.8
+    assert reward == pytest.approx(0.8) and info["success"] and not info["exact_match"]
+    assert (done, truncated) == (True, False) and obs == "Your answer: Mirtor River delta. Reward: 0.80"
+    env.reset(0)
+    assert env.question.answers == ("yes",)
+    assert env.step("finish[yes indeed]")[1:3] == (0.0, True)  # yes/no/noanswer must match exactly
+    env.reset(2)
+    _, reward, done, _, info = env.step("Search[Mirtor River]")
+    # the whole text is the answer: "searchmirtor river" vs "mirtor river" shares 1 of 2 tokens, F1 = 0.5
+    assert (reward, done, info["action_type"], info["action_is_valid"]) == (0.5, True, "fallback", False)
+    env.reset(2)
+    env.step("search[town]")
+    _, reward, done, truncated, info = env.step("finish[Mirtor River]")
+    assert (reward, done, truncated, info["success"]) == (1.0, True, False, True)

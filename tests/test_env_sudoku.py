@@ -231,3 +231,17 @@ def test_any_text_sequence_keeps_board_consistent(actions):
         assert info["action_is_valid"] == (reward > 0)
         assert not find_conflicts(env.grid)                  # valid placements never conflict
         assert np.array_equal(env.grid[env.initial != 0], env.initial[env.initial != 0])
+
+
+def test_placing_a_cells_own_number_again_conflicts_with_itself():
+    """RAGEN checks the row, column and box with the cell's current value in them: repeating a placement is invalid."""
+    env = SudokuEnv(difficulty="easy")
+    env.reset(5)
+    r, c = _empties(env.initial)[0]
+    value = int(env.solution[r, c])
+    assert env.step(f"{r + 1},{c + 1},{value}")[1] == pytest.approx(1.0)
+    obs, reward, _, _, info = env.step(f"{r + 1},{c + 1},{value}")
+    box = f"box ({r // 3 + 1},{c // 3 + 1})"
+    assert reward == pytest.approx(-0.1) and not info["action_is_valid"]
+    assert info["error"] == f"Number {value} conflicts with row {r + 1}, column {c + 1}, {box}"
+    assert env.grid[r, c] == value and "Steps: 2/81" in obs
