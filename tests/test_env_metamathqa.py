@@ -203,3 +203,24 @@ def test_original_rule_on_a_data_row_and_a_row_without_label(tmp_path):
     obs, reward, terminated, truncated, info = env.step("3")
     assert (obs, reward, terminated, truncated) == ("Incorrect. Please think again.", 0.0, False, False)
     assert info == {"action_is_valid": True, "success": False}
+
+
+@pytest.mark.parametrize("answer,label,ragen", [
+    ("18", "18", True), (" 1 8 ", "18", True), ("ABC", "abc", True), ("(3, 4)", "(3,4)", True),
+    ("\\boxed{42}", "42", False), ("1/2", "0.5", False), ("$18$", "18", False), ("18 dollars", "18", False),
+    ("The answer is: 18", "18", False),
+])
+def test_the_ragen_rule_scores_only_what_the_original_scores(answer, label, ragen):
+    """answer_match='ragen' is the original's match alone (lower-case, no whitespace), for comparing with RAGEN's
+    published MetaMathQA figures; the default also takes LaTeX-wrapped and numerically equal answers."""
+    assert answers_match(answer, label, "ragen") is ragen
+    assert answers_match(answer, label)
+    env = make("MetamathQA", answer_match="ragen")
+    env.reset(3)
+    env.label = label
+    assert env.step(answer)[1] == (1.0 if ragen else 0.0)
+
+
+def test_an_unknown_answer_rule_is_refused_when_the_env_is_built():
+    with pytest.raises(ValueError, match="answer_match 'strict'.*'lenient'.*'ragen'"):
+        MetaMathQAEnv(answer_match="strict")

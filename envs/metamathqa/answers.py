@@ -106,12 +106,20 @@ def parse_number(text: str) -> Fraction | None:
     return -value if g["sign"] == "-" else value
 
 
-def answers_match(answer: str, label: str | None) -> bool:
-    """True if `answer` is the same answer as `label` under the rules in the module docstring."""
+MATCH_RULES = ("lenient", "ragen")  # rules (1)-(3) of the module docstring; rule (1) alone, the original's
+
+
+def answers_match(answer: str, label: str | None, rule: str = "lenient") -> bool:
+    """True if `answer` is the same answer as `label` under `rule` (MATCH_RULES; see the module docstring)."""
+    if rule not in MATCH_RULES:
+        raise ValueError(f"Unknown MetaMathQA answer_match {rule!r}; use 'lenient' (the original's rule plus LaTeX "
+                         "clean-up and numeric equality) or 'ragen' (the original's rule only).")
     if label is None:
         return False
     if normalize_original(answer) == normalize_original(label):
         return True
+    if rule == "ragen":
+        return False
     if len(answer) > MAX_ANSWER_CHARS or len(label) > MAX_ANSWER_CHARS:
         return False
     a, b = clean_latex(answer), clean_latex(label)

@@ -48,9 +48,11 @@ class MetaMathQAEnv(HostEnv):
     ragen_keys = RAGEN_KEYS  # RAGEN's env_config names in env.kwargs (envs.ragen_keys)
 
     def __init__(self, data_path: str | None = None, max_instances: int | None = None,
-                 max_attempts: int | None = 1) -> None:
+                 max_attempts: int | None = 1, answer_match: str = "lenient") -> None:
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1 or None (no env-side cap), got {max_attempts}.")
+        answers_match("", None, answer_match)  # an unknown rule fails here, naming the two, not at the first answer
+        self.answer_match = answer_match
         self.data = load_problems(data_path, max_instances) if data_path else None
         self.max_attempts = max_attempts
         self.question: str | None = None
@@ -79,7 +81,7 @@ class MetaMathQAEnv(HostEnv):
         if self.question is None:
             raise RuntimeError("MetaMathQAEnv.step called before reset(seed).")
         text = action if isinstance(action, str) else str(action)
-        correct = answers_match(text, self.label)
+        correct = answers_match(text, self.label, self.answer_match)
         reward = 1.0 / (2 ** self.attempt) if correct else 0.0
         self.attempt += 1
         self.solved = correct
