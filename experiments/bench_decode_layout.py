@@ -126,12 +126,12 @@ def decode_part(repeats: int) -> None:
                          "compare different computations")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--part", default="gemm,decode")
     p.add_argument("--rows", type=int, default=8, help="rows of the gemm part (the decode batch)")
     p.add_argument("--repeats", type=int, default=5)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     print(f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPUs; at the start: {load_line()}",
           flush=True)
     parts = args.part.split(",")

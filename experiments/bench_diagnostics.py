@@ -120,14 +120,14 @@ def bench_model(name: str, args) -> None:
               f"at every=5")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="tiny,qwen2.5-0.5b")
     parser.add_argument("--pairs", type=int, default=64, help="diagnostics.max_pairs (RAGEN: 64)")
     parser.add_argument("--batch-size", type=int, default=32, help="diagnostics.batch_size: pairs per forward")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="a measured step time, for the share")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"at the start: {load_line()}", flush=True)
     for name in args.models.split(","):
         bench_model(name, args)

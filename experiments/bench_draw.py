@@ -90,10 +90,10 @@ def time_ms(fn, key, logits) -> float:
     return 1e3 * (time.perf_counter() - start)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=61)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"medians of {args.repeats} interleaved calls per draw; at the start: {load_line()}")
     draws = {"ours (two stages)": jax.jit(inverse_cdf_categorical), "single draw (before)": jax.jit(single_draw),
              "count (before that)": jax.jit(count_draw),

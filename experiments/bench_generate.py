@@ -199,14 +199,14 @@ def run_case(case: str, repeats: int, top_p: float = 1.0) -> float:
     return ours_tps / theirs_tps
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="tiny,qwen2.5-0.5b,prefill-long")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per side (interleaved; medians)")
     parser.add_argument("--top-p", type=float, default=1.0,
                         help="< 1: both sides sample with this nucleus (temperature 1) instead of greedy decoding")
     parser.add_argument("--torch-peak", metavar="FOLDER", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.torch_peak:
         return torch_peak_main(args.torch_peak, args.cases)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} "

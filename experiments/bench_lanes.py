@@ -74,12 +74,12 @@ def run_case(case: str, lanes: int | None, repeats: int) -> float:
     return t_one / t_laned
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="tiny:8,tiny:16,tiny:32,tiny:64,tiny:128,medium:16,medium:64")
     parser.add_argument("--lanes", type=int, default=0, help="lanes to compare with one (0: the default rule, >= 2)")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per side (interleaved; medians)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs; at the start: {load_line()}",
           flush=True)
     ratios = {case: run_case(case, args.lanes or None, args.repeats) for case in args.cases.split(",")}

@@ -165,7 +165,7 @@ def bench_workload(name: str, args) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="ragen_shaped,tiny")
     parser.add_argument("--repeats", type=int, default=3)
@@ -174,7 +174,7 @@ def main() -> None:
     parser.add_argument("--lanes", default="0", help="continuous engine decode lanes to try (0 = the sampler's "
                         "default); the lockstep reference decodes in one")
     parser.add_argument("--tiny_model", default=None, help="model folder for the tiny workload (default: random tiny)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.slots = [int(s) for s in args.slots.split(",")]
     args.lanes = [int(n) for n in args.lanes.split(",")]
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cores; at the start: {load_line()}",

@@ -233,7 +233,7 @@ def torch_peak_main(folder: str, name: str, remat: str) -> None:
     print(peak_growth_bytes(step))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="tiny,medium")
     parser.add_argument("--warmup", type=int, default=1, help="untimed updates first (compilation for ours)")
@@ -243,7 +243,7 @@ def main() -> None:
                         help="ours applies the vocabulary head at every position (default: trained ones, as the trainer)")
     parser.add_argument("--remat", default="none", choices=("none", "full", "dots"))
     parser.add_argument("--torch-peak", metavar="FOLDER", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.torch_peak:
         return torch_peak_main(args.torch_peak, args.sizes, args.remat)
     print(f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__}, float32; at the start: {load_line()}", flush=True)

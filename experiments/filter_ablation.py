@@ -56,7 +56,7 @@ def arm_line(finals: dict[str, list[float]]) -> str:
     return "final validation success, mean +- sample std  " + " | ".join(line)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/sokoban.py:tiny")
     parser.add_argument("--seeds", default="0,1,2")
@@ -64,7 +64,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--reuse", action="store_true",
                         help="skip (arm, seed) runs whose workdir already holds a summary.json")
-    args, extra = parser.parse_known_args()
+    args, extra = parser.parse_known_args(argv)
     extra = [e for e in extra if e != "--"]
     seeds = [int(s) for s in args.seeds.split(",")]
     jobs = []

@@ -179,7 +179,7 @@ def profile_update(size: str, runs: int, top: int) -> None:
                   trace_ops(step, runs), runs, top)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("program", choices=("generate", "update"))
@@ -187,7 +187,7 @@ def main() -> None:
     p.add_argument("--size", default="tiny", help="bench_train.py size (update)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--top", type=int, default=25)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     print(f"1-minute load average {os.getloadavg()[0]:.2f} (shares are meaningful when busy; seconds are not)")
     if args.program == "generate":
         profile_generate(args.case, args.runs, args.top)

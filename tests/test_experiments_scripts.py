@@ -103,6 +103,36 @@ def _run(script: str, *args: str) -> str:
     return out.stdout
 
 
+def _main(script: str, argv: list[str], capsys) -> str:
+    """`script`'s stdout from its main(argv) run in this process (no fresh JAX import); timings vary, so callers
+    check the structure only."""
+    module = importlib.import_module(f"experiments.{script[:-3]}")
+    capsys.readouterr()
+    module.main(argv)
+    return capsys.readouterr().out
+
+
+class _UnreadArgv(list):
+    """sys.argv for an in-process main(argv): argparse may take the program name (argv[0]) but not the arguments,
+    so a main that ignores its argv fails at once instead of running the benchmark."""
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            raise AssertionError("main parsed sys.argv instead of its argv")
+        return super().__getitem__(index)
+
+
+@pytest.mark.parametrize("script", ["bench_decode_layout.py", "bench_diagnostics.py", "bench_draw.py",
+                                    "bench_generate.py", "bench_lanes.py", "bench_rollout.py", "bench_train.py",
+                                    "filter_ablation.py", "profile_steps.py"])
+def test_main_reads_the_arguments_it_is_given(script, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", _UnreadArgv([script]))
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(f"experiments.{script[:-3]}").main(["--help"])
+    assert exit_.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
 LOAD = r"at the start: 1-minute load average \d"
 NUMBER = r"\d+\.\d+"
 
@@ -136,23 +166,24 @@ def test_bench_rollout_at_its_tiny_workload_keeps_the_trajectories_and_prints_th
     assert re.fullmatch(rf"RATIO continuous/lockstep wall: tiny={NUMBER}x", out.strip().splitlines()[-1]), out
 
 
-def test_bench_lanes_at_one_small_case_decodes_the_same_tokens_and_prints_the_ratio():
-    out = _run("bench_lanes.py", "--cases", "tiny:8", "--repeats", "1")
+def test_bench_lanes_at_one_small_case_decodes_the_same_tokens_and_prints_the_ratio(capsys):
+    out = _main("bench_lanes.py", ["--cases", "tiny:8", "--repeats", "1"], capsys)
     assert re.search(LOAD, out), out
     assert re.search(r"\[tiny:8\] .*medians of 1: .*greedy tokens identical: 100\.0%; other processes used", out), out
     assert re.fullmatch(rf"RATIO lanes/one program: tiny:8={NUMBER}x", out.strip().splitlines()[-1]), out
 
 
-def test_bench_diagnostics_at_eight_pairs_prints_its_token_shares():
-    out = _run("bench_diagnostics.py", "--models", "tiny", "--pairs", "8", "--batch-size", "8", "--repeats", "1")
+def test_bench_diagnostics_at_eight_pairs_prints_its_token_shares(capsys):
+    out = _main("bench_diagnostics.py", ["--models", "tiny", "--pairs", "8", "--batch-size", "8", "--repeats", "1"],
+                capsys)
     assert re.search(LOAD, out), out
     assert re.search(r"\[tiny\] .*8 pairs per sampling; first call \(compiling\) .*medians of 1: first-turn", out), out
     assert re.search(r"\[tiny\] tokens through the model: diagnostics [\d,]+ per call;.*other processes used", out), out
     assert "[tiny] at RAGEN's 64 pairs:" in out, out
 
 
-def test_bench_draw_with_one_repeat_prints_ratios_and_exact_distances():
-    out = _run("bench_draw.py", "--repeats", "1")
+def test_bench_draw_with_one_repeat_prints_ratios_and_exact_distances(capsys):
+    out = _main("bench_draw.py", ["--repeats", "1"], capsys)
     assert re.search(LOAD, out), out
     cases = re.findall(rf"^(\d+) x ([\d,]+): .*ours / single draw {NUMBER}x, ours / categorical {NUMBER}x  "
                        r"\(other processes used", out, flags=re.M)
