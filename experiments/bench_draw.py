@@ -13,7 +13,6 @@ distribution each draw implies over every float32 uniform it can get.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time

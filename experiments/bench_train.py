@@ -23,7 +23,6 @@ printed (`experiments/quiet.py`), with a warning when the machine was not quiet.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile

@@ -1,7 +1,6 @@
 """Bandit: arm names, payouts, success, invalid names, exact observation text, gymnax API."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

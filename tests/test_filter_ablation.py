@@ -31,7 +31,7 @@ def test_runs_that_fail_are_named_and_make_the_script_fail(tmp_path, monkeypatch
 
     def fake_runs(jobs, parallel):
         codes = {}
-        for workdir, argv in jobs:
+        for workdir, _argv in jobs:
             os.makedirs(workdir, exist_ok=True)
             with open(os.path.join(workdir, "summary.json"), "w") as f:  # the failed one's is an earlier run's
                 json.dump({"val_success_start": 0.0, "val_success_final": 0.5, "val_success_best": 0.5}, f)

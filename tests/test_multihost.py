@@ -195,7 +195,7 @@ def test_a_checkpoint_write_failing_on_one_host_fails_on_every_host_in_step(tmp_
     for pid in (0, 1):
         with open(tmp_path / f"process_{pid}.json") as f:
             results.append(json.load(f))
-    for pid, r in enumerate(results):
+    for r in results:
         assert r["first"] and r["first"].startswith("CheckpointWriteError: Checkpoint 0 could not be written"), r
         assert "process 1: OSError: [Errno 28] No space left on device" in r["first"], r
         assert r["first_s"] < BARRIER_TIMEOUT_S + 30, r  # bounded by the barrier timeout, not a hang

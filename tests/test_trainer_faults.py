@@ -61,7 +61,7 @@ def _flaky_trainer(tmp_path, failing, monkeypatch, nan=()):
 def test_failed_episodes_leave_the_update_and_are_reported(tmp_path, caplog, monkeypatch):
     trainer = _flaky_trainer(tmp_path, failing={1, 6}, monkeypatch=monkeypatch)  # one failure per group of 4
     seen = {}
-    run, update = trainer.engine.run, trainer._update
+    run = trainer.engine.run
     monkeypatch.setattr(trainer.engine, "run", lambda *a, **k: seen.setdefault("res", run(*a, **k)))
     monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev, valid=valid) or {})
     with caplog.at_level(logging.WARNING):

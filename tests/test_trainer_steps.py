@@ -16,7 +16,7 @@ from ragen_jax.algos import ppo_clip_loss
 from ragen_jax.trainer.settings import algo_settings
 from ragen_jax.trainer.optim import all_finite, guarded_apply
 from ragen_jax.trainer.steps import make_step_fns, mean_update_metrics, scored_positions
-from test_algos_step_integration import BASE, ROWS, TX, BigramLM, make_batch, split_actor
+from test_algos_step_integration import BASE, ROWS, TX, make_batch, split_actor
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 

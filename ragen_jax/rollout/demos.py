@@ -158,7 +158,7 @@ def play_oracle_episodes(env_batch: EnvBatch, seeds: Sequence[int], tokenizer, c
     for b, error in enumerate(getattr(env_batch, "reset_errors", None) or [""] * B):
         if error:  # the env failed at reset (its first observation): the episode ends unplayed, as in a rollout
             episodes[b].error, episodes[b].truncated, active[b] = error, True, False
-    for turn in range(cfg.max_turn):
+    for _ in range(cfg.max_turn):
         if not active.any():
             break
         host_state = jax.device_get(env_batch.state)
