@@ -119,8 +119,8 @@ def decode_part(repeats: int) -> None:
         name = "out_first [out, in]" if laid else "own [in, out]"
         print(f"[decode]   {name:<22} call {full:6.2f} s ({batch * new / full:5.1f} tok/s), 1-token call "
               f"{one:5.2f} s, a decode step {step[laid] * 1e3:6.1f} ms")
-    print(f"[decode] ratio out_first / own speed (above 1: out_first faster): decode step {step[False] / step[True]:.2f}x, whole call "
-          f"{medians[False, new] / medians[True, new]:.2f}x", flush=True)
+    print(f"[decode] ratio out_first / own speed (above 1: out_first faster): decode step "
+          f"{step[False] / step[True]:.2f}x, whole call {medians[False, new] / medians[True, new]:.2f}x", flush=True)
     if same < 1.0:
         raise SystemExit(f"[decode] greedy tokens differ between the layouts ({same:.1%} identical): the timings "
                          "compare different computations")

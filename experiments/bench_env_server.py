@@ -65,7 +65,8 @@ def run_episodes(env: HostEnv, rng: random.Random, deadline: float, max_steps: i
 
 
 def start_server(env: str, env_kwargs: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "envs.serve", "--env", env, "--port", "0", "--env-kwargs", env_kwargs],
+    proc = subprocess.Popen([sys.executable, "-m", "envs.serve", "--env", env, "--port", "0",
+                             "--env-kwargs", env_kwargs],
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             stdout=subprocess.PIPE, text=True)
     line: list[str] = []

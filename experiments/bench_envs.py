@@ -45,7 +45,8 @@ def import_gym_sokoban():
         return None
     if "pkg_resources" not in sys.modules:  # removed from recent setuptools; gym-sokoban only needs this helper
         stub = types.ModuleType("pkg_resources")
-        stub.resource_filename = lambda pkg, path: os.path.join(os.path.dirname(importlib.util.find_spec(pkg).origin), path)
+        stub.resource_filename = lambda pkg, path: os.path.join(
+            os.path.dirname(importlib.util.find_spec(pkg).origin), path)
         sys.modules["pkg_resources"] = stub
     try:
         import warnings

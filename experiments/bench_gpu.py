@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ragen_jax.models import CausalLM, ModelConfig  # noqa: E402
 from ragen_jax.models.tiny import tiny_config  # noqa: E402
@@ -127,7 +128,8 @@ def bench_train(graphdef, trainable, frozen, config: ModelConfig, micro: int, se
     n = n_params(trainable) + n_params(frozen)
     embed = config.vocab_size * config.hidden_size
     tokens = rows * seq
-    flops = 6 * (n - embed) * tokens + 6 * embed * tokens + 12 * config.num_layers * config.num_heads * config.head_dim * seq * tokens
+    attention = 12 * config.num_layers * config.num_heads * config.head_dim * seq * tokens
+    flops = 6 * (n - embed) * tokens + 6 * embed * tokens + attention
     return dict(train_compile_s=compile_s, train_step_s=step, train_tokens_per_s=tokens / step,
                 train_tflops=flops / step / 1e12, train_xla_gib=xla_bytes / 2**30)
 

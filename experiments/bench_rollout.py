@@ -19,7 +19,8 @@ the lockstep engine's token for token. The continuous engine runs with each `--s
 episode, the default) and each `--lanes` value (0 = the sampler's default decode lanes); the lockstep engine, the
 reference, decodes in one lane.
 
-    .venv/bin/python experiments/bench_rollout.py [--repeats 3] [--slots 0,32] [--lanes 1,0] [--chunk 8] [--workloads ragen_shaped,tiny]
+    .venv/bin/python experiments/bench_rollout.py [--repeats 3] [--slots 0,32] [--lanes 1,0] [--chunk 8] \
+        [--workloads ragen_shaped,tiny]
 
 Last line: RATIO continuous/lockstep wall: ragen_shaped=N.NNx tiny=N.NNx (lockstep seconds / continuous seconds,
 the continuous engine at its best slot count, which the lines above name).
@@ -150,7 +151,8 @@ def bench_workload(name: str, args) -> dict:
                 out[label]["times"].append(time.perf_counter() - t0)
                 print(f"  [{name}] {label}: {out[label]['times'][-1]:.2f} s", flush=True)
                 if engine.sampler.num_programs != programs:
-                    print(f"  warning: {label} compiled {engine.sampler.num_programs - programs} program(s) while timed")
+                    extra = engine.sampler.num_programs - programs
+                    print(f"  warning: {label} compiled {extra} program(s) while timed")
     print(f"\n{name}: {batch} episodes, {rollout.max_turn} turns, response_length {rollout.response_length}, "
           f"context {rollout.context_mode}, prompt {rollout.prompt_style}; mean response "
           f"{out['lockstep']['response']:.1f} tokens")

@@ -2,11 +2,11 @@
 
 Ours: `make_step_fns(...)["actor_update"]` (forward, backward, global-norm clip, AdamW; micro-batch
 accumulation in a scan; chunked log-probs at the trained positions only, as the trainer computes them;
-`--score-all` applies the vocabulary head at every position as PyTorch does). Theirs: transformers' Qwen2ForCausalLM loaded from our
-exported weights (`save_pretrained`), the same PPO-clip (clip-higher, dual-clip) token-mean loss with
-the entropy bonus, the same micro-batches (loss numerators / mini-batch token count, backward per
-micro-batch), `clip_grad_norm_` and `torch.optim.AdamW`. Same config, weights and batch; the first
-update's loss and grad norm are printed for both as a check that they compute the same thing.
+`--score-all` applies the vocabulary head at every position as PyTorch does). Theirs: transformers'
+Qwen2ForCausalLM loaded from our exported weights (`save_pretrained`), the same PPO-clip (clip-higher,
+dual-clip) token-mean loss with the entropy bonus, the same micro-batches (loss numerators / mini-batch
+token count, backward per micro-batch), `clip_grad_norm_` and `torch.optim.AdamW`. Same config, weights and
+batch; the first update's loss and grad norm are printed for both as a check that they compute the same thing.
 
     python experiments/bench_train.py [--sizes tiny,medium,long,tiny-384] [--steps 3] [--remat none]
 
@@ -220,7 +220,8 @@ def bench_size(name: str, args) -> float:
           f"{tokens / m_theirs:10.0f} tokens/s  peak {torch_peak / 2**20:8.1f} MiB (peak RSS growth over one update)"
           f"  (torch {torch.__version__}, {torch.get_num_threads()} threads)")
     flops = 3.0 * forward_flops(cfg, tokens, (length + 1) / 2)  # forward + backward (2x) over every position
-    print(f"  matmul FLOPs of a full-sequence update: ours {bound_line(flops, m_ours)}; torch {bound_line(flops, m_theirs)}")
+    print(f"  matmul FLOPs of a full-sequence update: ours {bound_line(flops, m_ours)}; "
+          f"torch {bound_line(flops, m_theirs)}")
     print(f"  ratio ours/torch tokens/s: {ratio:.2f}", flush=True)
     return ratio
 
@@ -239,13 +240,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed updates per side (interleaved; medians)")
     parser.add_argument("--chunk", type=int, default=256, help="trainer.logprob_chunk")
     parser.add_argument("--score-all", action="store_true",
-                        help="ours applies the vocabulary head at every position (default: trained ones, as the trainer)")
+                        help="ours applies the vocabulary head at every position "
+                             "(default: trained ones, as the trainer)")
     parser.add_argument("--remat", default="none", choices=("none", "full", "dots"))
     parser.add_argument("--torch-peak", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.torch_peak:
         return torch_peak_main(args.torch_peak, args.sizes, args.remat)
-    print(f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__}, float32; at the start: {load_line()}", flush=True)
+    print(f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__}, float32; "
+          f"at the start: {load_line()}", flush=True)
     ratios = {name: bench_size(name, args) for name in args.sizes.split(",")}
     print("ratio ours/torch tokens/s: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
 

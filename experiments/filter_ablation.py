@@ -3,8 +3,8 @@
   python experiments/filter_ablation.py --config configs/sokoban.py:tiny --seeds 0,1,2 --out runs/ablation
 
 Each (arm, seed) is a run of run.py (its own workdir); the script then prints the final validation
-success of each arm as mean +- sample std over seeds (as docs/quickstart.md reports it) and writes curves.png (validation success and
-in-group reward std per run). Extra flags after `--` go to every run.
+success of each arm as mean +- sample std over seeds (as docs/quickstart.md reports it) and writes curves.png
+(validation success and in-group reward std per run). Extra flags after `--` go to every run.
 """
 
 from __future__ import annotations

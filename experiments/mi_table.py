@@ -44,7 +44,8 @@ def run_table(run_dir: str, prefix: str, thresholds: dict | None = None) -> list
     s = plot.read_scalars(run_dir)
     mi = _series(s, f"{prefix}/mi_estimate")
     if not mi:
-        raise ValueError(f"{run_dir}: no {prefix}/mi_estimate scalars (turn on the diagnostics: --config.diagnostics.every=N, on a policy that reasons)")
+        raise ValueError(f"{run_dir}: no {prefix}/mi_estimate scalars (turn on the diagnostics: "
+                         "--config.diagnostics.every=N, on a policy that reasons)")
     cols = {name: _series(s, f"{prefix}/{tag}") for name, tag in (
         ("bound", "mi_upper_bound"), ("h", "conditional_entropy_est"), ("retrieval", "retrieval_accuracy"),
         ("chance", "retrieval_chance_level"), ("regime", "regime"))}
@@ -124,7 +125,8 @@ def markdown_row(run_dir: str, rows: list[dict]) -> str:
             f"{pct('val_success_final')} ({pct('val_success_best')}) | {first['mi']:.2f} -> {last['mi']:.2f}; "
             f"{_span(rows, 'mi')} | {_span(rows, 'bound')} | {_span(rows, 'h', '.3f')} | "
             f"{_span(rows, 'retrieval')}; {_span(rows, 'chance', '.3f')} | {', '.join(regimes) or '?'} | "
-            f"{'yes' if template_collapse(rows) else 'no'} | {lead_lag(rows)} | {info.get('updates_applied', '?')}, {kept} |")
+            f"{'yes' if template_collapse(rows) else 'no'} | {lead_lag(rows)} | "
+            f"{info.get('updates_applied', '?')}, {kept} |")
 
 
 def main(argv: list[str] | None = None) -> int:

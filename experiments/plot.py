@@ -6,8 +6,8 @@
 
 Each run folder is searched recursively for event files (its `eval/` outputs of `run.py --mode=eval` aside),
 which are read with TensorBoard's own reader (EventAccumulator). `--metrics` takes tags or fnmatch patterns
-(`val/*/success`), one panel each; one that matches no scalar of any run is an error that lists the known tags. `--regime PREFIX`
-draws instead each run's path on RAGEN-2's (H(Z|X), MI) regime plane from its logged
+(`val/*/success`), one panel each; one that matches no scalar of any run is an error that lists the known tags.
+`--regime PREFIX` draws instead each run's path on RAGEN-2's (H(Z|X), MI) regime plane from its logged
 `PREFIX/conditional_entropy_est` and `PREFIX/mi_estimate` (the run's own thresholds from its config.json when
 it has one), `--columns` runs a row (3) in one PNG.
 """
@@ -134,8 +134,9 @@ def plot_regimes(run_dirs: list[str], out: str, prefix: str, thresholds: dict | 
     tags = [f"{prefix}/conditional_entropy_est", f"{prefix}/mi_estimate"]
     runs = {name: (d, read_scalars(d)) for name, d in zip(run_names(run_dirs), run_dirs)}
     if not any(all(t in scalars for t in tags) for _, scalars in runs.values()):
-        raise ValueError(f"--regime {prefix}: no run of {', '.join(runs)} logged both {tags[0]} and {tags[1]}; turn on "
-                         "the diagnostics (--config.diagnostics.every=N) on a policy that reasons (docs/diagnostics.md).")
+        raise ValueError(f"--regime {prefix}: no run of {', '.join(runs)} logged both {tags[0]} and {tags[1]}; "
+                         "turn on the diagnostics (--config.diagnostics.every=N) on a policy that reasons "
+                         "(docs/diagnostics.md).")
     images = []
     for name, (folder, scalars) in runs.items():
         if not all(t in scalars for t in tags):

@@ -8,8 +8,9 @@ Each run is `python run.py --config CONFIG --config.KEY=VALUE ... --workdir ROOT
 then `tensorboard --logdir ROOT` shows them side by side (its HPARAMS tab: each run's config, the keys that
 differ first). A run's log is ROOT/<name>/log.txt (a later attempt appends to it). At the end a table compares
 the runs' summary.json figures (also written to ROOT/results.csv), and a failed run's error (its log's FATAL line,
-else its last line) says why it failed. A --grid key the config lacks stops the sweep before any run starts. Running the same sweep again skips the runs it finished with the same
-command and retries the others (one interrupted after a checkpoint: add `-- --config.trainer.resume=True`).
+else its last line) says why it failed. A --grid key the config lacks stops the sweep before any run starts.
+Running the same sweep again skips the runs it finished with the same command and retries the others (one
+interrupted after a checkpoint: add `-- --config.trainer.resume=True`).
 """
 
 from __future__ import annotations

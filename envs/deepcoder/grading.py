@@ -178,7 +178,8 @@ def judge(run: RunResult, test: TestCase, nonce: str) -> TestVerdict:
     if test.testtype != FUNCTIONAL:
         if stdout_matches(run.stdout, test.output):
             return TestVerdict(True, "passed")
-        return TestVerdict(False, "wrong_answer", f"got {run.stdout.strip()[:80]!r}, expected {test.output.strip()[:80]!r}")
+        return TestVerdict(False, "wrong_answer",
+                           f"got {run.stdout.strip()[:80]!r}, expected {test.output.strip()[:80]!r}")
     lines = [line for line in run.stdout.splitlines() if line.startswith(nonce)]
     if not lines:
         return TestVerdict(False, "runtime_error", "no return value")
@@ -189,7 +190,9 @@ def judge(run: RunResult, test: TestCase, nonce: str) -> TestVerdict:
     expected = json.loads(test.output)
     ok = values_equal(got, expected) or (test.unwrap_output and isinstance(expected, list)
                                          and len(expected) == 1 and values_equal(got, expected[0]))
-    return TestVerdict(True, "passed") if ok else TestVerdict(False, "wrong_answer", f"got {str(got)[:80]}, expected {test.output[:80]}")
+    if ok:
+        return TestVerdict(True, "passed")
+    return TestVerdict(False, "wrong_answer", f"got {str(got)[:80]}, expected {test.output[:80]}")
 
 
 def run_test(sandbox: Sandbox, code: str, test: TestCase, func_name: str | None) -> TestVerdict:

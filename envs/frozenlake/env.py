@@ -240,7 +240,8 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
         return oracle.solve(np.asarray(state.tiles), int(state.pos))
 
     def describe_state(self, state: FrozenLakeState) -> str:
-        """Demo reasoning: the goal seen from the player and the holes next to it, e.g. "goal below right, hole left"."""
+        """Demo reasoning: the goal seen from the player and the holes next to it, e.g.
+        "goal below right, hole left"."""
         from envs.describe import relation
 
         tiles = np.asarray(state.tiles)
@@ -248,7 +249,8 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
         player = divmod(int(state.pos), n)
         goal = divmod(int(np.flatnonzero(tiles.reshape(-1) == GOAL)[0]), n)
         near = [name for name, (dr, dc) in zip(self.action_names, DELTAS)
-                if 0 <= player[0] + dr < n and 0 <= player[1] + dc < n and tiles[player[0] + dr, player[1] + dc] == HOLE]
+                if 0 <= player[0] + dr < n and 0 <= player[1] + dc < n
+                and tiles[player[0] + dr, player[1] + dc] == HOLE]
         return f"goal {relation(goal, player)}" + (f", hole {' '.join(n.lower() for n in near)}" if near else "")
 
 

@@ -50,7 +50,8 @@ def classify(result: ReplResult) -> CheckOutcome:
         return CheckOutcome(status, False, False, [{"severity": "error", "data": result.error}])
     resp = result.response or {}
     if "message" in resp:  # REPL-level error
-        return CheckOutcome("error", False, False, [{"severity": "error", "data": resp["message"], "pos": resp.get("pos")}])
+        message = {"severity": "error", "data": resp["message"], "pos": resp.get("pos")}
+        return CheckOutcome("error", False, False, [message])
     messages = list(resp.get("messages") or [])
     errors = [m for m in messages if str(m.get("severity", "")).lower() == "error"]
     sorries = list(resp.get("sorries") or [])
@@ -165,7 +166,8 @@ class LeanEnv(HostEnv):
             raise RuntimeError("call reset(seed) before step()")
         tactic = action.strip()
         if not tactic:
-            outcome = CheckOutcome("invalid", False, False, [{"severity": "error", "data": "Empty tactic is not allowed."}])
+            outcome = CheckOutcome("invalid", False, False,
+                                   [{"severity": "error", "data": "Empty tactic is not allowed."}])
         else:
             outcome = self._check(self.tactics + [tactic])
         r = self.rewards

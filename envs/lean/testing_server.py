@@ -42,7 +42,8 @@ def _pos(line: int, col: int) -> dict[str, int]:
     return {"line": line, "column": col}
 
 
-def answer(code: str, scripts: tuple[ScriptedProof, ...], timeout_tactics: tuple[str, ...], limit: int) -> dict[str, Any]:
+def answer(code: str, scripts: tuple[ScriptedProof, ...], timeout_tactics: tuple[str, ...],
+           limit: int) -> dict[str, Any]:
     """The Kimina result body (`error` or `response`) for one snippet."""
     lines = code.splitlines()
     script = next((s for s in scripts if s.statement in code), None)
@@ -67,8 +68,9 @@ def answer(code: str, scripts: tuple[ScriptedProof, ...], timeout_tactics: tuple
             goals = script.steps[k][1]
             if not goals and k + 1 < len(tactic_lines):
                 nxt_line, nxt = tactic_lines[k + 1]
-                return {"response": {"env": 0, "messages": [{"severity": "error", "pos": _pos(nxt_line, 2),
-                                                              "endPos": _pos(nxt_line, len(nxt)), "data": "no goals to be proved"}]}}
+                message = {"severity": "error", "pos": _pos(nxt_line, 2), "endPos": _pos(nxt_line, len(nxt)),
+                           "data": "no goals to be proved"}
+                return {"response": {"env": 0, "messages": [message]}}
             continue
         data = script.errors.get(tactic) or (f"unknown tactic '{tactic.split()[0]}'" if k >= len(script.steps)
                                              else f"tactic '{tactic.split()[0]}' failed\n{goals}")

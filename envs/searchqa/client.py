@@ -33,7 +33,8 @@ def format_results(hits: list[dict[str, Any]], max_results: int, max_doc_chars: 
         text = str(hit.get("contents", hit.get("content", "")))
         if len(text) > max_doc_chars:
             text = text[:max_doc_chars] + "..."
-        blocks.append(f"[Document {i}] (ID: {hit.get('id', f'doc_{i}')}, Score: {float(hit.get('score', 0.0)):.3f})\n{text}")
+        doc_id, score = hit.get("id", f"doc_{i}"), float(hit.get("score", 0.0))
+        blocks.append(f"[Document {i}] (ID: {doc_id}, Score: {score:.3f})\n{text}")
     out = "\n\n".join(blocks)
     return out[:max_total_chars] + "..." if len(out) > max_total_chars else out
 
@@ -75,7 +76,8 @@ class RetrievalClient:
             raise RetrievalError(f"Retrieval failed for query {query!r}: {e}", e.status) from e
         results = payload.get("results")
         if not isinstance(results, list):
-            raise RetrievalError(f"Retrieval server at {self.url} answered without a 'results' list: {str(payload)[:200]}")
+            raise RetrievalError(f"Retrieval server at {self.url} answered without a 'results' list: "
+                                 f"{str(payload)[:200]}")
         bad = [hit for hit in results if not _is_hit(hit)]
         if bad:
             raise RetrievalError(f"Retrieval server at {self.url} answered results that are not {{id, content, score}} "

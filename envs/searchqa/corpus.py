@@ -80,11 +80,12 @@ def synthetic_world(seed: int = 0, n_countries: int = 6, n_towns: int = 18, n_pe
         docs.append(Document("", f'"{t["name"]}"\n{t["name"]} is a town in {t["country"]["name"]} on the '
                              f'{t["river"]}, with a population of {t["pop"]:,}.'))
     for p in people:
-        docs.append(Document("", f'"{p["name"]}"\n{p["name"]} (born {p["born"]}) is {_article(p["job"])} {p["job"]} who was '
-                             f'born in the town of {p["town"]["name"]}.'))
+        docs.append(Document("", f'"{p["name"]}"\n{p["name"]} (born {p["born"]}) is {_article(p["job"])} {p["job"]} '
+                             f'who was born in the town of {p["town"]["name"]}.'))
     for c in companies:
-        docs.append(Document("", f'"{c["name"]}"\n{c["name"]} is {_article(c["industry"])} {c["industry"]} company founded in '
-                             f'{c["year"]} by {c["founder"]["name"]}. It is based in {c["town"]["name"]}.'))
+        docs.append(Document("", f'"{c["name"]}"\n{c["name"]} is {_article(c["industry"])} {c["industry"]} '
+                             f'company founded in {c["year"]} by {c["founder"]["name"]}. '
+                             f'It is based in {c["town"]["name"]}.'))
     docs = [Document(str(i), d.contents) for i, d in enumerate(docs)]
 
     questions: list[Question] = []

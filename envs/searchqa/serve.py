@@ -48,7 +48,8 @@ def routes(retriever: Retriever, default_top_k: int = 10) -> dict[tuple[str, str
             for query in queries:
                 hits = retriever.search(query, k)
                 docs = [{"id": h["id"], "contents": h["contents"]} for h in hits]
-                result.append([{"document": d, "score": h["score"]} for d, h in zip(docs, hits)] if with_scores else docs)
+                result.append([{"document": d, "score": h["score"]} for d, h in zip(docs, hits)]
+                              if with_scores else docs)
             return 200, {"result": result}
         query = require(body, "query", str, 'Send {"query": "...", "top_k": 5}.')
         if not query.strip():

@@ -11,7 +11,8 @@ from envs.serve.server import EnvServer, service_limit_problems
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve a registered host env over HTTP.")
     parser.add_argument("--env", required=True, help='registered name (e.g. WebShop) or "package.module:Class"')
-    parser.add_argument("--env-kwargs", default="{}", help='JSON overrides of the env kwargs, e.g. \'{"split": "val"}\'')
+    parser.add_argument("--env-kwargs", default="{}",
+                        help='JSON overrides of the env kwargs, e.g. \'{"split": "val"}\'')
     parser.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 to accept other machines)")
     parser.add_argument("--port", type=int, default=8100, help="0 picks a free port")
     parser.add_argument("--step-timeout", type=float, default=60.0, help="seconds one reset/step may take")

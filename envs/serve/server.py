@@ -96,7 +96,8 @@ class EnvService:
             return
         self._last_sweep = now
         with self._lock:
-            stale = [k for k, s in self.sessions.items() if now - s.last_used > self.session_ttl_s and not s.lock.locked()]
+            stale = [k for k, s in self.sessions.items()
+                     if now - s.last_used > self.session_ttl_s and not s.lock.locked()]
             dropped = [self.sessions.pop(k) for k in stale]
         for s in dropped:
             self._close_env(s.env)

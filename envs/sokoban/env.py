@@ -256,7 +256,8 @@ class Sokoban(JaxEnv[SokobanState, SokobanParams]):
 
     def describe_state(self, state: SokobanState) -> str:
         """Demo reasoning: where the box is seen from the player, and its target seen from the box
-        (the box off target nearest the player, the free target nearest that box), e.g. "box below left, target left"."""
+        (the box off target nearest the player, the free target nearest that box), e.g.
+        "box below left, target left"."""
         from envs.describe import nearest, relation
 
         room, fixed, player = np.asarray(state.room), np.asarray(state.fixed), np.asarray(state.player)

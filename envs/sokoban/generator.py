@@ -181,7 +181,8 @@ class _ReverseSearch:
                 self._visit(nxt, boxes, pulled, swaps, last_pull, ttl)
 
 
-def random_player_moves(rng: random.Random, state: list[int], structure: list[int], cols: int, move_probability: float) -> None:
+def random_player_moves(rng: random.Random, state: list[int], structure: list[int], cols: int,
+                        move_probability: float) -> None:
     """Walk the player up to 3 random steps onto free cells it has not visited (flat lists, in place)."""
     if rng.random() > move_probability:
         return

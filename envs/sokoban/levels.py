@@ -84,7 +84,8 @@ def _chunk(cfg: GeneratorConfig, chunk_index: int, use_cache: bool) -> tuple[np.
     return load_bank(cfg, chunk_index * CHUNK, CHUNK, use_cache)
 
 
-def levels_for_seeds(cfg: GeneratorConfig, seeds: Sequence[int], use_cache: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def levels_for_seeds(cfg: GeneratorConfig, seeds: Sequence[int],
+                     use_cache: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """RAGEN's level for each seed: (fixed [B, H, W], room [B, H, W]) int8."""
     seeds = [int(s) for s in seeds]
     if any(s < 0 for s in seeds):

@@ -25,10 +25,12 @@ PRODUCT_TYPES: tuple[tuple[Any, ...], ...] = (
      (25, 120)),
     ("women's yoga pants", "fashion", "clothing, shoes & jewelry › women › clothing › active",
      "Yoga Pants", ("high waist", "tummy control", "moisture wicking", "four way stretch", "machine wash", "pocket"),
-     {"color": ("black", "wine red", "olive green", "dark gray", "pink"), "size": ("small", "medium", "large", "x-large")},
+     {"color": ("black", "wine red", "olive green", "dark gray", "pink"),
+      "size": ("small", "medium", "large", "x-large")},
      (15, 60)),
     ("coffee maker", "kitchen", "home & kitchen › kitchen & dining › coffee, tea & espresso",
-     "Coffee Maker", ("programmable", "stainless steel", "auto shut off", "dishwasher safe", "bpa free", "thermal carafe"),
+     "Coffee Maker",
+     ("programmable", "stainless steel", "auto shut off", "dishwasher safe", "bpa free", "thermal carafe"),
      {"color": ("black", "silver", "white", "red"), "capacity": ("4 cup", "8 cup", "12 cup")},
      (30, 180)),
     ("hair extension", "beauty", "beauty & personal care › hair care › hair extensions, wigs & accessories",
@@ -36,23 +38,27 @@ PRODUCT_TYPES: tuple[tuple[Any, ...], ...] = (
      {"color": ("natural black", "dark brown", "blonde", "auburn"), "size": ("14 inch", "18 inch", "22 inch")},
      (12, 90)),
     ("bluetooth headphones", "electronics", "electronics › headphones, earbuds & accessories › headphones",
-     "Bluetooth Headphones", ("noise cancelling", "wireless", "long battery life", "foldable", "built in microphone", "fast charging"),
+     "Bluetooth Headphones",
+     ("noise cancelling", "wireless", "long battery life", "foldable", "built in microphone", "fast charging"),
      {"color": ("black", "white", "blue", "rose gold")},
      (20, 250)),
     ("protein bar", "grocery", "grocery & gourmet food › snack foods › bars › protein bars",
      "Protein Bars", ("gluten free", "low sugar", "high protein", "keto friendly", "non gmo", "plant based"),
-     {"flavor name": ("chocolate peanut butter", "cookie dough", "vanilla almond", "salted caramel"), "size": ("12 count", "24 count")},
+     {"flavor name": ("chocolate peanut butter", "cookie dough", "vanilla almond", "salted caramel"),
+      "size": ("12 count", "24 count")},
      (10, 45)),
     ("throw pillow covers", "home", "home & kitchen › home décor products › decorative pillows, inserts & covers",
      "Throw Pillow Covers", ("machine washable", "hidden zipper", "super soft", "velvet", "double sided", "set of 2"),
-     {"color": ("mustard yellow", "navy blue", "blush pink", "cream white", "teal"), "size": ("18x18 inch", "20x20 inch", "26x26 inch")},
+     {"color": ("mustard yellow", "navy blue", "blush pink", "cream white", "teal"),
+      "size": ("18x18 inch", "20x20 inch", "26x26 inch")},
      (9, 40)),
     ("dog bed", "pet supplies", "pet supplies › dogs › beds & furniture › beds",
      "Dog Bed", ("orthopedic", "waterproof", "removable cover", "non skid bottom", "machine washable", "memory foam"),
      {"color": ("brown", "gray", "beige", "blue"), "size": ("small", "medium", "large", "x-large")},
      (25, 140)),
     ("led desk lamp", "home", "tools & home improvement › lighting & ceiling fans › lamps & shades › desk lamps",
-     "LED Desk Lamp", ("dimmable", "usb charging port", "eye caring", "touch control", "adjustable arm", "energy saving"),
+     "LED Desk Lamp",
+     ("dimmable", "usb charging port", "eye caring", "touch control", "adjustable arm", "energy saving"),
      {"color": ("black", "white", "silver")},
      (18, 75)),
     ("face moisturizer", "beauty", "beauty & personal care › skin care › face › creams & moisturizers",
@@ -126,7 +132,8 @@ def generate_raw(num_products: int = 300, seed: int = 0) -> dict[str, Any]:
                           "instruction_options": list(goal_options.values())})
         instructions[asin] = goals
         reviews.append({"asin": asin, "average_rating": round(rng.uniform(3.0, 5.0), 1), "reviews": [
-            {"title": rng.choice(REVIEW_TITLES), "stars": rng.randint(2, 5), "review": f"The {noun.lower()} is {rng.choice(attrs)}."}
+            {"title": rng.choice(REVIEW_TITLES), "stars": rng.randint(2, 5),
+             "review": f"The {noun.lower()} is {rng.choice(attrs)}."}
             for _ in range(rng.randint(0, 2))]})
     return {"products": products, "attributes": attributes, "instructions": instructions, "reviews": reviews}
 

@@ -49,7 +49,8 @@ def _band(name: str, bound: float | None) -> float:
     b = DEFAULT_BOUNDS[name] if bound is None else bound
     if not b > 1.0:
         raise ValueError(f"Rollout correction {name!r} keeps ratios in [1/b, b], so its bound b must be > 1 "
-                         f"(got {b}); set config.algo.rollout_correction_bound (0 = the default {DEFAULT_BOUNDS[name]}).")
+                         f"(got {b}); set config.algo.rollout_correction_bound "
+                         f"(0 = the default {DEFAULT_BOUNDS[name]}).")
     return float(b)
 
 

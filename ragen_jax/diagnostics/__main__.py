@@ -97,7 +97,8 @@ def summary(metrics: dict[str, float]) -> str:
 
 
 def settings_from(args: argparse.Namespace) -> dict:
-    """offline_report's num_samples / sampling / thresholds / temperature / std_eps: flags, else the run folder's config, else defaults."""
+    """offline_report's num_samples / sampling / thresholds / temperature / std_eps: flags, else the run folder's
+    config, else defaults."""
     from ragen_jax.diagnostics.offline import run_settings
 
     run = run_settings(args.checkpoint)

@@ -43,7 +43,8 @@ def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dt
         raise FileNotFoundError(f"Checkpoint folder {folder!r} does not exist; pass a local Hugging Face model folder.")
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} is missing; a Hugging Face model folder needs config.json next to its safetensors.")
+        raise FileNotFoundError(f"{path} is missing; a Hugging Face model folder needs config.json next to its "
+                                "safetensors.")
     for name, value in (("param_dtype", param_dtype), ("dtype", dtype)):
         if value is not None and value not in DTYPES:
             raise ValueError(f"{name}={value!r} cannot be honoured; choose one of {DTYPES}.")
@@ -214,7 +215,8 @@ def save_pretrained(
     max_shard_bytes: int = 2 * 1024**3,
     training_record: Mapping[str, Any] | None = None,
 ) -> None:
-    """Writes config.json + safetensors (sharded above max_shard_bytes) + tokenizer files, loadable by transformers/vLLM.
+    """Writes config.json + safetensors (sharded above max_shard_bytes) + tokenizer files, loadable by
+    transformers/vLLM.
 
     LoRA adapters are merged into a copy first; the original model is left untouched. Weight files of an earlier
     save in folder that this one does not rewrite (a single file, an index, other shards) are removed.

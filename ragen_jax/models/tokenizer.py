@@ -71,7 +71,8 @@ class Tokenizer:
     def apply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
         """The prompt text given by the tokenizer's own chat template."""
         if not getattr(self.hf, "chat_template", None):
-            raise ValueError("This tokenizer has no chat_template; add one to tokenizer_config.json or chat_template.jinja.")
+            raise ValueError("This tokenizer has no chat_template; add one to tokenizer_config.json or "
+                             "chat_template.jinja.")
         return self.hf.apply_chat_template(
             [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
         )

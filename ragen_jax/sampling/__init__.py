@@ -10,5 +10,6 @@ from ragen_jax.sampling.stopping import EOS, INACTIVE, LENGTH, STOP_SEQUENCE
 
 __all__ = [
     "SamplingConfig", "SampleOutput", "Sampler", "score_tokens", "bucket_length", "process_logits",
-    "sample_step", "sample_rows", "token_logprobs", "model_config_of", "TurnState", "row_keys", "episode_turn_keys", "LENGTH", "EOS", "STOP_SEQUENCE", "INACTIVE",
+    "sample_step", "sample_rows", "token_logprobs", "model_config_of", "TurnState", "row_keys", "episode_turn_keys",
+    "LENGTH", "EOS", "STOP_SEQUENCE", "INACTIVE",
 ]

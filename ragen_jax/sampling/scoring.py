@@ -25,7 +25,8 @@ def _score(graphdef, params, tokens, attention_mask, temperature):
     return jnp.concatenate([jnp.zeros_like(logprobs[:, :1]), logprobs], axis=1)
 
 
-def score_tokens(graphdef, params, tokens: jax.Array, attention_mask: jax.Array, *, temperature: float = 1.0) -> jax.Array:
+def score_tokens(graphdef, params, tokens: jax.Array, attention_mask: jax.Array, *,
+                 temperature: float = 1.0) -> jax.Array:
     """logprobs [B, T] float32 of tokens [B, T] given the earlier ones (0 at t=0 and where masked).
 
     attention_mask [B, T] marks real tokens (left or right padding); logits are divided by temperature.

@@ -87,7 +87,8 @@ def row_keys(key: Any, rows: np.ndarray) -> np.ndarray:
 
 @jax.jit
 def _episode_turn_keys(key, episodes, turns):
-    return jax.random.key_data(jax.vmap(lambda e, t: jax.random.fold_in(jax.random.fold_in(key, e), t))(episodes, turns))
+    keys = jax.vmap(lambda e, t: jax.random.fold_in(jax.random.fold_in(key, e), t))(episodes, turns)
+    return jax.random.key_data(keys)
 
 
 def episode_turn_keys(key: Any, episodes, turns) -> np.ndarray:
@@ -206,7 +207,8 @@ def settle_idle(state: TurnState, active: jax.Array, cache_lens: jax.Array, pad_
     """Rows not `active` [B] idle after a lockstep begin: nothing generated, their cache length kept."""
     on = active[:, None]
     return state.replace(tokens=jnp.where(on, state.tokens, pad_id), logprobs=jnp.where(on, state.logprobs, 0.0),
-                         raw_logprobs=jnp.where(on, state.raw_logprobs, 0.0), lengths=jnp.where(active, state.lengths, 0),
+                         raw_logprobs=jnp.where(on, state.raw_logprobs, 0.0),
+                         lengths=jnp.where(active, state.lengths, 0),
                          done=state.done | ~active, reason=jnp.where(active, state.reason, INACTIVE),
                          base=jnp.where(active, state.base, cache_lens))
 

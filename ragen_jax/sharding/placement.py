@@ -72,7 +72,8 @@ def shard_local_batch(arrays: Mapping[str, Any], mesh: Mesh) -> dict[str, jax.Ar
     rows, shards = _rows(arrays), batch_shards(mesh)
     if (rows * jax.process_count()) % shards:
         raise ValueError(f"{jax.process_count()} hosts x {rows} local rows cannot split over data*fsdp = "
-                         f"{shards} devices; make the per-host batch a multiple of {shards // jax.process_count() or 1}.")
+                         f"{shards} devices; make the per-host batch a multiple of "
+                         f"{shards // jax.process_count() or 1}.")
     return {k: rows_to_global(v, mesh, rows * jax.process_count()) for k, v in arrays.items()}
 
 

@@ -56,8 +56,8 @@ class CollapseMonitor:
         score = functools.partial(cross_score, graphdef, params, pad_id=self.tokenizer.pad_token_id,
                                   batch_size=self.batch_size, temperature=self.temperature)
         rng = step_rng(step)
-        metrics, self.ema = collapse_metrics(rollout_pairs(episodes, self.think_close, self.tokenizer.decode), score, self.config,
-                                             rng, self.ema)
+        pairs = rollout_pairs(episodes, self.think_close, self.tokenizer.decode)
+        metrics, self.ema = collapse_metrics(pairs, score, self.config, rng, self.ema)
         h = metrics.get(f"{FIRST_TURN}/conditional_entropy_est")
         mi = metrics.get(f"{FIRST_TURN}/mi_estimate")
         if h is not None and mi is not None:

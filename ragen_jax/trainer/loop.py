@@ -429,8 +429,10 @@ class Trainer:
         # as veRL's data metrics: over the rows trained, score before and rewards after a KL-in-reward penalty
         score = row_total_stats("score", arrays["token_rewards"], row_valid)
         metrics.update(score)
-        metrics.update(row_total_stats("rewards", sharding.gather_to_host(token_rewards), row_valid)
-                       if cfg.algo.use_kl_in_reward else {k.replace("/score/", "/rewards/"): v for k, v in score.items()})
+        if cfg.algo.use_kl_in_reward:
+            metrics.update(row_total_stats("rewards", sharding.gather_to_host(token_rewards), row_valid))
+        else:
+            metrics.update({k.replace("/score/", "/rewards/"): v for k, v in score.items()})
         metrics["train/num_samples"] = float(row_valid.sum())
         trained_tokens = float((arrays["loss_mask"] > 0).sum())
 

@@ -111,11 +111,11 @@ def check_chat_template(tokenizer, folder: str) -> None:
 
 
 def make_critic(model_cfg, policy: CausalLM) -> ValueModel:
-    """The PPO critic: from `critic_path` if set (with model.param_dtype / dtype, as the policy), else the policy's backbone + a fresh value head. With LoRA on
-    the critic is a LoRA model too (RAGEN's critic lora_rank / lora_alpha / target_modules): fresh adapters on a
-    `critic_path` model; else the policy's base weights with a copy of its adapters (zero at the start of a
-    run; a warm start's after it), so its frozen part is always the base model's. Split it with
-    `split_model(critic, lora, head=CRITIC_HEAD)`."""
+    """The PPO critic: from `critic_path` if set (with model.param_dtype / dtype, as the policy), else the policy's
+    backbone + a fresh value head. With LoRA on, the critic is a LoRA model too (RAGEN's critic lora_rank /
+    lora_alpha / target_modules): fresh adapters on a `critic_path` model; else the policy's base weights with a
+    copy of its adapters (zero at the start of a run; a warm start's after it), so its frozen part is always the
+    base model's. Split it with `split_model(critic, lora, head=CRITIC_HEAD)`."""
     lora = model_cfg.lora.rank > 0
     if model_cfg.critic_path:  # in the dtypes the policy uses (and the memory plan counts)
         dtype_kwargs = {k: model_cfg[k] for k in ("param_dtype", "dtype") if model_cfg[k]}
