@@ -70,7 +70,8 @@ def test_gae_matches_loop_reference_on_random_batch(run):
     values = rng.normal(size=(4, 12))
     mask = (rng.random((4, 12)) < 0.6).astype(np.int32)
     mask[:, 0] = 1
-    inputs = AdvantageInputs(jnp.asarray(rewards, jnp.float32), jnp.asarray(mask), values=jnp.asarray(values, jnp.float32))
+    inputs = AdvantageInputs(jnp.asarray(rewards, jnp.float32), jnp.asarray(mask),
+                             values=jnp.asarray(values, jnp.float32))
     raw = np_gae_loop(rewards, values, mask, 0.95, 0.9)
     adv, ret = run(algos.gae, inputs, gamma=0.95, lam=0.9)
     np.testing.assert_allclose(ret, np.where(mask, raw + values, 0.0), atol=1e-5)

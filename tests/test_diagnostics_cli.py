@@ -161,7 +161,8 @@ def test_out_is_checked_before_the_work_and_never_overwrites_the_dump(checkpoint
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--num-samples", "-1", "must be >= 0"), ("--batch-size", "0", "must be >= 1"),
-    ("--temperature", "0", "must be > 0"), ("--std-eps", "-1e-3", "must be > 0"), ("--num-samples", "ten", "'ten' is not an integer"),
+    ("--temperature", "0", "must be > 0"), ("--std-eps", "-1e-3", "must be > 0"),
+    ("--num-samples", "ten", "'ten' is not an integer"),
 ])
 def test_a_bad_number_is_refused_before_the_model_loads(tmp_path, capsys, flag, value, message):
     """--num-samples -1 failed after the model load with numpy's "negative dimensions"; --batch-size 0 after it too."""

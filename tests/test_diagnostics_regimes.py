@@ -52,7 +52,8 @@ def test_default_thresholds_separate_the_calibration_arms():
         for h_range, mi_range in envs:
             for h in h_range:
                 for mi_rel in mi_range:
-                    assert classify(h, mi_rel * math.log(64), mi_upper_bound=math.log(64)) == regime, (regime, h, mi_rel)
+                    got = classify(h, mi_rel * math.log(64), mi_upper_bound=math.log(64))
+                    assert got == regime, (regime, h, mi_rel)
     d = get_base_config().diagnostics
     assert (d.entropy_threshold, d.mi_threshold, d.mi_relative) == tuple(
         DEFAULT_THRESHOLDS[k] for k in ("conditional_entropy", "mi", "mi_relative"))

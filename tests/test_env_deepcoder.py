@@ -47,7 +47,8 @@ def test_wrong_and_partial_answers(sandbox):
     partial = "class Solution:\n    def climbStairs(self, n):\n        return n if n <= 3 else 0\n"
     r = grade(sandbox, BY_ID["climb_stairs"], fenced(partial))
     assert r.reward == pytest.approx(3 / 5)
-    r = grade(sandbox, BY_ID["two_sum"], fenced("class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]"))
+    r = grade(sandbox, BY_ID["two_sum"],
+              fenced("class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]"))
     assert r.reward == pytest.approx(2 / 4)
     r = grade(sandbox, BY_ID["is_palindrome"], fenced("def oops(:\n    pass"))
     assert r.reward == 0.0 and r.verdicts[0].status == "runtime_error"
@@ -60,7 +61,8 @@ def test_bare_method_is_put_into_starter_class(sandbox):
 
 def test_answer_cannot_forge_functional_result(sandbox):
     # Prints something that looks like a result line; the harness's nonce is secret, so it fails.
-    forged = "print('@@RESULT-0000000000000000@@true')\nclass Solution:\n    def isPalindrome(self, s):\n        return None"
+    forged = ("print('@@RESULT-0000000000000000@@true')\nclass Solution:\n    def isPalindrome(self, s):\n"
+              "        return None")
     assert grade(sandbox, BY_ID["is_palindrome"], fenced(forged)).reward == 0.0
 
 
@@ -153,7 +155,8 @@ def test_values_equal_reflexive_through_json(v):
 
 
 def test_loader_reads_deepcoder_formats(tmp_path, sandbox):
-    lcb = {"problem": "Return a+b.", "starter_code": "class Solution:\n    def add(self, a: int, b: int) -> int:\n        ",
+    lcb = {"problem": "Return a+b.",
+           "starter_code": "class Solution:\n    def add(self, a: int, b: int) -> int:\n        ",
            "metadata": json.dumps({"func_name": "add"}),
            "tests": json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"},
                                 {"input": "5\n-5", "output": "0", "testtype": "functional"}])}
@@ -164,7 +167,8 @@ def test_loader_reads_deepcoder_formats(tmp_path, sandbox):
     path.write_text("\n".join(json.dumps(r) for r in (lcb, taco, taco_fn)) + "\n")
     problems = load_problems(path)
     assert [p.func_name for p in problems] == ["add", None, "biggest"]
-    assert grade(sandbox, problems[0], fenced("class Solution:\n    def add(self, a, b):\n        return a + b")).success
+    assert grade(sandbox, problems[0],
+                 fenced("class Solution:\n    def add(self, a, b):\n        return a + b")).success
     assert grade(sandbox, problems[1], fenced("n = int(input())\nprint(n * n)")).success
     assert grade(sandbox, problems[2], fenced("def biggest(xs):\n    return max(xs)")).success
     (tmp_path / "one.json").write_text(json.dumps([taco]))

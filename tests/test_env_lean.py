@@ -172,7 +172,8 @@ def test_loaders(tmp_path):
     assert th.name == "mathd_algebra_1" and th.imports == "import Mathlib" and th.preamble == "open Real"
     assert th.statement.endswith("x = 2 := by") and th.informal == "Solve 2x = 4."
     code = build_proof(th, ["linarith"])
-    assert code == "import Mathlib\nopen Real\ntheorem mathd_algebra_1 (x : ℝ) (h : 2 * x = 4) :\n    x = 2 := by\n  linarith\n"
+    assert code == ("import Mathlib\nopen Real\ntheorem mathd_algebra_1 (x : ℝ) (h : 2 * x = 4) :\n"
+                    "    x = 2 := by\n  linarith\n")
     lean = ("import Mathlib\nopen Nat\n\ntheorem a1 (n : ℕ) : n + 0 = n := by\n  sorry\n\n"
             "theorem a2 (x : ℝ) (h : x = 1) : x + 1 = 2 := by\n  sorry\n")
     ths = parse_lean_file(lean)

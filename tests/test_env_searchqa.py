@@ -90,7 +90,8 @@ def test_loaders_roundtrip_and_formats(tmp_path):
     corpus_path, questions_path = write_synthetic(str(tmp_path))
     docs, questions = synthetic_data(0)
     assert tuple(load_corpus(corpus_path)) == docs
-    assert [(q.question, q.answers) for q in load_questions(questions_path)] == [(q.question, q.answers) for q in questions]
+    assert ([(q.question, q.answers) for q in load_questions(questions_path)]
+            == [(q.question, q.answers) for q in questions])
     (tmp_path / "c.json").write_text(json.dumps(["first doc", "second doc"]))
     assert load_corpus(str(tmp_path / "c.json"))[1] == Document("doc_1", "second doc")
     (tmp_path / "q.jsonl").write_text(
@@ -299,7 +300,8 @@ def test_dense_retriever_with_a_tiny_local_encoder(tmp_path):
     transformers = pytest.importorskip("transformers")
     from envs.searchqa.retriever import make_retriever
 
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "query", ":", "passage", "red", "blue", "cat", "dog", "river"]
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "query", ":", "passage",
+             "red", "blue", "cat", "dog", "river"]
     (tmp_path / "vocab.txt").write_text("\n".join(words))
     transformers.BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(tmp_path)
     torch.manual_seed(0)

@@ -209,7 +209,8 @@ def test_hf_config_mapping_defaults_and_legacy_keys():
                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                               rope_theta=1e6, torch_dtype="bfloat16", tie_word_embeddings=True))
     assert (cfg.head_dim, cfg.rope_theta, cfg.attention_bias, cfg.qk_norm) == (8, 1e6, True, False)
-    assert (cfg.param_dtype, cfg.dtype, cfg.tie_word_embeddings, cfg.rope_scaling) == ("bfloat16", "bfloat16", True, None)
+    assert ((cfg.param_dtype, cfg.dtype, cfg.tie_word_embeddings, cfg.rope_scaling)
+            == ("bfloat16", "bfloat16", True, None))
     llama = config_from_hf(dict(model_type="llama", vocab_size=10, hidden_size=32, intermediate_size=64,
                                 num_hidden_layers=2, num_attention_heads=4, rope_parameters={
                                     "rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,

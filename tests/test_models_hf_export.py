@@ -21,8 +21,9 @@ def test_tiny_model_round_trip_through_transformers(tmp_path):
     text = tok.apply_chat_template([{"role": "user", "content": "Grid Map: \n#_P√O#\nGo"}]) + "<think>"
     ids = tok.encode(text)
     assert hf_tok.encode(text, add_special_tokens=False) == ids
-    assert hf_tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
-                                      add_generation_prompt=True) == "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+    templated = hf_tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
+                                           add_generation_prompt=True)
+    assert templated == "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
     arr, pos = np.asarray([ids]), np.arange(len(ids))[None]
     got = forward(model, arr, pos)
     np.testing.assert_allclose(got, torch_logits(ref_model, arr), atol=1e-4, rtol=0)
@@ -39,7 +40,8 @@ def test_sharded_checkpoint_round_trip(tmp_path_factory):
     assert len(list(out.glob("model-*-of-*.safetensors"))) > 2
     tokens, pos = np.arange(20)[None] % 256, np.arange(20)[None]
     ref_model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
-    np.testing.assert_allclose(forward(load_model(out), tokens, pos), torch_logits(ref_model, tokens), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(forward(load_model(out), tokens, pos), torch_logits(ref_model, tokens),
+                               atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("case", ["llama_attention_bias", "qwen3_attention_bias"])
@@ -73,7 +75,8 @@ def test_bfloat16_checkpoint_loads_and_exports_in_bfloat16(tmp_path_factory):
     assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
 
 
-@pytest.mark.parametrize("first_shard_bytes, then_shard_bytes", [(200_000, 2**31), (2**31, 200_000), (100_000, 200_000)])
+@pytest.mark.parametrize("first_shard_bytes, then_shard_bytes",
+                         [(200_000, 2**31), (2**31, 200_000), (100_000, 200_000)])
 def test_exporting_over_an_earlier_export_leaves_only_the_new_weights(first_shard_bytes, then_shard_bytes, tmp_path):
     """A second export into the same folder with another layout (single <-> sharded, fewer shards) removes the
     first one's weight files: both our loader and transformers then read the new weights, not stale ones."""

@@ -51,7 +51,8 @@ def test_decode_encode_round_trip(tok, text):
 
 
 def test_chat_template_shape(tok):
-    msgs = [{"role": "system", "content": "You're a helpful assistant."}, {"role": "user", "content": "Turn 1:\nState:\n#P#"}]
+    msgs = [{"role": "system", "content": "You're a helpful assistant."},
+            {"role": "user", "content": "Turn 1:\nState:\n#P#"}]
     text = tok.apply_chat_template(msgs)
     assert text == ("<|im_start|>system\nYou're a helpful assistant.<|im_end|>\n"
                     "<|im_start|>user\nTurn 1:\nState:\n#P#<|im_end|>\n<|im_start|>assistant\n")

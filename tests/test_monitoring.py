@@ -61,7 +61,8 @@ def test_produced_metric_names_are_valid_tensorboard_tags(tmp_path, caplog):
     for step in range(3):
         m.scalars(metrics, step)
     m.close()
-    assert not [r.getMessage() for r in caplog.records if "illegal" in r.getMessage() or "not a valid" in r.getMessage()]
+    assert not [r.getMessage() for r in caplog.records
+                if "illegal" in r.getMessage() or "not a valid" in r.getMessage()]
     assert set(_reload(str(tmp_path / "tb")).Tags()["scalars"]) == set(metrics)
 
 

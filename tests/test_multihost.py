@@ -28,7 +28,8 @@ def _free_port() -> int:
 def test_settings_from_env_override_config():
     cfg = {"distributed": {"coordinator_address": "a:1", "num_processes": 4, "process_id": 3}}
     s = distributed_settings(cfg, environ={"JAX_PROCESS_ID": "1", "JAX_LOCAL_DEVICE_IDS": "0,1"})
-    assert (s["coordinator_address"], s["num_processes"], s["process_id"], s["local_device_ids"]) == ("a:1", 4, 1, [0, 1])
+    assert ((s["coordinator_address"], s["num_processes"], s["process_id"], s["local_device_ids"])
+            == ("a:1", 4, 1, [0, 1]))
     assert distributed_settings(None, environ={})["num_processes"] == 1
     with pytest.raises(ValueError, match="coordinator"):
         distributed_settings({"distributed": {"num_processes": 2}}, environ={})

@@ -47,7 +47,8 @@ def _named_configs() -> list[str]:
     named = set()
     for path in [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]:
         with open(path) as f:
-            named.update(f"{m[0]}:{m[1].strip(',.')}" for m in re.findall(r"configs/(\w+)\.py(?::([\w.,]+))?", f.read()))
+            found = re.findall(r"configs/(\w+)\.py(?::([\w.,]+))?", f.read())
+            named.update(f"{m[0]}:{m[1].strip(',.')}" for m in found)
     return sorted(n for n in named if not n.startswith("base:"))
 
 

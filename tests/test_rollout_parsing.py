@@ -148,7 +148,8 @@ def test_lookups_match_case_insensitively_and_refuse_ambiguous_names():
 
     lookup = case_insensitive_lookup({"Up": 0, "DOWN": 1, "up": 0})
     assert lookup == {"up": 0, "down": 1} and case_insensitive_lookup(None) is None
-    assert parse_response("<think></think><answer>uP || Down</answer>", action_lookup=lookup, max_actions=2).actions == (0, 1)
+    parsed = parse_response("<think></think><answer>uP || Down</answer>", action_lookup=lookup, max_actions=2)
+    assert parsed.actions == (0, 1)
     with pytest.raises(ValueError, match="'up' twice with different ids"):
         case_insensitive_lookup({"Up": 0, "up": 1})
 
@@ -161,7 +162,8 @@ def test_recorded_response_is_ragens_llm_response():
     record = lambda text, **kw: recorded_response(text, **{"enable_think": True, "max_actions": 2, **kw})  # noqa
     assert record("<think> plan\n</think>\n<answer> Up || Left || Down </answer>") == \
         "<think>plan</think><answer>Up || Left</answer>"
-    assert record("<think>a</think> <answer>Up||<|im_start|>Down</answer>") == "<think>a</think><answer>Up||Down</answer>"
+    assert (record("<think>a</think> <answer>Up||<|im_start|>Down</answer>")
+            == "<think>a</think><answer>Up||Down</answer>")
     assert record("<think>a</think><answer> || </answer>") == "<think>a</think><answer>||</answer>"
     assert record("<think>no answer</think> Up") == "<think>no answer</think> Up"  # off the format: as it is
     assert record("<answer> 3 + 4 \n</answer>", enable_think=False) == "<answer>3 + 4</answer>"

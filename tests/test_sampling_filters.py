@@ -191,7 +191,8 @@ def test_generate_samples_the_configured_distribution(tiny, temperature, top_k, 
     lm = nnx.merge(graphdef, params)
     logits, _ = lm(jnp.asarray(prompt[:1]), jnp.arange(4)[None])
     first = np.asarray(out.tokens[:, 0])
-    assert chi_square_ok(np.bincount(first, minlength=VOCAB), reference_probs(np.asarray(logits[0, -1]), temperature, top_k, top_p))
+    assert chi_square_ok(np.bincount(first, minlength=VOCAB),
+                         reference_probs(np.asarray(logits[0, -1]), temperature, top_k, top_p))
     # The second token is drawn inside the while_loop: check it lies in its own row's allowed set.
     seqs = np.concatenate([prompt, np.asarray(out.tokens[:, :1])], axis=1)
     step_logits, _ = lm(jnp.asarray(seqs), jnp.tile(jnp.arange(5)[None], (batch, 1)))
@@ -341,5 +342,6 @@ def test_draw_index_skips_zero_weights_where_the_running_sum_dips():
     hard = by_count < v
     hard[hard] = weights[by_count[hard]] == 0
     assert hard.any()  # the count rule draws masked tokens at these uniforms
-    picked = np.asarray(jax.jit(draw_index)(jnp.asarray(u[hard]), jnp.broadcast_to(jnp.asarray(weights), (hard.sum(), v))))
+    rows = jnp.broadcast_to(jnp.asarray(weights), (hard.sum(), v))
+    picked = np.asarray(jax.jit(draw_index)(jnp.asarray(u[hard]), rows))
     assert (weights[picked] > 0).all()

@@ -208,7 +208,8 @@ def test_attention_window_over_the_cache_changes_nothing(model, monkeypatch, rag
         np.testing.assert_allclose(np.asarray(w.logprobs), np.asarray(f.logprobs), atol=1e-5)
         np.testing.assert_array_equal(np.asarray(w.cache_lens), np.asarray(f.cache_lens))
         for b, n in enumerate(np.asarray(w.cache_lens)):
-            np.testing.assert_allclose(np.asarray(w.cache.k)[:, b, ..., :n], np.asarray(f.cache.k)[:, b, ..., :n], atol=1e-5)
+            np.testing.assert_allclose(np.asarray(w.cache.k)[:, b, ..., :n], np.asarray(f.cache.k)[:, b, ..., :n],
+                                       atol=1e-5)
         runs = {name: (runs[name][0], outs[name]) for name in runs}
         msgs, msg_lens = _prompts(rng, [150, 10, 60])
         new_toks, new_lens = _concat([[_generated(w, b)[-1:], msgs[b, : msg_lens[b]]] for b in range(3)])

@@ -58,7 +58,8 @@ def test_lanes_play_the_same_multi_turn_rows_as_one_program(model, greedy, lanes
         _assert_same_turn(outs[n], outs[1])
         for b in range(B):
             for got, want in zip(outs[n].cache.k, outs[1].cache.k):
-                np.testing.assert_allclose(np.asarray(got)[b, ..., :held[b]], np.asarray(want)[b, ..., :held[b]], atol=1e-5)
+                np.testing.assert_allclose(np.asarray(got)[b, ..., :held[b]], np.asarray(want)[b, ..., :held[b]],
+                                           atol=1e-5)
             for got, want in zip(outs[n].cache.v, outs[1].cache.v):
                 np.testing.assert_allclose(np.asarray(got)[b, :, :held[b]], np.asarray(want)[b, :, :held[b]], atol=1e-5)
 

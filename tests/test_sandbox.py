@@ -411,6 +411,7 @@ def test_strict_mode_refuses_without_isolation():
 
 
 def test_stdin_cannot_be_reread(sandbox):
-    r = sandbox.run("import sys\nfirst = sys.stdin.read()\ntry:\n    sys.stdin.seek(0)\n    print('again', sys.stdin.read())\n"
-                    "except OSError:\n    print('unseekable', first)", "secret-input")
+    r = sandbox.run("import sys\nfirst = sys.stdin.read()\ntry:\n    sys.stdin.seek(0)\n"
+                    "    print('again', sys.stdin.read())\nexcept OSError:\n    print('unseekable', first)",
+                    "secret-input")
     assert r.ok and r.stdout.strip() == "unseekable secret-input"

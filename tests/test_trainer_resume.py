@@ -129,8 +129,9 @@ def test_resuming_the_warm_start_of_mode_sft_is_refused_with_the_way_to_rl_from_
     restored = []
     trainer = types.SimpleNamespace(checkpointer=Checkpointer(folder), workdir=workdir,
                                     restore=lambda directory, step: restored.append(step))
-    with pytest.raises(FileExistsError, match=r"checkpoints/0 is the warm start of `--mode=sft`, not an RL step: "
-                                              r".*--config.model.path=.*/sft/hf_export --config.warmstart.enabled=False"):
+    with pytest.raises(FileExistsError,
+                       match=r"checkpoints/0 is the warm start of `--mode=sft`, not an RL step: "
+                             r".*--config.model.path=.*/sft/hf_export --config.warmstart.enabled=False"):
         Trainer._maybe_restore(trainer)
     assert restored == []
     Checkpointer(folder).save(1, {"w": jnp.ones(3)}, {"step": 1, "counters": {"steps_run": 2}})  # an RL run's
@@ -363,7 +364,8 @@ def test_a_save_cut_short_by_a_kill_leaves_no_folder_behind_once_the_run_goes_on
     (partial / "state" / "half_written").write_bytes(b"\0" * 1024)
     with caplog.at_level("WARNING"):
         Trainer(cfg).train()
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["0"] and finished_steps(str(tmp_path / "checkpoints")) == [0]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["0"]
+    assert finished_steps(str(tmp_path / "checkpoints")) == [0]
     assert any("partial checkpoint folder" in r.getMessage() and str(partial) in r.getMessage()
                for r in caplog.records)
 

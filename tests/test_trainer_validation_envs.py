@@ -25,7 +25,8 @@ def test_each_validation_env_plays_its_episodes_and_reports_under_its_tag(tmp_pa
     # RAGEN's es_manager numbers every val tag's groups in one run of seeds (before: each env from 123 again)
     assert [ep.seed for ep in episodes] == list(range(123, 135))
     for tag in ("Bandit", "BanditTest"):
-        assert {"success", "reward", "num_turns"} <= {k.split("/", 2)[2] for k in metrics if k.startswith(f"val/{tag}/")}
+        assert {"success", "reward", "num_turns"} <= {k.split("/", 2)[2] for k in metrics
+                                                       if k.startswith(f"val/{tag}/")}
     # the arm names differ between the two (BanditTest's are unseen in training)
     assert episodes[0].history[0].state != episodes[6].history[0].state
 
