@@ -85,7 +85,8 @@ def get_base_config() -> ml_collections.ConfigDict:
         #  RAGEN's long, spread responses a quarter of the episodes measured 1.92x lockstep, one slot each 1.25x)
         chunk=8,  # continuous: decode steps per jitted chunk between the host's turn bookkeeping
         lanes=0,  # decode lanes: rows split into parts decoded side by side in threads, one cache each (0 = auto:
-        #  on a CPU with a small model, one per core, >= 8 rows each; 2 cores generate with the tiny model 1.5-1.7x faster)
+        #  on a CPU with a small model, one per core, >= 8 rows each; 2 cores generate with the tiny model
+        #  1.5-1.7x faster)
     )
     c.filter = dict(
         strategy="top_p",  # top_p | top_k | top_k_abs | min_p
