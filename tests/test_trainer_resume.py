@@ -102,6 +102,46 @@ def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
     assert summary["val_success_after_warmstart"] is not None and summary["warmstart_seconds"] is not None
 
 
+@pytest.mark.slow  # four short runs with a warm start: ~2 minutes on 2 cores
+def test_a_signalled_lockstep_lora_run_resumes_bit_for_bit(tmp_path, sigterm_kills):
+    """Exact resume beyond the recipe above: the lockstep engine, LoRA adapters, veRL's adaptive KL-in-reward
+    controller (its coefficient is carried state), a warmup + cosine schedule, validation every step, and a
+    SIGTERM after step 1 instead of a shorter run."""
+    import signal
+
+    def config(workdir):
+        c = recipe(workdir, 3)
+        c.trainer.save_every, c.val.every, c.warmstart.steps = 0, 1, 2
+        c.rollout.engine, c.model.lora.rank = "lockstep", 4
+        c.algo.update(use_kl_in_reward=True, kl_ctrl_type="adaptive", kl_ctrl_coef=0.05)
+        c.optim.actor.update(schedule="cosine", warmup_steps=1)
+        return c
+
+    straight, straight_log = run(config(tmp_path / "straight"))
+    first = Trainer(config(tmp_path / "resumed"))
+    first_log: dict[int, dict] = {}
+    scalars, step_fn = first.monitor.scalars, first.train_step
+    first.monitor.scalars = lambda m, step: (first_log.setdefault(step, {}).update(m), scalars(m, step))
+    first.train_step = lambda step: (step_fn(step), step == 0 and signal.raise_signal(signal.SIGTERM))[0]
+    assert first.train()["stopped_by_signal"] == "SIGTERM"
+    resumed, resumed_log = run(config(tmp_path / "resumed"), resume=True)
+    assert resumed.start_step == 1 and resumed.lora
+
+    assert_bitwise(straight.actor.trainable, resumed.actor.trainable, "actor adapters")
+    assert_bitwise(straight.actor_opt, resumed.actor_opt, "actor optimizer state")
+    assert_bitwise(straight.critic.trainable, resumed.critic.trainable, "critic parameters")
+    assert_bitwise(straight.critic_opt, resumed.critic_opt, "critic optimizer state")
+    assert not all(np.array_equal(a, b) for a, b in zip(_bits(first.actor.trainable), _bits(resumed.actor.trainable)))
+    for step in range(1, 4):
+        want = {k: v for k, v in straight_log[step].items() if not k.startswith(NOISY)}
+        got = {k: v for k, v in {**first_log.get(step, {}), **resumed_log.get(step, {})}.items()
+               if not k.startswith(NOISY)}
+        assert want == got, step  # every metric, validation included, bit for bit
+    coefs = [straight_log[s]["actor/reward_kl_penalty_coeff"] for s in range(1, 4)]
+    assert len(set(coefs)) == 3  # the controller moved the coefficient at every step: its state crossed the stop
+    assert resumed.counters["kl_in_reward_coef"] == straight.counters["kl_in_reward_coef"]
+
+
 def _two_checkpoints(folder):
     import jax.numpy as jnp
 
