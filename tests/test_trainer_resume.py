@@ -586,3 +586,18 @@ def test_the_checkpoint_barrier_timeout_reaches_every_checkpointer_the_trainer_b
     with pytest.raises(Opened) as opened:
         trainer.restore(str(tmp_path / "another_run" / "checkpoints"), 1)
     assert opened.value.args == (17,)
+
+
+def test_a_resumed_run_keeps_every_validation_it_made(tmp_path):
+    """The summary's first and best validation figures read the whole history: a checkpoint that kept only the
+    last 1,000 validations gave a long run's resume another val_success_start and val_success_best."""
+    cfg = bandit_config(str(tmp_path / "run"))
+    trainer = Trainer(cfg)
+    trainer.history = [{"step": 0, "val_success": 0.9}] + [{"step": s, "val_success": 0.1} for s in range(1, 1500)]
+    trainer.counters["steps_run"] = 1500
+    trainer.save(1499)
+    resumed = Trainer(cfg)
+    resumed.restore(trainer.checkpointer.directory, 1499)
+    assert resumed.history == trainer.history
+    summary = report.run_summary(resumed, 1.0, 0.0, None, 1.0)
+    assert (summary["val_success_start"], summary["val_success_best"]) == (0.9, 0.9)

@@ -207,7 +207,7 @@ class Trainer:
     def save(self, step: int) -> None:
         """Checkpoint `step`: models, optimizers, the KL reference when it is not the initial policy, counters."""
         with_reference = self.need_ref and not self.ref_is_initial
-        meta = {"step": step, "counters": self.counters, "history": self.history[-1000:],
+        meta = {"step": step, "counters": self.counters, "history": self.history,
                 "collapse": self.collapse.state(), "reference": "saved" if with_reference else "initial",
                 "warmstart": self.warmstart_metrics, "stop_metrics": self.last_stop_metrics}
         self.monitor.flush()  # the step's scalars reach disk before the checkpoint that makes it final
