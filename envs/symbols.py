@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from envs.ragen_keys import plain
 
 _LINE_BREAKS = ("\n", "\r")
@@ -108,3 +110,20 @@ def symbol_table(lookup: Mapping[Any, Any] | None, vocab: Mapping[Any, Any] | No
             raise ValueError(f"{env}: grid_vocab calls {symbol!r} the {word} but grid_lookup draws the {word} as "
                              f"{table[kinds.index(word)]!r}; make the two tables agree")
     return table, legend
+
+
+def grid_codes(text: str, lookup: Mapping[int, str], env: str, names: str) -> np.ndarray:
+    """A drawn grid -> its cells' lookup codes [rows, cols] int8 (the inverse of drawing with `lookup`). ValueError
+    names an empty grid, a ragged row, or an unknown symbol with its row and column; `names` lists the symbols."""
+    inverse = {symbol: code for code, symbol in lookup.items()}
+    lines = text.strip("\n").split("\n")
+    if not lines[0]:
+        raise ValueError(f"{env} grid is empty; draw one row per line.")
+    for r, line in enumerate(lines):
+        if len(line) != len(lines[0]):
+            raise ValueError(f"{env} grid row {r} has {len(line)} cells but row 0 has {len(lines[0])}; "
+                             "every row needs the same width.")
+        for c, ch in enumerate(line):
+            if ch not in inverse:
+                raise ValueError(f"{env} grid has unknown symbol {ch!r} at row {r}, col {c}; use {names}.")
+    return np.array([[inverse[ch] for ch in line] for line in lines], np.int8)

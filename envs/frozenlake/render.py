@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.frozenlake.generator import FROZEN, GOAL, HOLE, START
+from envs.symbols import grid_codes
 
 # RAGEN's grid codes (its grid_lookup keys) and what each is, in code order.
 KINDS = ("player", "empty", "hole", "goal", "player in hole", "player on goal")
@@ -65,21 +66,10 @@ def parse_grid(text: str, lookup: dict[int, str] = GRID_LOOKUP) -> tuple[np.ndar
     """Inverse of `render_grid`: (tiles [N, N] int8, flat player cell). The grid does not draw the start: it is put
     under a player on frozen ice (a read grid begins an episode where the player stands). ValueError names an
     unknown symbol (row, col), a ragged or non-square board, or a board without exactly one player and one goal."""
-    inverse = {symbol: code for code, symbol in lookup.items()}
-    lines = text.strip("\n").split("\n")
-    if not lines[0]:
-        raise ValueError("FrozenLake grid is empty; draw one row per line.")
-    for r, line in enumerate(lines):
-        if len(line) != len(lines[0]):
-            raise ValueError(f"FrozenLake grid row {r} has {len(line)} cells but row 0 has {len(lines[0])}; "
-                             "every row needs the same width.")
-        for c, ch in enumerate(line):
-            if ch not in inverse:
-                raise ValueError(f"FrozenLake grid has unknown symbol {ch!r} at row {r}, col {c}; use "
-                                 f"{', '.join(f'{s!r} ({KINDS[k]})' for s, k in inverse.items())}.")
-    if len(lines) != len(lines[0]):
-        raise ValueError(f"FrozenLake grid has {len(lines)} rows of {len(lines[0])} cells; the board is square.")
-    codes = np.array([[inverse[ch] for ch in line] for line in lines], np.int8)
+    names = ", ".join(f"{symbol!r} ({KINDS[code]})" for code, symbol in lookup.items())
+    codes = grid_codes(text, lookup, "FrozenLake", names)
+    if codes.shape[0] != codes.shape[1]:
+        raise ValueError(f"FrozenLake grid has {codes.shape[0]} rows of {codes.shape[1]} cells; the board is square.")
     players = np.flatnonzero(np.isin(codes, _PLAYER_CODES))
     if len(players) != 1:
         raise ValueError(f"FrozenLake grid has {len(players)} player cells; draw exactly one ({lookup[0]!r}, or "

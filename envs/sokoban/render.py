@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.sokoban.generator import BOX, BOX_ON_TARGET, PLAYER, TARGET
+from envs.symbols import grid_codes
 
 PLAYER_ON_TARGET = 6
 # What each render code is (RAGEN's meaning words, code order).
@@ -63,17 +64,7 @@ def render_text(fixed: np.ndarray, room: np.ndarray, fmt: str, lookup: dict[int,
 
 def parse_grid(text: str, lookup: dict[int, str] = GRID_LOOKUP) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of `render_grid`: (fixed [H, W], room [H, W]) int8, for hand-built levels in tests and docs."""
-    inverse = {v: k for k, v in lookup.items()}
-    lines = text.strip("\n").split("\n")
-    for r, line in enumerate(lines):
-        if len(line) != len(lines[0]):
-            raise ValueError(f"Sokoban grid row {r} has {len(line)} cells but row 0 has {len(lines[0])}; "
-                             "every row needs the same width.")
-        for c, ch in enumerate(line):
-            if ch not in inverse:
-                raise ValueError(f"Sokoban grid has unknown symbol {ch!r} at row {r}, col {c}; "
-                                 f"use {' '.join(inverse)}.")
-    codes = np.array([[inverse[ch] for ch in line] for line in lines], np.int8)
+    codes = grid_codes(text, lookup, "Sokoban", " ".join(lookup.values()))
     players = int(np.isin(codes, (PLAYER, PLAYER_ON_TARGET)).sum())
     if players != 1:
         found = "no player" if players == 0 else f"{players} players"
