@@ -132,6 +132,23 @@ def test_a_batch_where_every_episode_failed_skips_the_update(tmp_path, monkeypat
     assert reason.startswith("every episode's environment failed"), reason
 
 
+def test_a_batch_where_every_episode_failed_is_no_zero_reward_std_step(tmp_path, monkeypatch):
+    """No group was measured, so the in-group std (reported 0) is no reading: the zero-std early stop neither
+    counts the step nor forgets the streak it had; a measured step with equal rewards in every group counts."""
+    trainer = _flaky_trainer(tmp_path, failing=set(range(8)), monkeypatch=monkeypatch)
+    trainer.cfg.trainer.early_stop.reward_std_patience = 2
+    trainer.counters["std_zero_streak"] = 1
+    metrics = trainer.train_step(0)
+    assert metrics["rollout/in_group_reward_std"] == 0.0 and metrics["rollout/groups_broken_by_env_errors"] == 2
+    assert trainer.counters["std_zero_streak"] == 1
+    assert trainer._early_stop(metrics) is None
+    FlakyPick.FAILING = set()
+    monkeypatch.setattr(trainer.engine.tokenizer, "decode", lambda ids: "</think><answer>A</answer>")
+    metrics = trainer.train_step(1)
+    assert metrics["rollout/in_group_reward_std"] == 0.0 and trainer.counters["std_zero_streak"] == 2
+    assert trainer._early_stop(metrics) == "in-group reward std was zero for 2 steps in a row"
+
+
 def test_a_validation_whose_envs_all_failed_is_reported_and_never_reads_as_low_success(tmp_path, caplog,
                                                                                         monkeypatch):
     """Every validation episode's env failed (a dead env server): a warning names the errors, and the validation

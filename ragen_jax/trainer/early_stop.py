@@ -24,6 +24,15 @@ def reward_collapse(first: list[float], recent: list[float], std: float, window:
     return first, recent, collapsed(first, recent, window, ratio)
 
 
+def zero_std_streak(streak: int, in_group_std: float | None, measured: bool) -> int:
+    """The zero in-group reward std streak after a step whose std is `in_group_std` (None: not reported).
+    `measured`: some group had the healthy members to measure one; a step where env failures left none (its std
+    reads 0 by definition) neither counts nor resets the streak."""
+    if not measured:
+        return streak
+    return streak + 1 if in_group_std is not None and in_group_std <= 1e-8 else 0
+
+
 def collapsed(first: list[float], recent: list[float], window: int, ratio: float) -> bool:
     """The reward-variance stop's verdict on its state: the last `window` stds of `recent` all below ratio x the
     mean of the first `window` of `first` (False while either is shorter, or with window 0)."""

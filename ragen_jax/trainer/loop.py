@@ -31,7 +31,8 @@ from ragen_jax.rollout.metrics import episode_metrics, response_length, response
 from ragen_jax.trainer import report
 from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer.diagnose import CollapseMonitor
-from ragen_jax.trainer.early_stop import early_stop_reason, resumed_stop_reason, reward_collapse, stop_metrics
+from ragen_jax.trainer.early_stop import (early_stop_reason, resumed_stop_reason, reward_collapse, stop_metrics,
+                                          zero_std_streak)
 from ragen_jax.trainer.interrupt import StopRequests, stop_message
 from ragen_jax.trainer.optim import MasterWeights, make_optimizer, with_rebuilt_master, without_masters
 from ragen_jax.trainer.settings import (algo_settings, env_tag, resumed_config_warning, rollout_config,
@@ -362,10 +363,8 @@ class Trainer:
             self.counters["empty_streak"], fres, self.filter_cfg.empty_stop_steps)
         metrics.update(m)
         in_group_std = fres.metrics.get("rollout/in_group_reward_std", None)
-        if in_group_std is not None and in_group_std <= 1e-8:
-            self.counters["std_zero_streak"] += 1
-        else:
-            self.counters["std_zero_streak"] = 0
+        measured = fres.metrics.get("rollout/groups_broken_by_env_errors", 0.0) < fres.num_groups
+        self.counters["std_zero_streak"] = zero_std_streak(self.counters["std_zero_streak"], in_group_std, measured)
         metrics["early_stop/filter_empty"] = float(stop_empty)
         if fres.empty:
             metrics["train/update_skipped_empty"] = 1.0
