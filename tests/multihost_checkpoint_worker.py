@@ -51,7 +51,7 @@ if __name__ == "__main__":
     values = np.arange(16, dtype=np.float32).reshape(8, 2)
     state = {"w": jax.make_array_from_callback(values.shape, NamedSharding(mesh, P("d")), lambda i: values[i])}
     fail_on_process_1(step_to_fail=0)
-    ckpt = Checkpointer(os.path.join(out, "checkpoints"))
+    ckpt = Checkpointer(os.path.join(out, "checkpoints"), barrier_timeout_s=BARRIER_TIMEOUT_S)
     t0 = time.monotonic()
     first = try_save(ckpt, 0, state)
     first_s = time.monotonic() - t0
