@@ -58,8 +58,11 @@ def render_text(tiles: np.ndarray, pos: int, fmt: str, lookup: dict[int, str] = 
     raise ValueError(f"Unknown FrozenLake observation format {fmt!r}; use 'grid', 'coord' or 'grid_coord'.")
 
 
-_CODE_TILE = {0: FROZEN, 1: FROZEN, 2: HOLE, 3: GOAL, 4: HOLE, 5: GOAL}  # RAGEN's grid code -> our tile under it
-_PLAYER_CODES = (0, 4, 5)
+# The inverse of the two maps above: RAGEN's grid code -> our tile under it (the start reads as frozen ice).
+_CODE_TILE = {0: FROZEN, **{code: tile for tile, code in _TILE_CODE.items() if tile != START},
+              **{code: tile for tile, code in _PLAYER_CODE.items()}}
+_PLAYER_CODES = (0, *_PLAYER_CODE.values())
+_GOAL_CODES = tuple(code for code, tile in _CODE_TILE.items() if tile == GOAL)
 
 
 def parse_grid(text: str, lookup: dict[int, str] = GRID_LOOKUP) -> tuple[np.ndarray, int]:
@@ -73,11 +76,11 @@ def parse_grid(text: str, lookup: dict[int, str] = GRID_LOOKUP) -> tuple[np.ndar
     players = np.flatnonzero(np.isin(codes, _PLAYER_CODES))
     if len(players) != 1:
         raise ValueError(f"FrozenLake grid has {len(players)} player cells; draw exactly one ({lookup[0]!r}, or "
-                         f"{lookup[4]!r} in a hole, or {lookup[5]!r} on the goal).")
-    goals = int(np.isin(codes, (3, 5)).sum())
+                         f"{lookup[_PLAYER_CODE[HOLE]]!r} in a hole, or {lookup[_PLAYER_CODE[GOAL]]!r} on the goal).")
+    goals = int(np.isin(codes, _GOAL_CODES).sum())
     if goals != 1:
-        raise ValueError(f"FrozenLake grid has {goals} goal cells; draw exactly one ({lookup[3]!r}, or "
-                         f"{lookup[5]!r} with the player on it).")
+        raise ValueError(f"FrozenLake grid has {goals} goal cells; draw exactly one ({lookup[_TILE_CODE[GOAL]]!r}, "
+                         f"or {lookup[_PLAYER_CODE[GOAL]]!r} with the player on it).")
     tiles = np.vectorize(_CODE_TILE.__getitem__, otypes=[np.int8])(codes)
     pos = int(players[0])
     cell = divmod(pos, tiles.shape[1])

@@ -109,11 +109,17 @@ def parse_number(text: str) -> Fraction | None:
 MATCH_RULES = ("lenient", "ragen")  # rules (1)-(3) of the module docstring; rule (1) alone, the original's
 
 
-def answers_match(answer: str, label: str | None, rule: str = "lenient") -> bool:
-    """True if `answer` is the same answer as `label` under `rule` (MATCH_RULES; see the module docstring)."""
+def check_match_rule(rule: str) -> str:
+    """`rule` if it is one of MATCH_RULES, else a ValueError naming both."""
     if rule not in MATCH_RULES:
         raise ValueError(f"Unknown MetaMathQA answer_match {rule!r}; use 'lenient' (the original's rule plus LaTeX "
                          "clean-up and numeric equality) or 'ragen' (the original's rule only).")
+    return rule
+
+
+def answers_match(answer: str, label: str | None, rule: str = "lenient") -> bool:
+    """True if `answer` is the same answer as `label` under `rule` (MATCH_RULES; see the module docstring)."""
+    check_match_rule(rule)
     if label is None:
         return False
     if normalize_original(answer) == normalize_original(label):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from envs.metamathqa.answers import answers_match, extract_label, normalize_original
+from envs.metamathqa.answers import answers_match, check_match_rule, extract_label, normalize_original
 from envs.metamathqa.generator import generate_problem
 from envs.protocols import HostEnv
 from envs.ragen_keys import RagenKeys
@@ -51,8 +51,7 @@ class MetaMathQAEnv(HostEnv):
                  max_attempts: int | None = 1, answer_match: str = "lenient") -> None:
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1 or None (no env-side cap), got {max_attempts}.")
-        answers_match("", None, answer_match)  # an unknown rule fails here, naming the two, not at the first answer
-        self.answer_match = answer_match
+        self.answer_match = check_match_rule(answer_match)  # an unknown rule fails here, not at the first answer
         self.data = load_problems(data_path, max_instances) if data_path else None
         self.max_attempts = max_attempts
         self.question: str | None = None

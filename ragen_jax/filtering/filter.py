@@ -91,6 +91,7 @@ class FilterResult:
     scores: np.ndarray  # [G] selection scores
     num_groups: int
     metrics: dict[str, float]
+    measured_groups: int  # groups with the healthy members to measure an in-group std (env failures can break one)
 
     @property
     def kept_ratio(self) -> float:
@@ -178,6 +179,7 @@ def filter_rollouts(
         scores=scores,
         num_groups=int(scores.size),
         metrics=metrics,
+        measured_groups=int(healthy.sum()),
     )
 
 

@@ -363,8 +363,8 @@ class Trainer:
             self.counters["empty_streak"], fres, self.filter_cfg.empty_stop_steps)
         metrics.update(m)
         in_group_std = fres.metrics.get("rollout/in_group_reward_std", None)
-        measured = fres.metrics.get("rollout/groups_broken_by_env_errors", 0.0) < fres.num_groups
-        self.counters["std_zero_streak"] = zero_std_streak(self.counters["std_zero_streak"], in_group_std, measured)
+        self.counters["std_zero_streak"] = zero_std_streak(self.counters["std_zero_streak"], in_group_std,
+                                                           measured=fres.measured_groups > 0)
         metrics["early_stop/filter_empty"] = float(stop_empty)
         if fres.empty:
             metrics["train/update_skipped_empty"] = 1.0
