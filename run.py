@@ -73,7 +73,7 @@ def main(argv):
     from envs.batch import EnvSetupError
     from ragen_jax.checkpoint import CheckpointWriteError
     from ragen_jax.models import CheckpointError
-    from ragen_jax.rollout.engine import ContextOverflowError
+    from ragen_jax.rollout import ContextOverflowError
     from ragen_jax.trainer import report
     from ragen_jax.trainer.loop import Trainer
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
-from envs.batch import HostEnvBatch
+from envs.host_batch import HostEnvBatch
 from envs.protocols import TurnResult
 
 

@@ -70,7 +70,7 @@ def ragen_shaped_pairs(vocab: int, seed: int = 0) -> tuple[RolloutPairs, int]:
 def scored_tokens(pairs: RolloutPairs, config: CollapseConfig) -> int:
     """Tokens one call runs through the model: each sampled prompt once, then each (reasoning, prompt) pair's
     reasoning plus the prompt's last token (cross_score's prefix caching)."""
-    from ragen_jax.diagnostics.sampling import first_turn_pairs, trajectory_uniform_pairs
+    from ragen_jax.diagnostics.pair_draws import first_turn_pairs, trajectory_uniform_pairs
 
     rng = step_rng(5)
     total = 0

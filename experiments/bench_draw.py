@@ -25,7 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.quiet import OtherCpu, load_line  # noqa: E402
-from ragen_jax.sampling.filters import draw_block_size, draw_index, inverse_cdf_categorical  # noqa: E402
+from ragen_jax.sampling.logits import draw_block_size, draw_index, inverse_cdf_categorical  # noqa: E402
 
 CASES = ((64, 1_119), (8, 151_936))
 UNIFORMS = np.arange(2**23, dtype=np.float32) * np.float32(2.0**-23)  # every float32 jax.random.uniform gives

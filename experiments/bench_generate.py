@@ -43,7 +43,7 @@ from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models import init_cache, load_model, tiny_config  # noqa: E402
 from ragen_jax.sampling import Sampler, SamplingConfig  # noqa: E402
 from ragen_jax.sampling.turn import model_config_of  # noqa: E402
-from ragen_jax.sampling.buckets import bucket_length  # noqa: E402
+from ragen_jax.shapes import bucket_length  # noqa: E402
 from ragen_jax.sharding.memory import measured_bytes  # noqa: E402
 
 PAD = 0

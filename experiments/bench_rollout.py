@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from experiments.quiet import OtherCpu, load_line  # noqa: E402
-from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds  # noqa: E402
+from ragen_jax.rollout import RolloutConfig, LockstepEngine, group_seeds  # noqa: E402
 from ragen_jax.rollout.continuous import ContinuousEngine  # noqa: E402
 from ragen_jax.trainer import setup as setup_lib  # noqa: E402
 from ragen_jax.trainer.settings import rollout_config  # noqa: E402
@@ -125,7 +125,7 @@ def trajectories(result) -> list:
 def bench_workload(name: str, args) -> dict:
     graphdef, params, tokenizer, rollout, env, seeds, group_ids = workload(name, args)
     batch = len(seeds)
-    engines = {"lockstep": RolloutEngine(graphdef, tokenizer, rollout, batch, lanes=1)}
+    engines = {"lockstep": LockstepEngine(graphdef, tokenizer, rollout, batch, lanes=1)}
     for slots in args.slots:
         for lanes in args.lanes:
             engine = ContinuousEngine(graphdef, tokenizer, rollout, batch, slots=slots, chunk=args.chunk, lanes=lanes)

@@ -54,7 +54,7 @@ SIZES = {
     "medium": (dict(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_layers=8, num_heads=8,
                     num_kv_heads=2, head_dim=64), 8, 512, 4),
     "long": (dict(), 8, 3584, 4),
-    "tiny-384": (dict(), 32, 384, 8),  # the trainer's 384-token length bucket (rollout/batching.bucket_length)
+    "tiny-384": (dict(), 32, 384, 8),  # the trainer's 384-token length bucket (shapes.ROW_BUCKETS)
 }
 OPTIM = dict(lr=1e-6, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant",
              grad_clip=1.0)

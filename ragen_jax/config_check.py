@@ -282,7 +282,7 @@ def _range_errors(cfg) -> list[str]:
     return errors
 
 
-PLAYED_DEMO_SOURCES = ("oracle", "random")  # played in a JAX env batch (rollout.demos.play_oracle_episodes)
+PLAYED_DEMO_SOURCES = ("oracle", "random")  # played in a JAX env batch (warmstart.demos.play_oracle_episodes)
 
 
 def _warmstart_errors(warmstart, spec, mode: str) -> list[str]:
@@ -317,7 +317,7 @@ def _warmstart_errors(warmstart, spec, mode: str) -> list[str]:
 
 def _without_oracle(spec) -> str | None:
     """The name of the JAX env class `spec` builds when it has no oracle for demonstrations (what
-    rollout.demos.oracle_policy looks for), else None; a factory that is not a class is not judged here."""
+    warmstart.demos.oracle_policy looks for), else None; a factory that is not a class is not judged here."""
     from envs.bandit.env import Bandit
 
     try:

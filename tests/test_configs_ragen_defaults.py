@@ -290,7 +290,7 @@ def test_context_window_minus_one_keeps_every_turn(mode):
     from ragen_jax.models.tiny import load_tiny_tokenizer
     from ragen_jax.rollout import RolloutConfig
     from ragen_jax.rollout.context import ContextBuilder
-    from ragen_jax.rollout.engine import fit_context
+    from ragen_jax.rollout.episodes import fit_context
     from ragen_jax.rollout.prompts import TurnRecord
     from ragen_jax.rollout.types import Episode
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ragen_jax.diagnostics.mi import mi_estimates, prefix_metrics, retrieval_metrics
-from ragen_jax.diagnostics.sampling import first_turn_pairs, trajectory_uniform_pairs
+from ragen_jax.diagnostics.pair_draws import first_turn_pairs, trajectory_uniform_pairs
 
 
 def loop_reference(L, col):

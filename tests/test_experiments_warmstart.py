@@ -22,7 +22,7 @@ def bandit():
     from configs.base import apply_tiny, get_base_config
     from ragen_jax.models.tiny import load_tiny_tokenizer, make_tiny_model
     from ragen_jax.monitoring import Monitor
-    from ragen_jax.rollout.demos import demo_rows, oracle_demo_episodes
+    from ragen_jax.warmstart.demos import demo_rows, oracle_demo_episodes
     from ragen_jax.trainer.settings import rollout_config
     from ragen_jax.trainer.setup import split_model
 

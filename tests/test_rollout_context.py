@@ -5,7 +5,7 @@ import pytest
 
 from ragen_jax.models import load_tiny_tokenizer
 from ragen_jax.rollout.context import ContextBuilder
-from ragen_jax.rollout.engine import strip_end_of_turn
+from ragen_jax.rollout.episodes import strip_end_of_turn
 
 # Qwen2.5's template without its tool branches.
 QWEN25_TEMPLATE = (

@@ -9,7 +9,7 @@ import pytest
 
 from envs.batch import make_env_batch
 from ragen_jax.models.tiny import make_tiny_model
-from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds
+from ragen_jax.rollout import RolloutConfig, LockstepEngine, group_seeds
 from ragen_jax.rollout.continuous import ContinuousEngine
 
 GROUPS, GROUP_SIZE = 2, 4
@@ -36,7 +36,7 @@ def lockstep_runs():
 def reference_run(lockstep_runs, tiny, greedy=False):
     graphdef, params, tok = tiny
     if greedy not in lockstep_runs:
-        engine = RolloutEngine(graphdef, tok, _config(temperature=1.0), N, lanes=1)
+        engine = LockstepEngine(graphdef, tok, _config(temperature=1.0), N, lanes=1)
         lockstep_runs[greedy] = play(engine, tok, params, greedy=greedy)
     return lockstep_runs[greedy]
 
@@ -154,7 +154,7 @@ def test_run_samples_with_the_top_p_and_top_k_it_is_given(tiny, ragged_turns, lo
     graphdef, params, tok = tiny
     reference = reference_run(lockstep_runs, tiny)
     narrow = _config(temperature=1.0, top_p=0.5, top_k=1)
-    lockstep = RolloutEngine(graphdef, tok, narrow, N, lanes=1)
+    lockstep = LockstepEngine(graphdef, tok, narrow, N, lanes=1)
     for engine in (lockstep, ContinuousEngine(graphdef, tok, narrow, N, slots=N, chunk=3)):
         assert_same_trajectories(play(engine, tok, params, top_p=1.0, top_k=0), reference)
     tokens = [[r.response_tokens for r in ep.history] for ep in reference.episodes]

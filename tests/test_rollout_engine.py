@@ -8,7 +8,7 @@ from flax import nnx
 
 from envs.protocols import EnvBatch, TurnResult
 from ragen_jax.models.tiny import make_tiny_model
-from ragen_jax.rollout import RolloutConfig, RolloutEngine, group_seeds
+from ragen_jax.rollout import RolloutConfig, LockstepEngine, group_seeds
 from ragen_jax.rollout.dump import read_jsonl, write_jsonl
 from ragen_jax.sampling import SampleOutput
 from ragen_jax.trainer.steps import policy_logprobs
@@ -125,7 +125,7 @@ def _cfg(**kw):
 def test_real_sampler_masks_and_logprobs_match_fresh_forward(tiny):
     graphdef, params, tok = tiny
     cfg = _cfg()
-    engine = RolloutEngine(graphdef, tok, cfg, batch_size=4)
+    engine = LockstepEngine(graphdef, tok, cfg, batch_size=4)
     seeds, gids = group_seeds(10000, 2, 2)
     res = engine.run(params, LineEnv(4), seeds, gids, jax.random.PRNGKey(0), tag="Line")
     batch = res.batch
@@ -183,7 +183,7 @@ def test_cache_reuse_keeps_logprobs_of_a_fresh_forward_in_every_context_mode(tin
     for mode, window in (("full", 1), ("limited_multi_turn", 2), ("single_turn", 1)):
         cfg = _cfg(max_turn=4, response_length=12, max_model_len=400, temperature=temperature,
                    context_mode=mode, context_window=window)
-        engine = RolloutEngine(graphdef, tok, cfg, batch_size=3)
+        engine = LockstepEngine(graphdef, tok, cfg, batch_size=3)
         sampler = sampler or engine.sampler  # one sampler (and its compiled programs) for the three runs
         engine.sampler = RecordingSampler(sampler)
         res = engine.run(params, LineEnv(3), [1, 2, 3], [0, 1, 2], jax.random.PRNGKey(7), tag="Line")
@@ -220,7 +220,7 @@ def test_cache_reuse_keeps_logprobs_of_a_fresh_forward_in_every_context_mode(tin
 def test_scripted_turns_rewards_done_and_cache_continuation(tiny):
     graphdef, params, tok = tiny
     cfg = _cfg(max_turn=3)
-    engine = RolloutEngine(graphdef, tok, cfg, batch_size=3)
+    engine = LockstepEngine(graphdef, tok, cfg, batch_size=3)
     good = "</think><answer>Right || Right</answer>"
     script = [["</think><answer>Right</answer>", "garbage", good],
               ["</think><answer>Right || Right</answer>", "</think><answer>Jump || Right</answer>",
@@ -255,7 +255,7 @@ def test_per_turn_samples_each_carry_the_episode_score(tiny):
     penalties) on its last token, so an early turn is credited with what the episode earned after it."""
     graphdef, params, tok = tiny
     cfg = _cfg(max_turn=2, context_mode="limited_multi_turn", context_window=2)
-    engine = RolloutEngine(graphdef, tok, cfg, batch_size=2)
+    engine = LockstepEngine(graphdef, tok, cfg, batch_size=2)
     script = [["</think><answer>Right</answer>", "bad"], ["</think><answer>Right</answer>", "bad"]]
     engine.sampler = ScriptedSampler(engine.sampler, tok, script)
     res = engine.run(params, LineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
@@ -307,12 +307,12 @@ def test_turn_scores_in_a_per_turn_context_mode_are_refused(tiny, mode):
 
 def test_truncation_keeps_newest_turns(tiny):
     graphdef, params, tok = tiny
-    probe = RolloutEngine(graphdef, tok, _cfg(max_turn=4), batch_size=1)
+    probe = LockstepEngine(graphdef, tok, _cfg(max_turn=4), batch_size=1)
     probe.sampler = ScriptedSampler(probe.sampler, tok, [["bad"]] * 4)
     untruncated = probe.run(params, LineEnv(1), [1], [0], jax.random.PRNGKey(0), tag="Line").episodes[0]
     two_turns = len(untruncated.history[1].context_tokens)
     cfg = _cfg(max_turn=4, max_model_len=two_turns + 16 - 1)  # turn 2 cannot show turn 1 any more
-    engine = RolloutEngine(graphdef, tok, cfg, batch_size=1)
+    engine = LockstepEngine(graphdef, tok, cfg, batch_size=1)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["bad"]] * 4)
     res = engine.run(params, LineEnv(1), [1], [0], jax.random.PRNGKey(0), tag="Line")
     ep = res.episodes[0]
@@ -325,7 +325,7 @@ def test_truncation_keeps_newest_turns(tiny):
 
 def test_jsonl_round_trip(tiny, tmp_path):
     graphdef, params, tok = tiny
-    engine = RolloutEngine(graphdef, tok, _cfg(max_turn=2), batch_size=2)
+    engine = LockstepEngine(graphdef, tok, _cfg(max_turn=2), batch_size=2)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Right</answer>", "x"], ["y", "z"]])
     res = engine.run(params, LineEnv(2), [5, 5], [0, 0], jax.random.PRNGKey(0), tag="Line")
     path = write_jsonl(str(tmp_path / "r.jsonl"), res.episodes, max_tokens=16, enable_think=True, format_penalty=-0.1)
@@ -350,7 +350,7 @@ def test_each_episode_keeps_the_state_its_last_turn_left_for_the_dumps(tiny, tmp
     from ragen_jax.rollout.dump import trajectory_sample_text
 
     graphdef, params, tok = tiny
-    engine = RolloutEngine(graphdef, tok, _cfg(max_turn=2), batch_size=3)
+    engine = LockstepEngine(graphdef, tok, _cfg(max_turn=2), batch_size=3)
     right = "</think><answer>Right</answer>"
     engine.sampler = ScriptedSampler(engine.sampler, tok, [[right, "bad", right], [right, "bad", right]])
     res = engine.run(params, StepFailsLineEnv(3, goal=2), [5, 5, 5], [0, 0, 0], jax.random.PRNGKey(0), tag="Line")
@@ -370,7 +370,7 @@ def test_compact_prompt_with_unchanged_state_replays_last_token(tiny):
     leaves the single-turn context identical to the previous one, which the engine must still feed."""
     graphdef, params, tok = tiny
     cfg = _cfg(max_turn=3, context_mode="single_turn", prompt_style="compact")
-    engine = RolloutEngine(graphdef, tok, cfg, batch_size=2)
+    engine = LockstepEngine(graphdef, tok, cfg, batch_size=2)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["bad", "</think><answer>Right</answer>"]] * 3)
     res = engine.run(params, LineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
     stuck, moving = res.episodes
@@ -402,7 +402,7 @@ def _one_row_result(reward, *, executed=1, done=False, **info):
     ({"action_in_lookup": False}, False, True, True),
 ])
 def test_a_turn_is_penalised_once_for_a_format_or_lookup_miss_only(info, parsed_valid, penalised, warned):
-    from ragen_jax.rollout.engine import book_turn
+    from ragen_jax.rollout.episodes import book_turn
     from ragen_jax.rollout.prompts import TurnRecord
     from ragen_jax.rollout.types import Episode
 
@@ -422,7 +422,7 @@ def test_prompts_state_the_env_variants_max_tokens():
     the rollout's response_length; rollout.prompt_max_tokens overrides it; an env without one falls back."""
     from envs.batch import make_env_batch
     from ragen_jax.rollout.dump import episode_messages
-    from ragen_jax.rollout.engine import open_episodes
+    from ragen_jax.rollout.episodes import open_episodes
 
     env = make_env_batch("Bandit", 2)
     observations = env.reset([0, 1])
@@ -460,7 +460,7 @@ class FloodEnv(LineEnv):
 
 @pytest.mark.parametrize("kind", ["lockstep", "continuous"])
 def test_an_observation_too_long_for_the_context_fails_only_its_episode(tiny, kind):
-    from ragen_jax.rollout.continuous import make_engine
+    from ragen_jax.rollout import make_engine
 
     graphdef, params, tok = tiny
     cfg = _cfg(max_turn=2)
@@ -527,7 +527,7 @@ def test_every_trained_response_follows_the_exact_context_it_was_sampled_after(t
     tok = load_tiny_tokenizer()
     tok.hf.chat_template = FINAL_ANSWER_THINK_TEMPLATE
     cfg = _cfg(max_turn=3, context_mode=mode, context_window=2)
-    engine = RolloutEngine(graphdef, tok, cfg, batch_size=2)
+    engine = LockstepEngine(graphdef, tok, cfg, batch_size=2)
     script = [["</think><answer>Right</answer><|im_end|>", "</think><answer>Left</answer>"]] * 3
     engine.sampler = ScriptedSampler(engine.sampler, tok, script)
     res = engine.run(params, LineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
@@ -552,7 +552,7 @@ def test_an_env_lookup_spelled_in_capitals_still_matches_names_case_insensitivel
     class CapitalLineEnv(LineEnv):
         action_lookup = {"Left": 0, "Right": 1}
 
-    engine = RolloutEngine(graphdef, tok, _cfg(max_turn=1), batch_size=2)
+    engine = LockstepEngine(graphdef, tok, _cfg(max_turn=1), batch_size=2)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>right || RIGHT</answer>",
                                                             "</think><answer>Right || Jump</answer>"]])
     res = engine.run(params, CapitalLineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
@@ -567,13 +567,13 @@ def test_rows_of_truncated_histories_train_only_kept_turns_at_their_positions(ti
     response at the positions of its own sampled tokens, the newest one right after the context it was sampled
     after, and each turn's score on its own last token (a per-turn row: the episode's score)."""
     graphdef, params, tok = tiny
-    probe = RolloutEngine(graphdef, tok, _cfg(max_turn=4), batch_size=1)
+    probe = LockstepEngine(graphdef, tok, _cfg(max_turn=4), batch_size=1)
     probe.sampler = ScriptedSampler(probe.sampler, tok, [["</think><answer>Left</answer>"]] * 4)
     two_turns = len(probe.run(params, LineEnv(1), [1], [0], jax.random.PRNGKey(0), tag="Line")
                     .episodes[0].history[1].context_tokens)
     cfg = _cfg(max_turn=4, max_model_len=two_turns + 16 + 8, context_mode=mode, context_window=-1,
                use_turn_scores=mode == "full")  # a per-turn row: the episode score on its turn
-    engine = RolloutEngine(graphdef, tok, cfg, batch_size=2)
+    engine = LockstepEngine(graphdef, tok, cfg, batch_size=2)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Left</answer>", "bad"]] * 4)
     res = engine.run(params, LineEnv(2, goal=5), [1, 2], [0, 1], jax.random.PRNGKey(0), tag="Line")
     batch = res.batch
@@ -605,11 +605,11 @@ def test_a_turn_whose_context_text_changed_since_it_was_sampled_is_not_same_cont
     """A template whose text changes between turns (Llama 3.2's date line past midnight) rebuilds the row with
     other tokens before an earlier response than it was sampled after. Before, same_context looked only at
     truncation and kept that turn's sampler log-probs, which a rollout correction then read as sampler mismatch."""
-    from ragen_jax.rollout.engine import finish_rollout
+    from ragen_jax.rollout.episodes import finish_rollout
 
     graphdef, params, tok = tiny
     cfg = _cfg(max_turn=2)
-    engine = RolloutEngine(graphdef, tok, cfg, batch_size=1)
+    engine = LockstepEngine(graphdef, tok, cfg, batch_size=1)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Left</answer>"]] * 2)
     episodes = engine.run(params, LineEnv(1, goal=5), [1], [0], jax.random.PRNGKey(0), tag="Line").episodes
     first, second = episodes[0].history
@@ -629,7 +629,7 @@ def test_a_turn_whose_context_text_changed_since_it_was_sampled_is_not_same_cont
 def test_rollout_action_sep_is_what_the_prompt_states_and_the_parser_splits_on(tiny):
     """RAGEN's agent_proxy.action_sep: the system prompt names it and answers are split on it (fixed "||" before)."""
     graphdef, params, tok = tiny
-    engine = RolloutEngine(graphdef, tok, _cfg(max_turn=1, action_sep=";"), batch_size=2)
+    engine = LockstepEngine(graphdef, tok, _cfg(max_turn=1, action_sep=";"), batch_size=2)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Right ; Right</answer>",
                                                             "</think><answer>Right || Right</answer>"]])
     res = engine.run(params, LineEnv(2), [1, 1], [0, 1], jax.random.PRNGKey(0), tag="Line")
@@ -665,7 +665,7 @@ def test_an_episode_whose_reset_failed_ends_before_any_generation(tiny):
     from ragen_jax.rollout.continuous import ContinuousEngine
 
     graphdef, params, tok = tiny
-    engine = RolloutEngine(graphdef, tok, _cfg(max_turn=1), batch_size=3)
+    engine = LockstepEngine(graphdef, tok, _cfg(max_turn=1), batch_size=3)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think><answer>Right</answer>"] * 3])
     continuous = ContinuousEngine(graphdef, tok, _cfg(max_turn=1), 3)
     for played in (engine, continuous):
@@ -692,7 +692,7 @@ def test_a_batch_whose_every_reset_failed_logs_finite_metrics(tiny):
     from ragen_jax.rollout.continuous import ContinuousEngine
 
     graphdef, params, tok = tiny
-    for engine in (RolloutEngine(graphdef, tok, _cfg(), batch_size=2), ContinuousEngine(graphdef, tok, _cfg(), 2)):
+    for engine in (LockstepEngine(graphdef, tok, _cfg(), batch_size=2), ContinuousEngine(graphdef, tok, _cfg(), 2)):
         res = engine.run(params, EveryResetFailsLineEnv(2), [1, 1], [0, 0], jax.random.PRNGKey(0), tag="Line")
         assert all(ep.num_turns == 0 and ep.error for ep in res.episodes)
         assert res.metrics["response_length"] == 0.0
@@ -705,7 +705,7 @@ def test_single_turn_summaries_show_responses_as_ragen_records_them(tiny):
     stripped parts, the answer cut to max_actions_per_turn), not the raw sampled text."""
     graphdef, params, tok = tiny
     cfg = _cfg(max_turn=2, context_mode="single_turn", context_window=2)
-    engine = RolloutEngine(graphdef, tok, cfg, batch_size=1)
+    engine = LockstepEngine(graphdef, tok, cfg, batch_size=1)
     engine.sampler = ScriptedSampler(engine.sampler, tok, [["</think>\n<answer> Right || Left || Right </answer>"],
                                                            ["x"]])
     res = engine.run(params, LineEnv(1, goal=5), [1], [0], jax.random.PRNGKey(0), tag="Line")
@@ -735,7 +735,7 @@ def test_system_prompt_legend_in_every_observation_format(variant, game, kwargs,
     custom_envs entry, where its configs never set it (CoordSokoban/CoordFrozenLake set it in env_config, which only
     the env reads): every format's prompt is instruction + legend + actions, and no coord hint."""
     from envs.batch import make_env_batch
-    from ragen_jax.rollout.engine import open_episodes
+    from ragen_jax.rollout.episodes import open_episodes
 
     env = make_env_batch(variant, 1, **kwargs)
     assert env.env.observation_format == fmt

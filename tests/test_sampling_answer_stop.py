@@ -8,7 +8,7 @@ from transformers import PreTrainedTokenizerFast
 
 from ragen_jax.models.tiny import load_tiny_tokenizer
 from ragen_jax.models.tokenizer import Tokenizer
-from ragen_jax.rollout.engine import RolloutConfig
+from ragen_jax.rollout import RolloutConfig
 from ragen_jax.sampling.stopping import STOP_SEQUENCE, stop_reason
 
 

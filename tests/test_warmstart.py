@@ -14,7 +14,7 @@ from envs.sokoban.oracle import solve as sokoban_solve
 from ragen_jax.models.tiny import load_tiny_tokenizer, make_tiny_model
 from ragen_jax.rollout import RolloutConfig, parse_response
 from ragen_jax.rollout.context import ContextBuilder
-from ragen_jax.rollout.demos import (DemoRows, demo_rows, load_jsonl_demos, oracle_demo_episodes,
+from ragen_jax.warmstart import (DemoRows, demo_rows, load_jsonl_demos, oracle_demo_episodes,
                                      play_oracle_episodes, rows_from_conversations, write_demo_jsonl)
 from ragen_jax.rollout.dump import write_jsonl
 from ragen_jax.trainer import warmstart as ws
@@ -127,7 +127,7 @@ def test_state_reasoning_demos_think_about_their_own_input(tok, env_name):
 def test_filler_reasoning_demos_set_each_regime_on_purpose(tok):
     """warmstart.reasoning="filler": random words whatever the input (template collapse on purpose);
     "state_filler": the state's description, then random words (diverse). Same seed, same thoughts."""
-    from ragen_jax.rollout.demos import FILLER_WORDS
+    from ragen_jax.warmstart.demos import FILLER_WORDS
 
     cfg = _cfg(prompt_style="compact")
 
@@ -193,8 +193,8 @@ def test_loss_mask_covers_exactly_the_responses(tok, sokoban_eps, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_demo_contexts_are_what_the_engine_would_prompt(tok, sokoban_eps, mode):
     """Every trained response follows exactly the context the rollout engine builds for that turn."""
-    from ragen_jax.rollout import RolloutEngine
-    from ragen_jax.rollout.engine import fit_context
+    from ragen_jax.rollout import LockstepEngine
+    from ragen_jax.rollout.episodes import fit_context
     from ragen_jax.rollout.types import Episode
 
     model, _ = make_tiny_model(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
@@ -202,7 +202,7 @@ def test_demo_contexts_are_what_the_engine_would_prompt(tok, sokoban_eps, mode):
     from flax import nnx
 
     cfg = _cfg(mode)
-    engine = RolloutEngine(nnx.split(model)[0], tok, cfg, batch_size=1)
+    engine = LockstepEngine(nnx.split(model)[0], tok, cfg, batch_size=1)
     rows = demo_rows(sokoban_eps[mode], tok, cfg)
     starts = [int(np.argmax(rows.loss_mask[i] > 0)) for i in range(rows.num_rows)]
     contexts = []
@@ -222,13 +222,13 @@ def test_bandit_demo_prompt_matches_the_engine(tok):
     """Env-specific prompt details (Bandit lists no global arm names) follow the engine's system prompt."""
     from flax import nnx
 
-    from ragen_jax.rollout import RolloutEngine
+    from ragen_jax.rollout import LockstepEngine
 
     cfg = _cfg()
     env = make_env_batch("Bandit", 4)
     model, _ = make_tiny_model(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                                head_dim=16, intermediate_size=64)
-    engine = RolloutEngine(nnx.split(model)[0], tok, cfg, batch_size=4)
+    engine = LockstepEngine(nnx.split(model)[0], tok, cfg, batch_size=4)
     played = engine.run(nnx.split(model)[1], env, [0, 1, 2, 3], [0, 1, 2, 3], jax.random.PRNGKey(0), tag="b")
     demos = play_oracle_episodes(env, [0, 1, 2, 3], tok, cfg)
     assert [ep.system for ep in demos] == [ep.system for ep in played.episodes]

@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from envs.batch import step_result_problems
+from envs.host_checks import step_result_problems
 from envs.protocols import HostEnv
 from envs.registry import EnvSpec, env_kwargs as build_kwargs, get_spec
 from envs.serve.http import HttpError, JsonServer, require, to_jsonable

@@ -11,7 +11,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from ragen_jax.chunks import even_chunk
+from ragen_jax.shapes import even_chunk
 
 
 def _logprob_entropy(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -41,7 +41,7 @@ def token_logprobs_and_entropy(hidden: jax.Array, head: jax.Array, targets: jax.
     """log p(targets) and entropy under logits = hidden @ head / temperature, chunked over T.
 
     hidden [B, T, D], head [D, V], targets [B, T] int -> (logprobs [B, T], entropy [B, T]) f32.
-    T need not divide chunk_size: the chunks are evened (`chunks.even_chunk`) and the tail is padded. Gradients
+    T need not divide chunk_size: the chunks are evened (`shapes.even_chunk`) and the tail is padded. Gradients
     flow to hidden and head.
     remat: recompute each chunk's logits in the backward pass instead of keeping them; None decides by size
     (the [B, T, V] float32 logits above REMAT_LOGITS_BYTES), so small vocabularies skip the recomputation.

@@ -19,7 +19,7 @@ from ragen_jax.diagnostics.cross_score import cross_score
 from ragen_jax.diagnostics.entropy import token_entropy
 from ragen_jax.diagnostics.mi import matched_marginal, mi_estimates, prefix_metrics, retrieval_metrics
 from ragen_jax.diagnostics.regimes import REGIMES, classify, regime_metrics
-from ragen_jax.diagnostics.sampling import PairSample, first_turn_pairs, trajectory_uniform_pairs
+from ragen_jax.diagnostics.pair_draws import PairSample, first_turn_pairs, trajectory_uniform_pairs
 from ragen_jax.diagnostics.warnings import echo_trap_warnings
 
 __all__ = [

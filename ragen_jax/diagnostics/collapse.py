@@ -16,7 +16,7 @@ import numpy as np
 
 from ragen_jax.diagnostics.mi import mi_estimates, prefix_metrics
 from ragen_jax.diagnostics.regimes import regime_metrics
-from ragen_jax.diagnostics.sampling import PairSample, first_turn_pairs, trajectory_uniform_pairs
+from ragen_jax.diagnostics.pair_draws import PairSample, first_turn_pairs, trajectory_uniform_pairs
 
 FIRST_TURN = "collapse_first_turn_sample"
 TRAJECTORY = "collapse_trajectory_sample"

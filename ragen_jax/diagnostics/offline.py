@@ -27,7 +27,7 @@ import numpy as np
 from ragen_jax.diagnostics.collapse import CollapseConfig, RolloutPairs, collapse_metrics
 from ragen_jax.diagnostics.cross_score import cross_score
 from ragen_jax.diagnostics.pairs import reasoning_tokens, rollout_pairs, step_rng
-from ragen_jax.rollout.demos import recorded_response_tokens
+from ragen_jax.rollout.dump import recorded_response_tokens
 from ragen_jax.rollout.dump import read_jsonl
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """(prompt, reasoning) token pairs of played episodes, and the random draws of one diagnostics step.
 
-Shared by the trainer (ragen_jax/trainer/diagnose.py) and the offline CLI on a rollout PKL, so both
+Shared by the trainer (ragen_jax/trainer/collapse_monitor.py) and the offline CLI on a rollout PKL, so both
 score the same pairs: prompts are the exact contexts the responses were sampled after, reasonings
 the sampled tokens before "</think>"; nothing is re-tokenized.
 """

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ragen_jax.chunks import even_chunk, round_up
+from ragen_jax.shapes import even_chunk, round_up
 
 # Queries and keys per block (a score block is [G*BLOCK_Q, BLOCK_K] per row and key head). Measured on a 2-core CPU,
 # the tiny model's attention at 4 x 3584, forward+backward wall seconds (min of 3, load ~1.6): 256x256 1.03-1.13,
@@ -114,7 +114,7 @@ def _query_positions(b: int, t: int, offset, query_positions) -> jax.Array:
 
 # ----------------------------------------------------------------------------------------- blocked layout
 def block_length(n: int, block: int) -> int:
-    """Positions per block for a sequence of n: as few blocks as `block` allows, evened (`chunks.even_chunk`, a
+    """Positions per block for a sequence of n: as few blocks as `block` allows, evened (`shapes.even_chunk`, a
     multiple of 16; a single block a multiple of 8). A 384-token row is 2 x 192, not 2 x 256: the trainer's length
     buckets above 256 are multiples of 128, and 256-blocks padded 384 to 512 at 1.6x the attention's time
     (docs/performance.md)."""

@@ -10,6 +10,7 @@ from ragen_jax.rollout.context import ContextBuilder
 from ragen_jax.rollout.prompts import build_messages, turn_score
 from ragen_jax.rollout.rewards import normalize_scores
 from ragen_jax.rollout.types import Episode, TrajectoryBatch
+from ragen_jax.shapes import ROW_BUCKETS, bucket_length
 
 
 def turn_scores_problem(mode: str, use_turn_scores: bool) -> str | None:
@@ -23,15 +24,6 @@ def turn_scores_problem(mode: str, use_turn_scores: bool) -> str | None:
             "episode (RAGEN ignores the flag there and scores every row with the episode's score). Set "
             "rollout.use_turn_scores=False (each row then gets the episode score, as in RAGEN) or "
             "rollout.context_mode='full'.")
-
-
-def bucket_length(n: int, minimum: int = 32) -> int:
-    """Round a length up to a power of two up to 256, then to a multiple of 128, so few shapes compile
-    while padding stays under ~1/3 of the row."""
-    n = max(int(n), minimum)
-    if n <= 256:
-        return 1 << (n - 1).bit_length()
-    return -(-n // 128) * 128
 
 
 @dataclasses.dataclass
@@ -109,7 +101,7 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
                                         use_turn_scores=use_turn_scores, history_starts=starts))
     n_rows = max(len(samples), 1)
     n_rows = -(-n_rows // row_multiple) * row_multiple
-    length = bucket_length(max((len(s.tokens) for s in samples), default=1))
+    length = bucket_length(max((len(s.tokens) for s in samples), default=1), **ROW_BUCKETS)
     out = {
         "tokens": np.full((n_rows, length), pad_id, np.int32),
         "attention_mask": np.zeros((n_rows, length), bool),

@@ -8,7 +8,7 @@ waiting one, so a rollout can hold more episodes than slots. The episodes of a g
 prompt: it is prefilled once and its KV copied into the members' slots.
 
 Token n of an episode's turn t is drawn with the key of (episode, t) folded with n, as the lockstep engine
-(`RolloutEngine`) draws it: both give the same trajectories, whatever the slot count, chunk size or finishing
+(`LockstepEngine`) draws it: both give the same trajectories, whatever the slot count, chunk size or finishing
 order. One process (the lockstep engine plays across hosts).
 """
 
@@ -24,10 +24,11 @@ import numpy as np
 
 from envs.protocols import EnvBatch
 from ragen_jax.rollout.context import ContextBuilder
-from ragen_jax.rollout.engine import EpisodeBook, RolloutConfig, finish_rollout
+from ragen_jax.rollout.config import RolloutConfig
+from ragen_jax.rollout.episodes import EpisodeBook, finish_rollout
 from ragen_jax.rollout.types import RolloutResult
 from ragen_jax.sampling import Sampler, episode_turn_keys
-from ragen_jax.sampling.buckets import pad_rows
+from ragen_jax.shapes import pad_rows
 
 
 @jax.jit
@@ -41,19 +42,6 @@ def finished_rows(state, slots) -> tuple[np.ndarray, ...]:
     """(tokens [R, N], sample log-probs [R, N], raw log-probs [R, N], lengths [R], cache lengths [R]) of the slots
     [R], on the host. The slots are padded to a power of two, so a run compiles a few programs, not one per R."""
     return tuple(np.asarray(x)[:len(slots)] for x in _rows_of(state, pad_rows(slots)))
-
-
-def make_engine(kind: str, graphdef, tokenizer, config: RolloutConfig, batch_size: int, *, slots: int = 0,
-                chunk: int = 8, lanes: int = 0, mesh=None):
-    """The rollout engine a config names: "continuous", "lockstep", or "auto" (continuous on one process,
-    lockstep across hosts). Both play the same trajectories. lanes: the sampler's decode lanes (0: its default)."""
-    from ragen_jax.rollout.engine import RolloutEngine
-
-    if kind not in ("auto", "continuous", "lockstep"):
-        raise ValueError(f"rollout.engine={kind!r} must be 'auto', 'continuous' or 'lockstep'.")
-    if kind == "lockstep" or (kind == "auto" and jax.process_count() > 1):
-        return RolloutEngine(graphdef, tokenizer, config, batch_size, lanes=lanes, mesh=mesh)
-    return ContinuousEngine(graphdef, tokenizer, config, batch_size, slots=slots, chunk=chunk, lanes=lanes, mesh=mesh)
 
 
 class ContinuousEngine:
@@ -80,7 +68,7 @@ class ContinuousEngine:
     def run(self, params: Any, env: EnvBatch, seeds: Sequence[int], group_ids: Sequence[int],
             key: jax.Array, *, tag: str, temperature: float | None = None, greedy: bool = False,
             top_p: float | None = None, top_k: int | None = None, row_multiple: int = 1) -> RolloutResult:
-        """Play one episode per seed (episodes of a group share a seed) and build the batch (as RolloutEngine.run)."""
+        """Play one episode per seed (episodes of a group share a seed) and build the batch (as LockstepEngine.run)."""
         cfg = self.config
         play = EpisodeBook.start(self, env, seeds, group_ids, tag)
         sampling = cfg.sampling(self.tokenizer, self.stop_sequences, temperature=temperature, greedy=greedy,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from typing import Any
+from typing import Any, Mapping
 
 from ragen_jax.rollout.prompts import build_messages
 from ragen_jax.rollout.types import Episode, RolloutResult
@@ -41,6 +41,17 @@ def episode_record(ep: Episode, index: int, **prompt_kwargs: Any) -> dict:
             "response_tokens": [r.response_tokens for r in ep.history if r.response_tokens is not None],
         },
     }
+
+
+def recorded_response_tokens(record: Any, count: int) -> list | None:
+    """A record's metadata.response_tokens when it is a list of `count` token-id lists, one per assistant message
+    (else None: contents are encoded)."""
+    metadata = record.get("metadata") if isinstance(record, Mapping) else None
+    given = metadata.get("response_tokens") if isinstance(metadata, Mapping) else None
+    if (isinstance(given, list) and len(given) == count
+            and all(isinstance(t, list) and all(type(i) is int for i in t) for t in given)):
+        return given
+    return None
 
 
 def episode_header(ep: Episode, index: int, count: int) -> str:

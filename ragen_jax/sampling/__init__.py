@@ -1,8 +1,8 @@
 """Jitted batched generation with a per-row KV cache (prefill + while_loop decode) and token scoring."""
 
-from ragen_jax.sampling.buckets import bucket_length
+from ragen_jax.shapes import bucket_length
 from ragen_jax.sampling.config import SamplingConfig
-from ragen_jax.sampling.filters import process_logits, sample_rows, sample_step, token_logprobs
+from ragen_jax.sampling.logits import process_logits, sample_rows, sample_step, token_logprobs
 from ragen_jax.sampling.sampler import Sampler
 from ragen_jax.sampling.turn import SampleOutput, TurnState, episode_turn_keys, model_config_of, row_keys
 from ragen_jax.sampling.scoring import score_tokens

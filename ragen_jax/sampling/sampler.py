@@ -26,7 +26,7 @@ from flax import nnx
 from ragen_jax.models import KVCache, ModelConfig, init_cache
 from ragen_jax.models.transformer import decode_weights, decode_weights_pay_off
 from ragen_jax.models.decode_attention import uses_ragged_decode
-from ragen_jax.sampling.buckets import bucket_length
+from ragen_jax.shapes import bucket_length
 from ragen_jax.sampling.config import SamplingConfig
 from ragen_jax.sampling.lanes import LaneCaches, decode_lanes, lane_plan, merge_rows, run_lanes, split_rows
 from ragen_jax.sampling.turn import (SampleOutput, TurnState, begin_turn, decode_turn, idle_state, model_config_of,

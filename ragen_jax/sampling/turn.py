@@ -15,9 +15,9 @@ from flax import nnx
 
 from ragen_jax.models import KVCache, ModelConfig
 from ragen_jax.models.transformer import with_decode_weights
-from ragen_jax.sampling.buckets import pad_rows
+from ragen_jax.shapes import pad_rows
 from ragen_jax.sampling.config import SamplingConfig
-from ragen_jax.sampling.filters import sample_rows
+from ragen_jax.sampling.logits import sample_rows
 from ragen_jax.sampling.lanes import LaneCaches
 from ragen_jax.sampling.stopping import INACTIVE, stop_reason
 

@@ -22,7 +22,7 @@ from flax import nnx
 from jax.sharding import AbstractMesh
 
 from ragen_jax.algos.logprobs import REMAT_LOGITS_BYTES
-from ragen_jax.chunks import even_chunk, round_up
+from ragen_jax.shapes import even_chunk, round_up
 from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
 from ragen_jax.models.attention import BLOCK_K, BLOCK_Q
 from ragen_jax.models.lora import DEFAULT_TARGETS, parse_target_modules, trainable_filter

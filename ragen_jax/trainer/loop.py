@@ -25,12 +25,12 @@ from ragen_jax.filtering import (FilterConfig, advantage_scale, compact, episode
                                   metric_quantity, update_empty_streak)
 from ragen_jax.monitoring import Monitor, flatten_config, wandb_settings
 from ragen_jax.rollout import group_seeds
-from ragen_jax.rollout.continuous import make_engine
+from ragen_jax.rollout import make_engine
 from ragen_jax.rollout.dump import write_jsonl
 from ragen_jax.rollout.metrics import episode_metrics, response_length, response_length_per_turn
 from ragen_jax.trainer import report
 from ragen_jax.trainer import setup as setup_lib
-from ragen_jax.trainer.diagnose import CollapseMonitor
+from ragen_jax.trainer.collapse_monitor import CollapseMonitor
 from ragen_jax.trainer.early_stop import (early_stop_reason, resumed_stop_reason, reward_collapse, stop_metrics,
                                           zero_std_streak)
 from ragen_jax.trainer.interrupt import StopRequests, stop_message

@@ -252,7 +252,7 @@ def test_a_traced_temperature_samples_and_scores_the_tempered_truncated_distribu
 
 
 def test_first_argmax_is_jnp_argmax_with_ties():
-    from ragen_jax.sampling.filters import first_argmax
+    from ragen_jax.sampling.logits import first_argmax
 
     x = np.random.RandomState(0).randint(0, 4, size=(64, 33)).astype(np.float32)  # many ties per row
     np.testing.assert_array_equal(first_argmax(jnp.asarray(x)), np.argmax(x, axis=-1))
@@ -263,7 +263,7 @@ def test_first_argmax_is_jnp_argmax_with_ties():
 
 
 def test_inverse_cdf_draws_softmax_and_never_a_masked_token():
-    from ragen_jax.sampling.filters import inverse_cdf_categorical
+    from ragen_jax.sampling.logits import inverse_cdf_categorical
 
     logits = np.array([2.0, -np.inf, 1.0, 0.5, -np.inf, -2.0, 0.0, -np.inf], np.float32)
     n = 40_000
@@ -287,7 +287,7 @@ def test_inverse_cdf_draw_is_its_model_over_the_uniform_grid():
     the draw itself, stage by stage, on a row with masked tokens and a padded last block); the model is within
     2e-5 of softmax in total variation at Qwen's vocabulary, where one draw over all V weights was off by 3.3e-3.
     That no masked token is drawn where XLA's running sum dips is tested below."""
-    from ragen_jax.sampling.filters import draw_block_size, inverse_cdf_categorical
+    from ragen_jax.sampling.logits import draw_block_size, inverse_cdf_categorical
 
     v = 151_936
     size = draw_block_size(v)
@@ -329,7 +329,7 @@ def test_the_two_stage_draw_is_closer_to_softmax_than_one_draw_over_the_vocabula
 def test_draw_index_skips_zero_weights_where_the_running_sum_dips():
     """The uniforms at which counting running sums <= u * total picks a masked token: `draw_index` picks a token
     with weight there."""
-    from ragen_jax.sampling.filters import draw_index
+    from ragen_jax.sampling.logits import draw_index
 
     v = 151_936
     logits = np.random.RandomState(0).randn(v).astype(np.float32)

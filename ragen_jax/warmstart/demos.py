@@ -5,16 +5,14 @@ Two sources:
   re-planned every turn; Bandit: the high-reward arm). Each turn's response is the tokenizer's
   encoding of "</think>{reasoning}<answer>Up || Left</answer>" (the "<think>" generation prefix
   comes from the prompt), recorded as `Episode`s, so `build_batch` makes the training rows;
-- a JSONL file of OpenAI chat messages (what `dump.write_jsonl` / `write_demo_jsonl` write, or
-  the user's own): each line is one training row, loss on its assistant messages.
+- a JSONL file of OpenAI chat messages (`warmstart.demo_jsonl`).
 Rows (`DemoRows`) carry a loss mask over the response tokens only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -23,9 +21,9 @@ from tqdm import tqdm
 from envs.protocols import EnvBatch
 from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.context import ContextBuilder
-from ragen_jax.rollout.engine import RolloutConfig, book_turn, fit_context, open_episodes, strip_end_of_turn
+from ragen_jax.rollout.config import RolloutConfig
+from ragen_jax.rollout.episodes import book_turn, fit_context, open_episodes, strip_end_of_turn
 from ragen_jax.rollout.parsing import ACTION_SEP, parse_response, recorded_response
-from ragen_jax.rollout.prompts import build_messages
 from ragen_jax.rollout.types import Episode
 
 # (unbatched env state as numpy) -> planned action ids from here (None: no solution).
@@ -302,125 +300,3 @@ def demo_rows(episodes: list[Episode], tokenizer, cfg: RolloutConfig, *, chunk: 
     if not parts:
         raise ValueError("No demonstration episodes to turn into rows.")
     return DemoRows.concat(parts, tokenizer.pad_token_id)
-
-
-def row_conversations(ep: Episode, cfg: RolloutConfig) -> list[dict]:
-    """One JSONL record per training row of `ep` in cfg's context mode (assistant `weight` 0/1)."""
-    responded = [i for i, r in enumerate(ep.history) if r.response_tokens is not None]
-    turns = responded[-1:] if cfg.context_mode == "full" else responded
-    records = []
-    for t in turns:
-        start = ep.history_start if cfg.context_mode == "full" else ep.history[t].history_start
-        messages = build_messages(ep.system, ep.history[: t + 1], start, mode=cfg.context_mode,
-                                  max_tokens=ep.prompt_max_tokens or cfg.response_length, enable_think=cfg.enable_think,
-                                  format_penalty=cfg.format_penalty, style=ep.prompt_style)
-        out, tokens = [], []
-        for m in messages:
-            item = {"role": m["role"], "content": m["content"]}
-            if m["role"] == "assistant":
-                trained = cfg.context_mode == "full" or m["record"] is ep.history[t]
-                item["weight"] = int(trained)
-                tokens.append(list(m["record"].response_tokens))
-            out.append(item)
-        records.append({"messages": out, "metadata": {"env_tag": ep.env_tag, "seed": ep.seed, "turn": t,
-                                                      "response_tokens": tokens}})
-    return records
-
-
-def write_demo_jsonl(path: str, episodes: list[Episode], cfg: RolloutConfig) -> str:
-    """Write episodes as JSONL training rows (OpenAI chat format) in cfg's context mode."""
-    with open(path, "w", encoding="utf-8") as f:
-        for ep in episodes:
-            for record in row_conversations(ep, cfg):
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return path
-
-
-# ------------------------------------------------------------------------------ JSONL -> rows
-def _assistant_tokens(tokenizer, builder: ContextBuilder, content: str, given: list[int] | None,
-                      cfg: RolloutConfig, where: str) -> list[int]:
-    """The exact tokens of an assistant message: recorded ones if they decode to it, else encoded."""
-    prefix = builder.generation_suffix
-    if given is not None and strip_end_of_turn(prefix + tokenizer.decode(given), builder.eos_texts) == content:
-        return [int(t) for t in given]
-    if not content.startswith(prefix):
-        raise ValueError(f"{where}: an assistant message must start with the generation prefix {prefix!r} "
-                         f"(rollout.enable_think={cfg.enable_think}), e.g. "
-                         f"{prefix + response_text(['Up'], enable_think=cfg.enable_think)!r}.")
-    return _response_tokens(builder, content[len(prefix):], cfg)
-
-
-def recorded_response_tokens(record: Any, count: int) -> list | None:
-    """A record's metadata.response_tokens when it is a list of `count` token-id lists, one per assistant message
-    (else None: contents are encoded)."""
-    metadata = record.get("metadata") if isinstance(record, Mapping) else None
-    given = metadata.get("response_tokens") if isinstance(metadata, Mapping) else None
-    if (isinstance(given, list) and len(given) == count
-            and all(isinstance(t, list) and all(type(i) is int for i in t) for t in given)):
-        return given
-    return None
-
-
-def rows_from_conversations(records: Sequence[dict], tokenizer, cfg: RolloutConfig, *,
-                            source: str = "demos", line_numbers: Sequence[int] | None = None) -> DemoRows:
-    """One row per record {"messages": [...], "metadata": {"response_tokens": ...}?}; loss on
-    assistant messages whose "weight" is not 0 (OpenAI fine-tuning format). line_numbers: each record's line in
-    `source`, for errors (default 1, 2, ...)."""
-    builder = ContextBuilder(tokenizer, enable_think=cfg.enable_think)
-    rows = []
-    for i, record in enumerate(records):
-        where = f"{source} line {line_numbers[i] if line_numbers is not None else i + 1}"
-        messages = record.get("messages") if isinstance(record, dict) else record
-        if not isinstance(messages, list) or not messages:
-            raise ValueError(f"{where}: expected {{\"messages\": [{{\"role\": ..., \"content\": ...}}, ...]}}.")
-        given = recorded_response_tokens(
-            record, sum(isinstance(m, dict) and m.get("role") == "assistant" for m in messages))
-        chat, trained, k = [], [], 0
-        for m in messages:
-            if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
-                    or not isinstance(m.get("content"), str):
-                raise ValueError(f"{where}: each message needs a role (system|user|assistant) and a "
-                                 f"string content; got {m!r}.")
-            item = {"role": m["role"], "content": m["content"]}
-            if m.get("weight", 1) not in (0, 1):  # "0" or 0.5 would train silently
-                raise ValueError(f"{where}: a message's weight is 0 (not trained) or 1 (trained); got {m['weight']!r}.")
-            if m["role"] == "assistant":
-                item["tokens"] = _assistant_tokens(tokenizer, builder, m["content"],
-                                                   given[k] if given else None, cfg, where)
-                if m.get("weight", 1):
-                    trained.append(k)
-                    check_response_length(len(item["tokens"]), cfg, f"{where}: assistant message {k + 1}", "it")
-                k += 1
-            chat.append(item)
-        if not trained:
-            raise ValueError(f"{where}: no assistant message to train on (all weights are 0 or none exist).")
-        tokens, turn_map = builder.assemble(chat, add_generation_prompt=False)
-        if len(tokens) > cfg.max_model_len:  # RL never shows a context this long: it drops the oldest turns
-            raise ValueError(f"{where}: the conversation is {len(tokens)} tokens, more than rollout.max_model_len="
-                             f"{cfg.max_model_len} (RL drops the oldest turns of a longer context, so it never "
-                             f"sees such a row). Split it into rows of fewer turns or raise rollout.max_model_len.")
-        rows.append((tokens, np.isin(turn_map, trained)))
-    if not rows:
-        raise ValueError(f"{source}: no demonstrations found.")
-    width = max(len(t) for t, _ in rows)
-    out = DemoRows(np.full((len(rows), width), tokenizer.pad_token_id, np.int32),
-                   np.zeros((len(rows), width), bool), np.zeros((len(rows), width), np.float32))
-    for i, (tokens, mask) in enumerate(rows):
-        out.tokens[i, :len(tokens)] = tokens
-        out.attention_mask[i, :len(tokens)] = True
-        out.loss_mask[i, :len(tokens)] = mask
-    return out
-
-
-def load_jsonl_demos(path: str, tokenizer, cfg: RolloutConfig) -> DemoRows:
-    """Rows from a JSONL file of chat conversations (see `rows_from_conversations`)."""
-    records, lines = [], []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path} line {n} is not JSON ({e}).") from None
-                lines.append(n)
-    return rows_from_conversations(records, tokenizer, cfg, source=path, line_numbers=lines)

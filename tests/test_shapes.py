@@ -1,8 +1,9 @@
-"""Evened chunk lengths (ragen_jax/chunks.py): the fewest chunks, as even as the rounding allows."""
+"""Shape rules (ragen_jax/shapes.py): evened chunk lengths (the fewest chunks, as even as the rounding allows) and
+the two length-bucket rules."""
 
 import pytest
 
-from ragen_jax.chunks import even_chunk
+from ragen_jax.shapes import even_chunk
 
 
 def test_even_chunk_examples():
@@ -23,3 +24,11 @@ def test_even_chunk_keeps_the_fewest_chunks_and_pads_little(most, multiple):
 def test_even_chunk_rejects_nonpositive_input():
     with pytest.raises(ValueError, match="n, most and multiple >= 1"):
         even_chunk(0, 256)
+
+
+def test_row_buckets_are_powers_of_two_to_256_then_multiples_of_128():
+    from ragen_jax.shapes import ROW_BUCKETS, bucket_length, round_up
+
+    assert [bucket_length(n, **ROW_BUCKETS) for n in (0, 1, 32, 33, 200, 256, 257, 300, 385)] == [
+        32, 32, 32, 64, 256, 256, 384, 384, 512]
+    assert [round_up(n, 8) for n in (0, 1, 8, 9)] == [0, 8, 8, 16]

@@ -1,214 +1,26 @@
-"""The StarPO rollout stage: a batch of agents plays episodes turn by turn in lockstep.
+"""The episode bookkeeping both rollout engines share.
 
-Each turn: build every active episode's context (chat template around the exact sampled tokens of
-earlier turns), feed only the tokens the KV cache does not hold yet, sample one response per
-episode, parse it into actions, step the environments, record rewards and penalties. Finished
-episodes stay in the batch, masked (`active`), so shapes never change.
-
-Across hosts each process plays the rows its devices hold (`RolloutEngine.rows`) with its own envs;
-the played episodes are then gathered, so every process builds the same batch.
+Contexts (chat template around the exact sampled tokens of earlier turns, oldest turns dropped to fit
+max_model_len), responses, parsed actions, env results, format penalties and the end of each episode, exactly as
+RAGEN books them; then the played episodes become the training batch and metrics (`finish_rollout`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import math
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
-import jax
 import numpy as np
 
 from envs.protocols import EnvBatch
 from ragen_jax.rollout import metrics as metrics_lib
-from ragen_jax.rollout.batching import build_batch, turn_scores_problem
+from ragen_jax.rollout.batching import build_batch
+from ragen_jax.rollout.config import RolloutConfig
 from ragen_jax.rollout.context import ContextBuilder, common_prefix_length
-from ragen_jax.rollout.parsing import ACTION_SEP, case_insensitive_lookup, parse_response, recorded_response
+from ragen_jax.rollout.parsing import case_insensitive_lookup, parse_response, recorded_response
 from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
 from ragen_jax.rollout.types import Episode, RolloutResult
-from ragen_jax.sampling import Sampler, SamplingConfig, episode_turn_keys
-from ragen_jax.sharding.distributed import agree_any, allgather_objects
-from ragen_jax.sharding.placement import global_to_local_rows
-
-logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class RolloutConfig:
-    """Rollout settings (RAGEN names in brackets)."""
-
-    max_turn: int = 5
-    max_actions_per_turn: int = 2  # [agent_proxy.max_actions_per_turn]
-    max_actions_per_traj: int = 10  # [custom_envs.*.max_actions_per_traj]
-    response_length: int = 400  # tokens per turn [actor_rollout_ref.rollout.response_length]
-    max_model_len: int = 3600  # context + response, tokens [rollout.max_model_len]
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    enable_think: bool = True
-    stop_at_answer: bool = True  # stop a turn at "</answer>" (the original has no stop strings)
-    action_sep: str = ACTION_SEP  # between an answer's actions [agent_proxy.action_sep]
-    context_mode: str = "full"  # full | limited_multi_turn | single_turn
-    context_window: int = 1  # turns kept by limited_multi_turn / single_turn, -1 = all [max_context_window]
-    prompt_style: str = "ragen"  # ragen | compact (state only; a departure for small models)
-    prompt_max_tokens: int = 0  # prompts' "Max response length"; 0: the env's (RAGEN's max_tokens) or response_length
-    use_turn_scores: bool = False
-    format_penalty: float = -0.1
-    reward_norm_method: str = "identity"  # identity | mean_std | mean | asym_clip
-    reward_norm_grouping: str = "state"  # state | inductive | batch
-
-    def __post_init__(self):
-        problem = turn_scores_problem(self.context_mode, self.use_turn_scores)
-        if problem:
-            raise ValueError(problem)
-        if not (self.context_window >= 1 or self.context_window == -1):
-            raise ValueError(f"RolloutConfig.context_window={self.context_window} shows no turn at all (a prompt "
-                             "without the current state): use the number of turns to show (>= 1, the current one "
-                             "included) or -1 for every turn.")
-
-    def stop_sequences(self, tokenizer) -> tuple[tuple[int, ...], ...]:
-        """The token sequences that end a response besides the end-of-turn ids (an engine computes them once)."""
-        return stop_sequences_for(tokenizer, "</answer>") if self.stop_at_answer else ()
-
-    def stop_gates(self, tokenizer) -> tuple[tuple[int, ...], ...]:
-        """With thinking, "</answer>" ends a response only after "</think>": RAGEN's parse reads the answer after
-        the reasoning, so an "</answer>" the reasoning quotes must not end the turn (an engine computes them once)."""
-        return stop_sequences_for(tokenizer, "</think>") if self.stop_at_answer and self.enable_think else ()
-
-    def sampling(self, tokenizer, stop_sequences: tuple[tuple[int, ...], ...], *, temperature: float | None = None,
-                 greedy: bool = False, top_p: float | None = None, top_k: int | None = None,
-                 stop_after: tuple[tuple[int, ...], ...] = ()) -> SamplingConfig:
-        """The sampler's settings for a turn; temperature, top_p and top_k given here replace this config's (a
-        validation samples with its own, as veRL's val_kwargs)."""
-        return SamplingConfig(
-            max_new_tokens=self.response_length,
-            temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p if top_p is None else top_p, top_k=self.top_k if top_k is None else top_k, greedy=greedy,
-            eos_ids=tuple(tokenizer.eos_token_ids), stop_sequences=stop_sequences, stop_after=stop_after)
-
-
-STOP_CONTEXTS = (("", ""), (" ", ""), ("\n", ""), ("", "\n"), (" ", "\n"), ("\n", "\n"))
-
-
-def stop_sequences_for(tokenizer, text: str) -> tuple[tuple[int, ...], ...]:
-    """The token sequences that end a response with `text`: its own tokens first, then its tokens after a space or
-    a newline and before a newline, each the shortest run of tokens whose text holds `text`. A byte-level BPE
-    merges a space into the punctuation after it (Qwen's " </" is one token, not " " + "</"), so `<answer> Up
-    </answer>` never ends in the tokens of "</answer>" alone; vLLM's stop strings match the decoded text instead."""
-    found: dict[tuple[int, ...], None] = {}
-    for before, after in STOP_CONTEXTS:
-        ids = list(tokenizer.encode(before + text + after))
-        start = max((i for i in range(len(ids)) if text in tokenizer.decode(ids[i:])), default=None)
-        if start is None:  # the context changed how `text` itself decodes; nothing to match on
-            continue
-        end = next(j for j in range(start + 1, len(ids) + 1) if text in tokenizer.decode(ids[start:j]))
-        found[tuple(ids[start:end])] = None
-    return tuple(found)
-
-
-class RolloutEngine:
-    """Plays batches of episodes with a policy given as split NNX state (`params`).
-
-    With a mesh, this process plays rows `self.rows` of the `batch_size` episodes (all of them with one
-    process): its env batch holds `local_batch_size` episodes.
-    """
-
-    def __init__(self, graphdef, tokenizer, config: RolloutConfig, batch_size: int, mesh=None, lanes: int = 0):
-        self.config = config
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
-        self.stop_sequences = config.stop_sequences(tokenizer)
-        self.stop_after = config.stop_gates(tokenizer)
-        self.sampler = Sampler(graphdef, cache_size=config.max_model_len,
-                               pad_id=tokenizer.pad_token_id, batch_size=batch_size, mesh=mesh, lanes=lanes or None)
-        self.rows = self.sampler.rows
-        self.local_batch_size = self.sampler.local_batch_size
-
-    # ----------------------------------------------------------------------------------------
-    def run(self, params: Any, env: EnvBatch, seeds: Sequence[int], group_ids: Sequence[int],
-            key: jax.Array, *, tag: str, temperature: float | None = None, greedy: bool = False,
-            top_p: float | None = None, top_k: int | None = None, row_multiple: int = 1) -> RolloutResult:
-        """Play one episode per seed (episodes of a group share a seed) and build the batch.
-
-        seeds, group_ids [batch_size]: the whole batch; `env` holds this process's `local_batch_size` episodes.
-        temperature, top_p, top_k: None = the config's (a validation passes its own).
-        """
-        cfg = self.config
-        B = self.local_batch_size
-        play = EpisodeBook.start(self, env, seeds, group_ids, tag, first_episode=self.rows.start)
-        sampling = cfg.sampling(self.tokenizer, self.stop_sequences, temperature=temperature, greedy=greedy,
-                                top_p=top_p, top_k=top_k, stop_after=self.stop_after)
-        cache, cache_lens = self.sampler.init_cache()
-        cache_lens = np.array(cache_lens, np.int32)
-        active = play.opened.copy()
-        turn_times = []
-        slot_steps = generated = 0
-
-        for _ in range(cfg.max_turn):
-            if not agree_any(active.any()):  # every process makes the same generate calls
-                break
-            t_turn = time.perf_counter()
-            t0 = time.perf_counter()
-            new_rows = {}
-            for b in np.nonzero(active)[0]:
-                cache_lens[b], new_rows[b] = play.next_context(b, int(cache_lens[b]))
-            width = max((len(v) for v in new_rows.values()), default=1)
-            new_tokens = np.full((B, max(width, 1)), self.tokenizer.pad_token_id, np.int32)
-            new_lens = np.zeros(B, np.int32)
-            for b, row in new_rows.items():
-                new_tokens[b, : len(row)] = row
-                new_lens[b] = len(row)
-            play.timing["glue"] += time.perf_counter() - t0
-
-            t0 = time.perf_counter()
-            keys = episode_turn_keys(key, play.episode_ids(), play.turns())
-            out = self.sampler.generate(params, new_tokens, new_lens, keys, sampling,
-                                        cache=cache, cache_lens=cache_lens, active=active)
-            cache = out.cache
-            tokens, lengths, sample_lp, raw_lp, cache_lens = (
-                global_to_local_rows(x, self.rows)
-                for x in (out.tokens, out.lengths, out.logprobs, out.raw_logprobs, out.cache_lens))
-            play.timing["generate"] += time.perf_counter() - t0
-
-            rows = np.nonzero(active)[0]
-            slot_steps += int(lengths[rows].max(initial=0)) * B  # every row rides the loop to the slowest one
-            generated += int(lengths[rows].sum())
-            t0 = time.perf_counter()
-            actions = [[] for _ in range(B)]
-            for b in rows:
-                n = lengths[b]
-                actions[b] = play.record_response(b, tokens[b, :n], sample_lp[b, :n], raw_lp[b, :n])
-            play.timing["glue"] += time.perf_counter() - t0
-            play.step_envs(rows, actions, active)
-            turn_times.append(time.perf_counter() - t_turn)
-
-        t0 = time.perf_counter()
-        episodes, logprobs = self._gather(play.episodes, play.logprobs)
-        result = finish_rollout(self.builder, cfg, self.tokenizer, episodes, logprobs, tag, play.timing, row_multiple)
-        result.timing["glue"] += time.perf_counter() - t0
-        result.extras["turn_times"] = turn_times
-        result.extras["decode_steps_per_token"] = slot_steps / max(generated, 1)
-        return result
-
-    # ----------------------------------------------------------------------------------------
-    def _gather(self, episodes: list[Episode], logprobs: dict) -> tuple[list[Episode], dict]:
-        """Every process's played rows, in batch order (processes sharing rows contribute them once)."""
-        parts = allgather_objects((self.rows.start, episodes, logprobs))
-        if len(parts) == 1:
-            return episodes, logprobs
-        all_episodes: list[Episode] = []
-        all_logprobs: dict = {}
-        for start, eps, lps in sorted(parts, key=lambda part: part[0]):
-            if start < len(all_episodes):
-                continue
-            all_episodes.extend(eps)
-            all_logprobs.update({(b + start, turn): v for (b, turn), v in lps.items()})
-        if len(all_episodes) != self.batch_size:
-            raise RuntimeError(f"Gathered {len(all_episodes)} episodes from {len(parts)} processes, expected "
-                               f"{self.batch_size}: the processes' rows do not tile the batch.")
-        return all_episodes, all_logprobs
 
 
 def open_episodes(env: EnvBatch, cfg: RolloutConfig, tag: str, seeds, group_ids, observations) -> list[Episode]:
