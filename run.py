@@ -48,18 +48,28 @@ def main(argv):
     logging.root.setLevel(logging.INFO)
     for noisy in ("absl", "jax._src", "orbax", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    cfg = _CONFIG.value
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.errors import ConfigError, RagenError
 
     try:
-        validate_config(cfg, mode=_MODE.value)
-    except ValueError as e:
-        sys.exit(f"FATAL {e}")
+        _main(_CONFIG.value, _MODE.value)
+    except RagenError as e:  # bad input the user can fix: the message says what to do (a config's, per problem)
+        sys.exit(f"FATAL {e if isinstance(e, ConfigError) else _one_line(str(e))}")
+
+
+def _main(cfg, mode: str) -> None:
+    from ragen_jax.config import validate_config
+
+    run = validate_config(cfg, mode=mode)
     workdir = _WORKDIR.value or cfg.workdir
-    cfg.workdir = workdir  # config.json, the hparams and --print_config record where this run writes
     if (error := _workdir_error(workdir)) and not _PRINT_CONFIG.value:
         sys.exit(f"FATAL {error}")  # before minutes of model loading
-    if _MODE.value == "sft" or (_MODE.value == "train" and not cfg.trainer.resume):
+    target = None
+    if mode == "eval" and not _PRINT_CONFIG.value:
+        from ragen_jax.trainer.evaluate import eval_target
+
+        target = eval_target(workdir, _CHECKPOINT.value)
+    run = _run_config(cfg, run, workdir, mode, target)
+    if mode == "sft" or (mode == "train" and not run.trainer.resume):
         from ragen_jax.checkpoint import earlier_run_error
 
         error = earlier_run_error(os.path.join(os.path.abspath(workdir), "checkpoints"))
@@ -67,41 +77,30 @@ def main(argv):
             sys.exit(f"FATAL {error}")
     from ragen_jax.sharding import maybe_initialize_distributed
 
-    maybe_initialize_distributed(cfg)  # multi-host: join the other processes before any device is touched
+    maybe_initialize_distributed(run)  # multi-host: join the other processes before any device is touched
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from envs.batch import EnvSetupError
-    from ragen_jax.checkpoint import CheckpointWriteError
-    from ragen_jax.models import CheckpointError
-    from ragen_jax.rollout import ContextOverflowError
     from ragen_jax.trainer import report
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer.trainer import Trainer
 
     if _PRINT_CONFIG.value:
-        print(report.config_report(cfg))
+        print(report.config_report(run))
         return
     from ragen_jax import compile_cache
 
     cache = compile_cache.enable(compile_cache.default_dir() if _COMPILE_CACHE.value is None else _COMPILE_CACHE.value)
     logging.info("XLA compilation cache: %s", f"{cache} (--compile_cache='' turns it off)" if cache else "off")
-    target, log_dir = None, None
-    if _MODE.value == "eval":
-        from ragen_jax.trainer.evaluate import eval_target, prepare_config
-
-        try:
-            target = eval_target(workdir, _CHECKPOINT.value)
-        except FileNotFoundError as e:
-            sys.exit(f"FATAL {e}")
-        prepare_config(cfg, target)
+    log_dir = None
+    if mode == "eval":
+        if target.kind == "hf":  # the policy loads from the folder evaluated
+            run = run.replace(**{"model.path": target.path, "model.preset": ""})
         log_dir = os.path.join(target.out_dir, "tb")
     elif _CHECKPOINT.value:
         sys.exit("FATAL --checkpoint is for --mode=eval; to continue a run use --config.trainer.resume=True "
                  "with its --workdir.")
     with logging_redirect_tqdm():  # log lines print above the progress bars instead of through them
         try:
-            trainer = Trainer(cfg, workdir, log_dir=log_dir)
-        except (OSError, CheckpointError, EnvSetupError) as e:  # a missing model, file or service, unusable env
-            sys.exit(f"FATAL {_one_line(str(e))}")  # data: the message says what to do
+            trainer = Trainer(run, workdir, log_dir=log_dir, mode=mode)
         except KeyboardInterrupt:  # while the model loads or compiles: nothing trained yet
             _exit_interrupted(os.path.join(os.path.abspath(workdir), "checkpoints"))
         if trainer.is_main:
@@ -109,39 +108,47 @@ def main(argv):
                   flush=True)
         with trainer.activate_mesh():
             try:
-                _run_mode(trainer, target)
-            except (CheckpointError, CheckpointWriteError) as e:  # --mode=eval of a damaged checkpoint, or of
-                sys.exit(f"FATAL {_one_line(str(e))}")  # another model's; a final checkpoint a full disk refused
-            except ContextOverflowError as e:  # no episode's first turn fits: the config's lengths, not one env
-                sys.exit(f"FATAL {_one_line(str(e))}")
+                _run_mode(trainer, target, mode)
             except KeyboardInterrupt:  # outside the RL steps (which stop after the step and save it)
                 _exit_interrupted(trainer.checkpointer.directory)
             finally:  # a remote env server's sessions end now, not after its TTL
                 trainer.close()
 
 
-def _run_mode(trainer, target) -> None:
-    if _MODE.value == "eval":
+def _run_config(cfg, run, workdir: str, mode: str, target=None):
+    """The config a run uses: the command line's, except that eval and resume continue from the run's own
+    config.json (eval: of the run whose checkpoint it scores), with only the command line's explicit --config.K=V
+    overrides applied (shown as changes)."""
+    from ragen_jax.config.files import run_config_with_overrides
+    from ragen_jax.trainer.evaluate import run_folder_of
+
+    with cfg.unlocked():
+        cfg.workdir = workdir  # config.json, the hparams and --print_config record where this run writes
+    run = run.replace(workdir=workdir)
+    if mode != "eval" and not (mode == "train" and run.trainer.resume):
+        return run
+    folder = run_folder_of(target, os.path.abspath(workdir)) if target is not None else os.path.abspath(workdir)
+    own, changes = run_config_with_overrides(folder, cfg, sys.argv, mode)
+    if own is None:
+        return run
+    what = "evaluates" if mode == "eval" else "resumes"
+    logging.info("This %s with the run's own config (%s/config.json), not the --config file's values%s", what,
+                 folder, ": changed by the command line: " + "; ".join(changes) if changes else "")
+    return own.replace(workdir=workdir)
+
+
+def _run_mode(trainer, target, mode: str) -> None:
+    if mode == "eval":
         from ragen_jax.trainer.evaluate import run_eval
 
-        metrics = run_eval(trainer, target)
-        print(json.dumps(metrics, indent=2))
+        print(json.dumps(run_eval(trainer, target), indent=2))
         return
-    if _MODE.value == "sft":
-        from ragen_jax.trainer.warmstart import run_warmstart
+    if mode == "sft":
+        from ragen_jax.trainer.run_loop import warm_start_only
 
-        trainer.record_config()
-        metrics = run_warmstart(trainer)
-        trainer.save(0)
-        folder = trainer.export(os.path.join(trainer.workdir, "hf_export"))
-        print(json.dumps({k: v for k, v in metrics.items() if not k.startswith("val_after")}, indent=2))
-        print(f"Warm-started policy: checkpoint {trainer.checkpointer.directory}/0, Hugging Face folder {folder}")
-        preset = " --config.model.preset=''" if trainer.cfg.model.preset else ""
-        print(f"RL from it (with your other overrides): python run.py --config={_config_arg(sys.argv, variants=True)}"
-              f"{preset} --config.model.path={folder} --config.warmstart.enabled=False "
-              f"--workdir={os.path.normpath(trainer.workdir)}_rl")
-        if getattr(trainer, "warmstart_jsonl", None):
-            print(f"Validation rollouts after the warm start: {trainer.warmstart_jsonl}")
+        metrics, lines = warm_start_only(trainer, _config_arg(sys.argv, variants=True))
+        print(json.dumps(metrics, indent=2))
+        print("\n".join(lines))
         return
     summary = trainer.train()
     from ragen_jax.trainer.report import print_summary

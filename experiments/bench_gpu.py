@@ -29,9 +29,10 @@ from ragen_jax.models import CausalLM, ModelConfig  # noqa: E402
 from ragen_jax.models.tiny import tiny_config  # noqa: E402
 from ragen_jax.sampling import SamplingConfig, Sampler  # noqa: E402
 from ragen_jax.sharding.memory import estimate_memory, measured_bytes  # noqa: E402
-from ragen_jax.trainer.optim import make_optimizer  # noqa: E402
+from ragen_jax.optim import make_optimizer  # noqa: E402
 from ragen_jax.trainer.setup import split_model  # noqa: E402
-from ragen_jax.trainer.steps import AlgoSettings, make_step_fns  # noqa: E402
+from ragen_jax.algos.settings import AlgoSettings
+from ragen_jax.trainer.steps import make_step_fns  # noqa: E402
 
 QWEN25 = {  # (hidden, intermediate, layers, heads, kv_heads, head_dim)
     "0.5b": (896, 4864, 24, 14, 2, 64),

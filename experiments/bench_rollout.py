@@ -47,7 +47,6 @@ from experiments.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.rollout import RolloutConfig, LockstepEngine, group_seeds  # noqa: E402
 from ragen_jax.rollout.continuous import ContinuousEngine  # noqa: E402
 from ragen_jax.trainer import setup as setup_lib  # noqa: E402
-from ragen_jax.trainer.settings import rollout_config  # noqa: E402
 
 MEDIAN_RESPONSE = 100  # tokens: the stopping model's median response length
 
@@ -108,7 +107,7 @@ def workload(name: str, args):
     elif name == "tiny":
         graphdef, params, tokenizer = tiny_model(args.tiny_model)
         cfg = get_config("tiny")
-        rollout = rollout_config(cfg)
+        rollout = RolloutConfig.of(cfg)
     else:
         raise SystemExit(f"unknown workload {name!r}: ragen_shaped or tiny")
     batch = cfg.env.groups * cfg.env.group_size

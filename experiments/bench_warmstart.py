@@ -41,15 +41,15 @@ def _sft_stepper(trainer, data, batch: int, micro: int):
     data's first `batch` rows, so two steppers over the same rows laid out differently see the same losses."""
     from ragen_jax.trainer import warmstart as ws
 
-    tx, _ = ws.sft_optimizer(trainer.cfg.warmstart, 100)
-    step = ws.make_sft_step(trainer.actor.graphdef, tx, micro)
-    state = {"params": jax.tree.map(jnp.copy, trainer.actor.trainable)}
+    tx, _ = ws.sft_optimizer(trainer.run.warmstart, 100)
+    step = ws.make_sft_step(trainer.models.actor.graphdef, tx, micro)
+    state = {"params": jax.tree.map(jnp.copy, trainer.models.actor.trainable)}
     state["opt"] = tx.init(state["params"])
     b = {k: jnp.asarray(v) for k, v in data.batch(np.arange(batch)).items()}
     prefix = jnp.asarray(data.prefix)
 
     def call() -> float:
-        state["params"], state["opt"], m = step(state["params"], state["opt"], trainer.actor.frozen, prefix, b)
+        state["params"], state["opt"], m = step(state["params"], state["opt"], trainer.models.actor.frozen, prefix, b)
         return float(m["loss"])
     return call
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"at the start: {load_line()}", flush=True)
 
     from ragen_jax.trainer import warmstart as ws
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer import Trainer
 
     cfg = _load_config(args.config)
     w = cfg.warmstart
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.compare_prefix:
         compare_prefix(trainer, rows, int(w.batch_size), int(w.micro_batch_size or w.batch_size))
 
-    key = f"val/{trainer.val_tag}/success"
+    key = f"val/{trainer.val_tags[0]}/success"
     t_val = time.perf_counter()
     vm, _ = trainer.run_validation(0)
     print(f"validation takes {time.perf_counter() - t_val:.0f} s")

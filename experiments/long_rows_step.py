@@ -78,7 +78,7 @@ _PREFLIGHT = """
 import sys
 import run
 run.parse_flags(["run.py", *sys.argv[1:]])
-from ragen_jax.config_check import validate_config
+from ragen_jax.config import validate_config
 from ragen_jax.trainer.setup import load_policy_and_tokenizer
 validate_config(run._CONFIG.value)
 load_policy_and_tokenizer(run._CONFIG.value.model)

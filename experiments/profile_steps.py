@@ -163,13 +163,13 @@ def profile_update(size: str, runs: int, top: int) -> None:
     model, batch, micro = bt.size_setup(size, "none")
     step, _ = bt.ours_runner(model, batch, micro, 256)
     step()
-    from ragen_jax.trainer.optim import make_optimizer
+    from ragen_jax.optim import make_optimizer
     from ragen_jax.trainer.setup import split_model
     from ragen_jax.trainer.steps import make_step_fns, scored_positions
 
     split = split_model(model, lora=False)
     tx, _ = make_optimizer(bt.OPTIM, 1000)
-    fns = make_step_fns(split.graphdef, None, bt.algo_settings(256), tx, None, micro)
+    fns = make_step_fns(split.graphdef, None, bt.AlgoSettings.of(validate_config(256)), tx, None, micro)
     mb = dict(jax.tree.map(jnp.asarray, batch))
     mb["sample_logprobs"] = mb["old_logprobs"]
     mb["positions"] = jnp.asarray(scored_positions(batch["loss_mask"]))  # as bench_train.ours_runner

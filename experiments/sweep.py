@@ -76,7 +76,7 @@ def unknown_grid_keys(config: str, keys: list[str]) -> list[str]:
     import importlib.util
 
     sys.path.insert(0, os.path.dirname(RUN_PY))
-    from ragen_jax.config_check import FREE_FORM
+    from ragen_jax.config.schema import FREE_FORM
 
     path, _, variants = config.partition(":")
     try:

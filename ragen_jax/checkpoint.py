@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from absl import flags
 
+from ragen_jax.errors import RagenError, RunFolderError
 from ragen_jax.sharding.distributed import allgather_objects
-from ragen_jax.trainer.optim import all_finite
+from ragen_jax.optim import all_finite
 
 
 _all_finite = jax.jit(all_finite)  # one replicated bool, computed where the shards live (any number of hosts)
@@ -73,7 +74,7 @@ def state_differences(stored: dict[str, tuple], wanted: dict[str, tuple], limit:
     return problems[:limit] + ([f"... and {len(problems) - limit} more"] if len(problems) > limit else [])
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(RagenError, OSError):
     """A checkpoint could not be written (a full disk, a quota, a lost mount); its partial folder is removed."""
 
 
@@ -196,8 +197,8 @@ class Checkpointer:
             self.close()
             raise CheckpointWriteError(unwritable_checkpoint(self.directory, step, causes)) from error
         if not saved:  # Orbax declines a step at or below its latest one without a word
-            raise FileExistsError(f"Checkpoint {step} was not written: "
-                                  f"{earlier_run_error(self.directory) or self.directory + ' holds a later step.'}")
+            raise RunFolderError(f"Checkpoint {step} was not written: "
+                                 f"{earlier_run_error(self.directory) or self.directory + ' holds a later step.'}")
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
         """Restore `step` into the structure (and shardings) of `abstract_state`; a checkpoint that does not fit it

@@ -25,3 +25,7 @@ class ModelNotFoundError(RagenError, FileNotFoundError):
 
 class NothingToEvaluateError(RagenError, FileNotFoundError):
     """`--mode=eval` pointed at a folder with nothing to score."""
+
+
+class MissingFileError(RagenError, FileNotFoundError):
+    """A file or folder the command needs (model files, a dataset, a rollout dump) is not there."""

@@ -40,7 +40,7 @@ def check_run_py(argv: list[str], validate: bool = True) -> str:
     from absl import flags
 
     import run
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
 
     for name in [n for n in flags.FLAGS if n.startswith("config.")]:  # the last command's override flags
         delattr(flags.FLAGS, name)

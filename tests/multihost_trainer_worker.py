@@ -26,8 +26,8 @@ from ragen_jax.sharding.rules import path_str
 DISTRIBUTED = maybe_initialize_distributed(None)  # before anything (gymnax, in the envs) touches a device
 
 from configs.base import apply_tiny, get_base_config  # noqa: E402
-from ragen_jax.config_check import validate_config  # noqa: E402
-from ragen_jax.trainer.loop import Trainer  # noqa: E402
+from ragen_jax.config import validate_config  # noqa: E402
+from ragen_jax.trainer import Trainer  # noqa: E402
 
 
 def config(workdir: str):
@@ -98,7 +98,7 @@ if __name__ == "__main__":
     def parameters(prefix: str = "") -> dict:
         """Host copies of the actor's and critic's trainable arrays (a collective: every process calls it)."""
         out = {}
-        for name, state in (("param", trainer.actor.trainable), ("critic", trainer.critic.trainable)):
+        for name, state in (("param", trainer.models.actor.trainable), ("critic", trainer.models.critic.trainable)):
             out.update({f"{prefix}{name}/{path_str(p)}": x
                         for p, x in jax.tree_util.tree_leaves_with_path(gather_to_host(state))})
         return out
@@ -117,7 +117,7 @@ if __name__ == "__main__":
     final = parameters()
     if jax.process_index() == 0:
         tag = "resumed" if resume else "result"
-        np.savez(os.path.join(workdir, f"{tag}.npz"), **final, **snapshots, start_step=trainer.start_step,
+        np.savez(os.path.join(workdir, f"{tag}.npz"), **final, **snapshots, start_step=trainer.state.start_step,
                  processes=jax.process_count(), local_episodes=trainer.train_env.batch_size,
                  rows=np.array([trainer.engine.rows.start, trainer.engine.rows.stop]))
         with open(os.path.join(workdir, f"{tag}.json"), "w") as f:

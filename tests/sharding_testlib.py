@@ -18,7 +18,8 @@ from ragen_jax.sampling import SamplingConfig, Sampler
 from ragen_jax.sharding import (cache_spec, fit_spec, make_mesh, place_for_training, reshard_for_sampling, shard_batch,
                                 shard_state)
 from ragen_jax.trainer.setup import split_model
-from ragen_jax.trainer.steps import AlgoSettings, make_step_fns
+from ragen_jax.algos.settings import AlgoSettings
+from ragen_jax.trainer.steps import make_step_fns
 
 VOCAB = 1152  # divisible by 8, so the embedding and head really split over every mesh axis
 ROWS, T, MICRO = 16, 24, 8

@@ -118,7 +118,7 @@ def config_errors() -> dict:
     """The Trainer's error for each bad mesh / batch setting on 8 devices, and whether it came before the model."""
     from configs.base import apply_tiny, get_base_config
     from ragen_jax.trainer import setup as setup_lib
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer import Trainer
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was built before the config error")
@@ -147,7 +147,7 @@ def validation_rows() -> dict:
     devices (data=-1): the model is never loaded."""
     from configs.base import apply_tiny, get_base_config
     from ragen_jax.trainer import setup as setup_lib
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer import Trainer
 
     built = []
 

@@ -144,7 +144,7 @@ def test_remax_says_what_it_needs_and_what_to_use():
     with pytest.raises(KeyError, match=r"'remax' is not available.*greedy rollout.*'grpo' or 'rloo'"):
         algos.ADVANTAGE_ESTIMATORS.get("remax")
     from configs import bandit
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
 
     cfg = bandit.get_config("tiny,grpo")
     cfg.algo.adv_estimator = "remax"

@@ -121,7 +121,7 @@ def test_a_correction_over_truncated_sampling_is_warned_about():
     """With top-p/top-k the sampler's log-probs are the truncated distribution's, so rho is the kept mass on every
     token: a correction would drop or down-weight tokens for the truncation itself."""
     from configs.base import get_base_config
-    from ragen_jax.trainer.settings import truncated_sampling_warning
+    from ragen_jax.config.checks import truncated_sampling_warning
 
     cfg = get_base_config()
     assert truncated_sampling_warning(cfg) is None  # the defaults: no correction, no truncation

@@ -13,9 +13,10 @@ from flax import nnx
 
 from configs import bandit, sokoban
 from ragen_jax import algos
-from ragen_jax.config_check import validate_config
-from ragen_jax.trainer.settings import algo_settings
-from ragen_jax.trainer.steps import AlgoSettings, make_step_fns
+from ragen_jax.config import validate_config
+from ragen_jax.algos.settings import AlgoSettings
+from ragen_jax.algos.settings import AlgoSettings
+from ragen_jax.trainer.steps import make_step_fns
 
 VOCAB, DIM, ROWS, T = 32, 8, 8, 10
 
@@ -168,13 +169,13 @@ def test_preset_configs_validate_and_build(preset, loss, agg, clip):
     for cfg in (bandit.get_config(f"tiny,{preset}"), sokoban.get_config(preset)):
         validate_config(cfg)
         assert cfg.algo.preset == preset
-        settings = algo_settings(cfg)
+        settings = AlgoSettings.of(validate_config(cfg))
         assert (settings.policy_loss, settings.loss_agg_mode, settings.adv_estimator) == (loss, agg, "grpo")
         assert (settings.clip_ratio_low, settings.clip_ratio_high) == clip
         assert settings.rollout_correction == "none" and settings.rollout_correction_bound is None
     cfg.algo.rollout_correction, cfg.algo.rollout_correction_bound = "icepop", 1.5
     validate_config(cfg)
-    algo = dataclasses.replace(algo_settings(cfg), logprob_chunk=4)
+    algo = dataclasses.replace(AlgoSettings.of(validate_config(cfg)), logprob_chunk=4)
     assert algo.rollout_correction_bound == 1.5
     delta, metrics = update(algo, make_batch())
     assert np.isfinite(delta).all() and metrics["update_skipped"] == 0.0 and "rollout_corr_weight_mean" in metrics
@@ -211,7 +212,7 @@ def test_sequence_mean_losses_refuse_another_aggregation_in_the_trainer():
 def test_gmpo_and_sapo_presets_validate_and_train(preset, loss, clip):
     cfg = bandit.get_config(f"tiny,{preset}")
     validate_config(cfg)
-    settings = algo_settings(cfg)
+    settings = AlgoSettings.of(validate_config(cfg))
     assert (settings.policy_loss, settings.loss_agg_mode, settings.adv_estimator) == (loss, "seq-mean-token-mean",
                                                                                       "grpo")
     assert (settings.clip_ratio_low, settings.clip_ratio_high) == clip
@@ -231,7 +232,7 @@ def test_verl_loss_keys_are_config_keys(loss):
     cfg.algo.policy_loss = loss
     cfg.algo.clip_cov_ratio, cfg.algo.kl_cov_ratio, cfg.algo.ppo_kl_coef = 0.01, 0.02, 0.5
     validate_config(cfg)
-    settings = algo_settings(cfg)
+    settings = AlgoSettings.of(validate_config(cfg))
     assert (settings.clip_cov_ratio, settings.kl_cov_ratio, settings.ppo_kl_coef) == (0.01, 0.02, 0.5)
     cfg.algo.kl_cov_ratio, cfg.algo.clip_cov_lb = 0.0, 9.0
     with pytest.raises(ValueError, match=r"kl_cov_ratio must be in \(0, 1\].*|clip_cov_lb \(9.0\) must be below"):

@@ -3,7 +3,7 @@
 import pytest
 
 from configs.base import apply_tiny, get_base_config
-from ragen_jax.config_check import validate_config
+from ragen_jax.config import validate_config
 
 
 def _config(env_name: str, *, warmstart: bool, source: str = "oracle"):
@@ -112,16 +112,15 @@ def test_a_model_path_beside_the_tiny_preset_is_refused_with_the_fix():
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("rollout.temperature", 0.0, r"config.rollout.temperature must be > 0 \(got 0.0\)"),
-    ("rollout.temperature", -1.0, r"config.rollout.temperature must be > 0 \(got -1.0\)"),
-    ("val.temperature", 0.0, r"config.val.temperature must be > 0 \(got 0.0\).*--config.val.greedy=True"),
+    ("rollout.temperature", -1.0, r"config.rollout.temperature must be >= 0 \(got -1.0\).*0 takes the most likely"),
+    ("val.temperature", -0.5, r"config.val.temperature must be >= 0 \(got -0.5\)"),
     ("rollout.top_p", 0.0, r"config.rollout.top_p must be in \(0, 1\] \(got 0.0\)"),
     ("rollout.top_p", 1.5, r"config.rollout.top_p must be in \(0, 1\] \(got 1.5\)"),
     ("rollout.top_k", -2, r"config.rollout.top_k must be >= 0 or -1 \(0 and -1, veRL's vLLM default, = off\) "
                           r"\(got -2\)"),
 ])
 def test_impossible_sampling_settings_fail_before_anything_is_built(key, value, message):
-    """A zero temperature used to pass the config check and stop the run with a traceback at its first RL step,
+    """A negative temperature used to pass the config check and stop the run with a traceback at its first RL step,
     after the validation and the warm start (minutes on a CPU); it must fail here, naming the key and the fix."""
     cfg = _config("SimpleSokoban", warmstart=False)
     section, name = key.split(".")
@@ -130,6 +129,27 @@ def test_impossible_sampling_settings_fail_before_anything_is_built(key, value, 
         validate_config(cfg)
     with pytest.raises(ValueError, match=message):
         validate_config(cfg, mode="eval")
+
+
+def test_temperature_zero_samples_greedily_as_vllm_and_transformers_read_it():
+    """temperature=0 is greedy decoding in vLLM and transformers (it was an error here): the sampler takes the
+    argmax and reports log-probs of the unscaled distribution, and the update's log-probs divide by 1, not 0."""
+    from ragen_jax.algos.settings import AlgoSettings
+    from ragen_jax.rollout import RolloutConfig
+
+    cfg = _config("SimpleSokoban", warmstart=False)
+    cfg.rollout.temperature, cfg.val.temperature = 0.0, 0.0
+    run = validate_config(cfg)
+    sampling = RolloutConfig.of(run).sampling(_Tok(), ())
+    assert sampling.greedy and sampling.temperature == 1.0
+    assert RolloutConfig.of(run).sampling(_Tok(), (), temperature=0.7).greedy is False
+    assert AlgoSettings.of(run).temperature == 1.0
+    cfg.rollout.temperature = 0.5
+    assert AlgoSettings.of(validate_config(cfg)).temperature == 0.5
+
+
+class _Tok:
+    eos_token_ids = (1,)
 
 
 def test_top_k_minus_one_is_off_as_in_vllm_and_verl():

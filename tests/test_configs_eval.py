@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from ragen_jax.config_check import validate_config
+from ragen_jax.config import validate_config
 from ragen_jax.rollout.dump import read_jsonl
 
 VAL_GROUPS, VAL_GROUP_SIZE = 2, 2  # 4 episodes, pass_at_2
@@ -39,13 +39,13 @@ def tiny_eval_config(module: str, variants: str = "tiny"):
 
 def run_tiny_eval(cfg, workdir) -> tuple[dict, list[dict]]:
     from ragen_jax.trainer.evaluate import run_eval
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer import Trainer
 
     trainer = Trainer(cfg, str(workdir))
     try:
         metrics = run_eval(trainer)
     finally:
-        for env in (trainer.train_env, trainer.val_env):
+        for env in (trainer.train_env, trainer.val_envs[0]):
             if hasattr(env, "close"):
                 env.close()
     return metrics, read_jsonl(str(workdir / "eval" / "init" / "rollouts.jsonl"))
@@ -277,7 +277,7 @@ def test_countdown_eval_with_a_scripted_policy_counts_successes(tmp_path):
     from envs.countdown.generator import generate_task
     from envs.countdown.solver import solve
     from ragen_jax.trainer.evaluate import run_eval
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer import Trainer
 
     cfg = tiny_eval_config("countdown")
     cfg.rollout.response_length = 64
@@ -306,7 +306,7 @@ def test_validation_in_chunks_reports_the_metrics_of_the_episodes_it_keeps(tmp_p
     from envs.countdown.generator import generate_task
     from envs.countdown.solver import solve
     from ragen_jax.trainer.evaluate import run_eval
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer import Trainer
 
     cfg = tiny_eval_config("countdown")
     cfg.val.groups, cfg.val.group_size, cfg.val.batch_size = 3, 2, 4

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from configs.base import get_base_config
-from ragen_jax.config_check import validate_config
+from ragen_jax.config import validate_config
 
 ENV_MODULES = ("sokoban", "frozenlake", "bandit", "countdown", "metamathqa", "sudoku", "webshop", "searchqa",
                "deepcoder", "lean")
@@ -328,7 +328,7 @@ def test_tiny_presets_keep_a_bounded_window():
 def test_bandit_validates_on_both_arm_vocabularies_as_ragen():
     """RAGEN's _1_bandit.yaml:26-30: es_manager.val tags ["Bandit", "BanditTest"], n_groups [256, 256]."""
     from configs.bandit import get_config
-    from ragen_jax.trainer.settings import validation_envs
+    from ragen_jax.config.checks import validation_envs
 
     c = get_config()
     validate_config(c)
@@ -366,14 +366,14 @@ def test_validation_samples_with_its_own_top_p_and_top_k():
     """RAGEN validates with veRL's val_kwargs (top_p 1.0, top_k -1; vllm_rollout_spmd.py reads them when
     meta_info.validate), whatever the training rollout's top_p / top_k: config.val.top_p / top_k, not rollout.*."""
     from configs.sokoban import get_config
-    from ragen_jax.trainer.settings import validation_sampling
+    from ragen_jax.trainer.validation import val_sampling
 
     c = get_config()
     c.rollout.top_p, c.rollout.top_k = 0.9, 20
     validate_config(c)
-    assert validation_sampling(c) == dict(temperature=0.5, greedy=False, top_p=1.0, top_k=0)
+    assert val_sampling(c.val) == dict(temperature=0.5, greedy=False, top_p=1.0, top_k=0)
     c.val.top_p, c.val.top_k, c.val.greedy = 0.95, 5, True
-    assert validation_sampling(c) == dict(temperature=0.5, greedy=True, top_p=0.95, top_k=5)
+    assert val_sampling(c.val) == dict(temperature=0.5, greedy=True, top_p=0.95, top_k=5)
     for key, bad in (("top_p", 0.0), ("top_k", -2)):
         c = get_config()
         c.val[key] = bad

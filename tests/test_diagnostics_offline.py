@@ -18,7 +18,7 @@ from ragen_jax.diagnostics.__main__ import main
 from ragen_jax.diagnostics.offline import load_dump, offline_report
 from ragen_jax.diagnostics.policy import load_policy
 from ragen_jax.rollout import group_seeds
-from ragen_jax.rollout.dump import write_jsonl, write_pkl
+from ragen_jax.rollout.dump import dump_kwargs, write_jsonl, write_pkl
 
 STEP = 3  # the trainer's diagnostics step (what TensorBoard shows)
 WORDS = ["teacher", "trader", "first", "second", "safe", "risky", "left", "right"]
@@ -43,7 +43,7 @@ def _tiny_bandit_config():
 def played(tmp_path_factory):
     """One training step's rollout of the tiny model on Bandit (scripted reasoning, real engine and env), the
     trainer's MI metrics for it, and the run folder: config.json, the PKL/JSONL dumps, a checkpoint, hf_export."""
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer import Trainer
 
     cfg = _tiny_bandit_config()
     run = tmp_path_factory.mktemp("run")
@@ -52,12 +52,12 @@ def played(tmp_path_factory):
                for b in range(8)]
     trainer.engine.sampler = ScriptedSampler(trainer.engine.sampler, trainer.tokenizer, [replies])
     seeds, gids = group_seeds(cfg.env.train_seed, cfg.env.groups, cfg.env.group_size)
-    res = trainer.engine.run(trainer.sampling_params(), trainer.train_env, seeds, gids, jax.random.PRNGKey(0),
+    res = trainer.engine.run(trainer.models.sampling_params(), trainer.train_env, seeds, gids, jax.random.PRNGKey(0),
                              tag=trainer.tag)
-    metrics = trainer.collapse.mi_metrics(STEP, res.episodes, trainer.actor.graphdef, trainer.actor.full())
+    metrics = trainer.collapse.mi_metrics(STEP, res.episodes, trainer.models.actor.graphdef, trainer.models.actor.full())
     (run / "config.json").write_text(cfg.to_json_best_effort(indent=2))
     pkl = write_pkl(str(run / "rollouts" / "train.pkl"), res)
-    jsonl = write_jsonl(str(run / "rollouts" / "train.jsonl"), res.episodes, **trainer._dump_kwargs())
+    jsonl = write_jsonl(str(run / "rollouts" / "train.jsonl"), res.episodes, **dump_kwargs(trainer.rollout))
     trainer.save(STEP - 1)
     export = trainer.export(str(run / "hf_export"))
     return types.SimpleNamespace(cfg=cfg, run=run, pkl=pkl, jsonl=jsonl, export=export, metrics=metrics,

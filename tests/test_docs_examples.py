@@ -72,7 +72,7 @@ def doc_module(tmp_path, monkeypatch):
 def test_custom_env_doc_example_plays_and_its_config_validates(doc_module, tmp_path):
     from envs.batch import make_env_batch
     from envs.registry import get_spec
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
 
     env = doc_module("custom_envs.md", "my_envs").GuessNumber()
     assert env.reset(3) == ("Make a guess.", {})  # secret 4
@@ -103,7 +103,7 @@ def test_custom_env_doc_example_plays_and_its_config_validates(doc_module, tmp_p
 def test_custom_losses_doc_example_registers_and_computes(doc_module):
     from configs.sokoban import get_config
     from ragen_jax import algos
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
 
     doc_module("custom_losses.md", "my_algos")
     adv_fn = algos.ADVANTAGE_ESTIMATORS.get("my_algos:median_baseline")
@@ -153,7 +153,7 @@ def test_the_docs_run_command_trains_one_step(doc, command, tag, budget, tmp_pat
 
 def test_custom_filter_metric_doc_example_scores_groups_and_validates(doc_module):
     from configs.sokoban import get_config
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
     from ragen_jax.filtering import FILTER_METRICS, FilterConfig, filter_rollouts
 
     module = doc_module("custom_losses.md", "my_filters")

@@ -506,7 +506,7 @@ def test_an_env_module_whose_code_fails_at_import_is_a_clear_config_error(tmp_pa
     """A custom env given by import path whose module raises (not a missing module): config validation reports it
     in one line, naming the module, the error, where it was raised and the fix, instead of a bare traceback."""
     from configs.bandit import get_config
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
 
     name = f"faulty_env_{len(text)}"
     _write_module(tmp_path, monkeypatch, name, text)

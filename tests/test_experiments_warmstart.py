@@ -23,7 +23,7 @@ def bandit():
     from ragen_jax.models.tiny import load_tiny_tokenizer, make_tiny_model
     from ragen_jax.monitoring import Monitor
     from ragen_jax.warmstart.demos import demo_rows, oracle_demo_episodes
-    from ragen_jax.trainer.settings import rollout_config
+    from ragen_jax.rollout import RolloutConfig
     from ragen_jax.trainer.setup import split_model
 
     c = get_base_config()
@@ -31,8 +31,8 @@ def bandit():
     c.env.name, c.env.max_turn, c.env.max_actions_per_turn = "Bandit", 1, 1
     c.warmstart.update(lr=1e-3, warmup_steps=0)
     tok = load_tiny_tokenizer()
-    rows = demo_rows(oracle_demo_episodes("Bandit", 8, tok, rollout_config(c), seed=5, batch_size=8), tok,
-                     rollout_config(c))
+    rows = demo_rows(oracle_demo_episodes("Bandit", 8, tok, RolloutConfig.of(c), seed=5, batch_size=8), tok,
+                     RolloutConfig.of(c))
     model, _ = make_tiny_model(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
                                intermediate_size=64)
     trainer = types.SimpleNamespace(cfg=c, actor=split_model(model, lora=False), monitor=Monitor("", enabled=False))

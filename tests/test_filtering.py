@@ -348,7 +348,7 @@ def test_a_filter_metric_reading_a_quantity_the_trainer_does_not_measure_names_i
 ])
 def test_a_filter_metric_breaking_its_contract_stops_the_run_before_any_model_is_built(score, message):
     from configs.sokoban import get_config
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
     from ragen_jax.filtering import FILTER_METRICS, FilterMetric
 
     FILTER_METRICS.register("test_broken_metric", FilterMetric("reward", score))

@@ -15,8 +15,8 @@ with them the same weights read 33.6% and 43.0% under two token draws (docs/perf
 import pytest
 
 from configs import bandit
-from ragen_jax.config_check import validate_config
-from ragen_jax.trainer.loop import Trainer
+from ragen_jax.config import validate_config
+from ragen_jax.trainer import Trainer
 
 MARGIN = 0.15
 VAL_EPISODES = 1024
@@ -40,7 +40,7 @@ def test_bandit_tiny_preset_rl_beats_its_warm_start(tmp_path):
     summary = trainer.train()
     before, after = summary["val_success_after_warmstart"], summary["val_success_final"]
     print(f"ppo (preset): P(high arm) {summary['val_success_start']:.3f} -> warm start {before:.3f} -> RL {after:.3f}")
-    valid = [v for k, v in trainer.warmstart_metrics.items()
+    valid = [v for k, v in trainer.state.warmstart.items()
              if k.startswith("val_after_warmstart/") and k.endswith("action_is_valid")]
     assert valid and valid[0] > 0.75  # the format is learned (sampled at T=1)
     assert 0.25 < before < 0.75  # ... but no arm preference yet

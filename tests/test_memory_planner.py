@@ -131,7 +131,7 @@ def test_fitting_plan_passes_and_bad_batch_is_named():
 
 def test_optimizer_state_dtype_float32_for_bfloat16_params():
     """state_dtype='float32': bf16 parameters keep float32 AdamW moments, and the update keeps the dtypes."""
-    from ragen_jax.trainer.optim import make_optimizer
+    from ragen_jax.optim import make_optimizer
     cfg = dict(lr=1e-2, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant",
                grad_clip=1.0, state_dtype="float32")
     params = {"w": jnp.full((4,), 3.0, jnp.bfloat16)}

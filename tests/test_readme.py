@@ -58,7 +58,7 @@ def test_the_docs_name_the_configs_a_newcomer_runs():
 
 @pytest.mark.parametrize("named", _named_configs())
 def test_every_config_the_docs_name_loads_and_validates(named):
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
 
     module, variants = named.split(":")
     cfg = importlib.import_module(f"configs.{module}").get_config(variants or None)

@@ -285,7 +285,7 @@ def test_turn_scores_in_a_per_turn_context_mode_are_refused(tiny, mode):
     (the turn-1 "Right" of a 2-turn walk got 1.0, not the episode's 2.0); RAGEN ignores the flag there. Refused
     by the config check, the rollout config and the batch builder alike, each naming both ways out."""
     from configs import sokoban
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
     from ragen_jax.rollout.batching import build_batch
     from ragen_jax.rollout.context import ContextBuilder
 
@@ -642,7 +642,7 @@ def test_rollout_action_sep_is_what_the_prompt_states_and_the_parser_splits_on(t
 @pytest.mark.parametrize("sep", ["", "  ", "</a>"])
 def test_an_action_sep_that_cannot_separate_answers_is_refused(sep):
     from configs import sokoban
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
 
     cfg = sokoban.get_config("tiny")
     cfg.rollout.action_sep = sep

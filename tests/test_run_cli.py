@@ -249,7 +249,7 @@ def test_a_workdir_that_cannot_be_created_is_one_fatal_line_before_the_model_loa
 
 CTRL_C_WHILE_BUILDING = """
 import os, runpy, signal, sys, time
-import ragen_jax.trainer.loop as loop
+import ragen_jax.trainer.trainer as loop
 
 def interrupted_init(self, *args, **kwargs):  # Ctrl-C arrives while the model loads
     os.kill(os.getpid(), signal.SIGINT)

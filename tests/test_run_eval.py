@@ -130,7 +130,7 @@ def test_a_lora_runs_merged_export_and_final_checkpoint_reproduce_its_last_valid
     apart) plays the run's last validation episodes again, with the same figures."""
     from ragen_jax.models.hf_files import read_training_record
     from ragen_jax.trainer.evaluate import prepare_config, run_eval
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer import Trainer
     from test_trainer_resume import recipe
 
     def config():

@@ -9,9 +9,9 @@ import numpy as np
 
 from configs.base import apply_tiny, get_base_config
 from ragen_jax.algos import ppo_clip_loss
-from ragen_jax.config_check import validate_config
+from ragen_jax.config import validate_config
 from ragen_jax.rollout import group_seeds
-from ragen_jax.trainer.loop import Trainer
+from ragen_jax.trainer import Trainer
 
 
 def bandit_config(workdir, **algo):
@@ -56,11 +56,11 @@ def test_train_writes_events_checkpoints_and_resumes_exactly(tmp_path):
     cfg = bandit_config(tmp_path / "part")
     cfg.trainer.resume = True
     resumed = Trainer(cfg)
-    assert resumed.start_step == 1
+    assert resumed.state.start_step == 1
     resumed.train()
-    for a, b in zip(_leaves(full.actor.trainable), _leaves(resumed.actor.trainable)):
+    for a, b in zip(_leaves(full.actor.trainable), _leaves(resumed.models.actor.trainable)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    for a, b in zip(_leaves(full.critic.trainable), _leaves(resumed.critic.trainable)):
+    for a, b in zip(_leaves(full.critic.trainable), _leaves(resumed.models.critic.trainable)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
@@ -69,12 +69,12 @@ def test_validation_and_training_share_their_sampling_programs(tmp_path):
     programs take the temperature as an argument: the training rollout compiles no decode program of its own."""
     trainer = Trainer(bandit_config(tmp_path))
     assert trainer.val_engine is trainer.engine
-    assert trainer.cfg.val.temperature != trainer.cfg.rollout.temperature
+    assert trainer.run.val.temperature != trainer.run.rollout.temperature
     trainer.run_validation(0)
     decode_programs = lambda: {k for k in trainer.engine.sampler._programs if k[0] == "decode"}  # noqa: E731
     after_validation = decode_programs()
-    seeds, gids = group_seeds(1, trainer.cfg.env.groups, trainer.cfg.env.group_size)
-    res = trainer.engine.run(trainer.sampling_params(), trainer.train_env, seeds, gids, jax.random.key(0), tag="t")
+    seeds, gids = group_seeds(1, trainer.run.env.groups, trainer.run.env.group_size)
+    res = trainer.engine.run(trainer.models.sampling_params(), trainer.train_env, seeds, gids, jax.random.key(0), tag="t")
     assert len(res.episodes) == trainer.batch_size and after_validation and decode_programs() == after_validation
 
 
@@ -98,13 +98,13 @@ def test_grpo_lora_and_custom_loss_train_only_adapters(tmp_path):
     cfg.val.every = 0
     CALLS.clear()
     trainer = Trainer(cfg)
-    frozen_before = _leaves(trainer.actor.frozen)
-    trainable_before = _leaves(trainer.actor.trainable)
+    frozen_before = _leaves(trainer.models.actor.frozen)
+    trainable_before = _leaves(trainer.models.actor.trainable)
     trainer.train()
     assert CALLS  # the custom loss was traced into the jitted update
-    assert trainer.critic is None
-    assert all(np.array_equal(a, b) for a, b in zip(frozen_before, _leaves(trainer.actor.frozen)))
-    assert any(not np.array_equal(a, b) for a, b in zip(trainable_before, _leaves(trainer.actor.trainable)))
+    assert trainer.models.critic is None
+    assert all(np.array_equal(a, b) for a, b in zip(frozen_before, _leaves(trainer.models.actor.frozen)))
+    assert any(not np.array_equal(a, b) for a, b in zip(trainable_before, _leaves(trainer.models.actor.trainable)))
     assert sum(x.size for x in trainable_before) < sum(x.size for x in frozen_before) / 4
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from envs.protocols import HostEnv, JaxEnv
-from ragen_jax.trainer.loop import Trainer
+from ragen_jax.trainer import Trainer
 from test_trainer_e2e import bandit_config
 
 
@@ -128,7 +128,8 @@ def test_a_batch_where_every_episode_failed_skips_the_update(tmp_path, monkeypat
     metrics = trainer.train_step(0)
     assert metrics["rollout/env_error_ratio"] == 1.0 and metrics["train/update_skipped_empty"] == 1.0
     assert "actor/loss" not in metrics
-    reason = trainer._early_stop({**metrics, "early_stop/filter_empty": 1.0})  # had it happened 5 steps in a row
+    trainer.state.empty_streak = trainer.run.filter.empty_stop_steps  # had it happened 5 steps in a row
+    reason = trainer.stop_reason(metrics)
     assert reason.startswith("every episode's environment failed"), reason
 
 
@@ -136,17 +137,17 @@ def test_a_batch_where_every_episode_failed_is_no_zero_reward_std_step(tmp_path,
     """No group was measured, so the in-group std (reported 0) is no reading: the zero-std early stop neither
     counts the step nor forgets the streak it had; a measured step with equal rewards in every group counts."""
     trainer = _flaky_trainer(tmp_path, failing=set(range(8)), monkeypatch=monkeypatch)
-    trainer.cfg.trainer.early_stop.reward_std_patience = 2
-    trainer.counters["std_zero_streak"] = 1
+    trainer.run = trainer.run.replace(**{"trainer.early_stop.reward_std_patience": 2})
+    trainer.state.std_zero_streak = 1
     metrics = trainer.train_step(0)
     assert metrics["rollout/in_group_reward_std"] == 0.0 and metrics["rollout/groups_broken_by_env_errors"] == 2
-    assert trainer.counters["std_zero_streak"] == 1
-    assert trainer._early_stop(metrics) is None
+    assert trainer.state.std_zero_streak == 1
+    assert trainer.stop_reason(metrics) is None
     FlakyPick.FAILING = set()
     monkeypatch.setattr(trainer.engine.tokenizer, "decode", lambda ids: "</think><answer>A</answer>")
     metrics = trainer.train_step(1)
-    assert metrics["rollout/in_group_reward_std"] == 0.0 and trainer.counters["std_zero_streak"] == 2
-    assert trainer._early_stop(metrics) == "in-group reward std was zero for 2 steps in a row"
+    assert metrics["rollout/in_group_reward_std"] == 0.0 and trainer.state.std_zero_streak == 2
+    assert trainer.stop_reason(metrics) == "in-group reward std was zero for 2 steps in a row"
 
 
 def test_a_validation_whose_envs_all_failed_is_reported_and_never_reads_as_low_success(tmp_path, caplog,
@@ -155,7 +156,7 @@ def test_a_validation_whose_envs_all_failed_is_reported_and_never_reads_as_low_s
     does not count towards the low-success stop. Before, nothing was logged and after val_patience such
     validations the run stopped saying validation success stayed below the bar."""
     trainer = _flaky_trainer(tmp_path, failing=set(range(8)), monkeypatch=monkeypatch)
-    patience, tag = trainer.cfg.trainer.early_stop.val_patience, trainer.val_tag
+    patience, tag = trainer.run.trainer.early_stop.val_patience, trainer.val_tags[0]
     assert patience > 0
     with caplog.at_level(logging.WARNING):
         metrics = trainer.validate(1)
@@ -163,11 +164,11 @@ def test_a_validation_whose_envs_all_failed_is_reported_and_never_reads_as_low_s
     assert any("Validation at step 1: 8 of 8 episodes failed in the env" in r.getMessage()
                and "flaky env" in r.getMessage() for r in caplog.records)
     for step in range(patience + 1):
-        trainer._record_val(step, metrics)
-    assert trainer.counters["val_low_streaks"].get(tag, 0) == 0 and trainer._early_stop({}) is None
+        trainer.record_validation(step, metrics)
+    assert trainer.state.val_low_streaks.get(tag, 0) == 0 and trainer.stop_reason() is None
     for step in range(patience):  # a healthy validation at zero success still counts
-        trainer._record_val(step, {**metrics, f"val/{tag}/env_error": 0.0})
-    assert trainer._early_stop({}).startswith("validation success stayed below")
+        trainer.record_validation(step, {**metrics, f"val/{tag}/env_error": 0.0})
+    assert trainer.stop_reason().startswith("validation success stayed below")
 
 
 def test_overflowing_updates_stop_the_run_with_a_reason(tmp_path, caplog):
@@ -178,13 +179,13 @@ def test_overflowing_updates_stop_the_run_with_a_reason(tmp_path, caplog):
     cfg.trainer.early_stop.skipped_updates = 2
     cfg.val.every, cfg.val.at_start, cfg.diagnostics.every = 0, False, 0
     trainer = Trainer(cfg)
-    before = [np.asarray(x).copy() for x in jax.tree.leaves(trainer.actor.trainable)]
+    before = [np.asarray(x).copy() for x in jax.tree.leaves(trainer.models.actor.trainable)]
     with caplog.at_level(logging.WARNING):
         summary = trainer.train()
     assert "updates in a row were skipped" in summary["stop_reason"]
     assert summary["updates_applied"] == 0 and summary["updates_skipped"] >= 2
     assert any("update skipped" in r.getMessage() for r in caplog.records)
-    after = [np.asarray(x) for x in jax.tree.leaves(trainer.actor.trainable)]
+    after = [np.asarray(x) for x in jax.tree.leaves(trainer.models.actor.trainable)]
     assert all(np.array_equal(a, b) for a, b in zip(before, after))  # never applied
     assert trainer.checkpointer.latest_step() is not None  # saving still works: the weights stayed finite
 
@@ -249,7 +250,7 @@ def test_the_learning_rate_schedule_runs_over_rl_steps_as_verls(tmp_path):
     for model in ("actor", "critic"):
         cfg.optim[model].warmup_steps, cfg.optim[model].lr = 2, 1e-3
     trainer = Trainer(cfg)
-    leaves = lambda: [np.asarray(x).copy() for x in jax.tree.leaves(trainer.actor.trainable)]  # noqa: E731
+    leaves = lambda: [np.asarray(x).copy() for x in jax.tree.leaves(trainer.models.actor.trainable)]  # noqa: E731
     before = leaves()
     metrics = trainer.train_step(0)
     assert metrics["actor/lr"] == 0.0 and metrics["critic/lr"] == 0.0
@@ -263,7 +264,8 @@ def test_a_step_without_an_update_does_not_move_the_learning_rate_schedule(tmp_p
     """veRL steps a scheduler only when its update runs: a step the filter emptied (or a collapsed one) moves no
     warmup. Before, the schedules ran on the RL step, so the first update after an empty step 0 trained at
     lr(1) (here 5e-4) instead of lr(0) = 0, and a resume reads the position from the checkpoint's counters."""
-    import ragen_jax.trainer.loop as loop_module
+    import ragen_jax.trainer.stages.select as loop_module
+    from ragen_jax.checkpoint import Checkpointer
 
     cfg = bandit_config(tmp_path)
     cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 1, 0, 0
@@ -281,14 +283,14 @@ def test_a_step_without_an_update_does_not_move_the_learning_rate_schedule(tmp_p
     assert trainer.train_step(0)["train/update_skipped_empty"] == 1.0
     metrics = trainer.train_step(1)
     assert metrics["actor/lr"] == 0.0 and metrics["critic/lr"] == 0.0  # the schedules' first update
-    assert trainer.counters["actor_update_steps"] == trainer.counters["critic_update_steps"] == 1
+    assert trainer.state.actor_update_steps == trainer.state.critic_update_steps == 1
     trainer.save(1)
     cfg.trainer.resume = True
     resumed = Trainer(cfg)
-    assert resumed.start_step == 2
-    assert resumed._learning_rates() == pytest.approx((5e-4, 5e-4))
+    assert resumed.state.start_step == 2
+    assert resumed.models.learning_rates(resumed.state.actor_update_steps, resumed.state.critic_update_steps) == pytest.approx((5e-4, 5e-4))
     # a checkpoint saved before these counters existed: every step until it counts as trained
-    restore = loop_module.Checkpointer.restore
+    restore = Checkpointer.restore
 
     def without_counters(self, *a, **k):
         state, meta = restore(self, *a, **k)
@@ -296,10 +298,10 @@ def test_a_step_without_an_update_does_not_move_the_learning_rate_schedule(tmp_p
             meta["counters"].pop(key)
         return state, meta
 
-    monkeypatch.setattr(loop_module.Checkpointer, "restore", without_counters)
+    monkeypatch.setattr(Checkpointer, "restore", without_counters)
     old = Trainer(cfg)
-    assert old.counters["actor_update_steps"] == old.counters["critic_update_steps"] == 2
-    assert old._learning_rates() == pytest.approx((1e-3, 1e-3))
+    assert old.state.actor_update_steps == old.state.critic_update_steps == 2
+    assert old.models.learning_rates(old.state.actor_update_steps, old.state.critic_update_steps) == pytest.approx((1e-3, 1e-3))
 
 
 class FragileCounter(JaxEnv):
@@ -369,5 +371,5 @@ def test_a_jax_env_whose_renderer_raises_fails_only_its_episode(tmp_path, monkey
     assert metrics[f"train/{trainer.tag}/success"] == 1.0 and np.isfinite(metrics["actor/loss"])
     val, episodes = trainer.run_validation(0)
     assert [i for i, ep in enumerate(episodes) if ep.error] == [1, 6]
-    tag = trainer.val_tag
+    tag = trainer.val_tags[0]
     assert val[f"val/{tag}/env_error"] == pytest.approx(2 / 8) and val[f"val/{tag}/success"] == 1.0

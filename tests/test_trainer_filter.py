@@ -8,7 +8,7 @@ import pytest
 
 from ragen_jax.rollout import group_seeds
 from ragen_jax.rollout.types import RolloutResult
-from ragen_jax.trainer.loop import Trainer
+from ragen_jax.trainer import Trainer
 from test_trainer_e2e import bandit_config
 from test_trainer_faults import FlakyPick
 
@@ -36,7 +36,7 @@ def update_with(cfg, result):
     trainer = Trainer(cfg)
     trainer.engine.run = lambda *a, **k: result
     metrics = trainer.train_step(0)
-    return [np.asarray(x) for x in jax.tree.leaves(trainer.actor.trainable)], metrics
+    return [np.asarray(x) for x in jax.tree.leaves(trainer.models.actor.trainable)], metrics
 
 
 def only_groups(result: RolloutResult, groups: np.ndarray, group_size: int) -> RolloutResult:
@@ -197,7 +197,7 @@ def test_actor_entropy_is_ragens_before_the_update_over_the_whole_batch(tmp_path
     monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev) or {})
     metrics = trainer.train_step(0)
     dev = {k: np.asarray(v) for k, v in seen["dev"].items()}
-    ent = np.asarray(trainer.fns["score_policy"](trainer.actor.trainable, trainer.actor.frozen, dev["tokens"],
+    ent = np.asarray(trainer.fns["score_policy"](trainer.models.actor.trainable, trainer.models.actor.frozen, dev["tokens"],
                                                  dev["attention_mask"], scored_positions(dev["loss_mask"]))[1])
     mask = dev["loss_mask"]
     rows = mask.sum(axis=1) > 0

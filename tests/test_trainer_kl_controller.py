@@ -2,8 +2,8 @@
 
 import pytest
 
-from ragen_jax.config_check import validate_config
-from ragen_jax.trainer.loop import Trainer
+from ragen_jax.config import validate_config
+from ragen_jax.trainer import Trainer
 from test_trainer_e2e import bandit_config
 
 
@@ -21,10 +21,9 @@ def test_the_adaptive_controller_moves_the_coefficient_and_a_fixed_one_keeps_it(
     assert second["actor/reward_kl_penalty_coeff"] != pytest.approx(0.1)
     # veRL's critic/rewards are the scores after the penalty: lower once the policy has left its reference
     assert second["actor/reward_kl_penalty"] > 0 and second["critic/rewards/mean"] < second["critic/score/mean"]
-    assert "kl_in_reward_coef" in trainer.counters  # checkpointed with the other counters
-    trainer.cfg.unlock()
-    trainer.cfg.algo.kl_ctrl_type = "fixed"
-    coef = trainer.counters["kl_in_reward_coef"]
+    assert "kl_in_reward_coef" in trainer.state.counters()  # checkpointed with the other counters
+    trainer.run = trainer.run.replace(**{"algo.kl_ctrl_type": "fixed"})
+    coef = trainer.state.kl_in_reward_coef
     trainer.train_step(2)
     assert trainer.train_step(3)["actor/reward_kl_penalty_coeff"] == pytest.approx(coef)
 
@@ -68,10 +67,10 @@ def test_the_step_whose_reward_std_collapsed_is_not_trained(tmp_path):
     cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 0, 0, 0
     cfg.trainer.early_stop.reward_collapse_window, cfg.trainer.early_stop.reward_collapse_ratio = 1, 0.1
     trainer = Trainer(cfg)
-    trainer.counters["reward_std_first"] = [100.0]  # a baseline every step's std falls below a tenth of
-    before = [np.asarray(x) for x in jax.tree.leaves(trainer.actor.trainable)]
+    trainer.state.reward_std_first = [100.0]  # a baseline every step's std falls below a tenth of
+    before = [np.asarray(x) for x in jax.tree.leaves(trainer.models.actor.trainable)]
     metrics = trainer.train_step(0)
-    assert all(np.array_equal(a, np.asarray(b)) for a, b in zip(before, jax.tree.leaves(trainer.actor.trainable)))
+    assert all(np.array_equal(a, np.asarray(b)) for a, b in zip(before, jax.tree.leaves(trainer.models.actor.trainable)))
     assert "actor/pg_loss" not in metrics
     assert metrics["early_stop/reward_collapse"] == 1.0 and metrics["train/update_skipped_reward_collapse"] == 1.0
-    assert trainer._early_stop(metrics).startswith("the in-group reward std collapsed")
+    assert trainer.stop_reason(metrics).startswith("the in-group reward std collapsed")

@@ -4,7 +4,7 @@ weights frozen, its adapters and value head trained, and a run with a warm start
 import jax
 import numpy as np
 
-from ragen_jax.trainer.loop import Trainer
+from ragen_jax.trainer import Trainer
 from test_trainer_e2e import bandit_config
 
 
@@ -28,21 +28,21 @@ def _config(workdir):
 
 def test_the_critic_trains_adapters_and_head_over_frozen_base_weights_and_resumes(tmp_path):
     trainer = Trainer(_config(tmp_path))
-    assert trainer.critic is not None
-    trained = _paths(trainer.critic.trainable)
+    assert trainer.models.critic is not None
+    trained = _paths(trainer.models.critic.trainable)
     assert trained and all("lora_" in p or p.startswith("score/") for p in trained)
-    assert not any("lora_" in p for p in _paths(trainer.critic.frozen))
-    base = _leaves(trainer.critic.frozen)
-    assert sum(x.size for x in _leaves(trainer.critic.trainable)) < sum(x.size for x in base) / 4
+    assert not any("lora_" in p for p in _paths(trainer.models.critic.frozen))
+    base = _leaves(trainer.models.critic.frozen)
+    assert sum(x.size for x in _leaves(trainer.models.critic.trainable)) < sum(x.size for x in base) / 4
 
     trainer.train()  # warm start (the critic then copies the policy's adapters), one RL step, a checkpoint
-    assert all(np.array_equal(a, b) for a, b in zip(base, _leaves(trainer.critic.frozen)))  # base stays frozen
-    assert trainer.counters["updates_applied"] > 0
+    assert all(np.array_equal(a, b) for a, b in zip(base, _leaves(trainer.models.critic.frozen)))  # base stays frozen
+    assert trainer.state.updates_applied > 0
 
     cfg = _config(tmp_path)
     cfg.trainer.resume, cfg.trainer.total_steps = True, 1
     resumed = Trainer(cfg)
-    assert resumed.start_step == 1
-    for a, b in ((trainer.critic.frozen, resumed.critic.frozen), (trainer.critic.trainable, resumed.critic.trainable),
-                 (trainer.critic_opt, resumed.critic_opt)):
+    assert resumed.state.start_step == 1
+    for a, b in ((trainer.models.critic.frozen, resumed.models.critic.frozen), (trainer.models.critic.trainable, resumed.models.critic.trainable),
+                 (trainer.models.critic_optim.state, resumed.models.critic_optim.state)):
         assert all(np.array_equal(x, y) for x, y in zip(_leaves(a), _leaves(b)))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ragen_jax.trainer import report
-from ragen_jax.trainer.loop import Trainer
+from ragen_jax.trainer import Trainer
 from disk_testlib import full_disk
 from test_trainer_e2e import bandit_config
 
@@ -75,13 +75,13 @@ def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
     first, first_log = run(recipe(tmp_path / "resumed", 2))
     del first  # the process "dies" here: only the checkpoint folder survives
     resumed, resumed_log = run(recipe(tmp_path / "resumed", 4), resume=True)
-    assert resumed.start_step == 2
+    assert resumed.state.start_step == 2
 
-    assert_bitwise(straight.actor.trainable, resumed.actor.trainable, "actor parameters")
-    assert_bitwise(straight.actor_opt, resumed.actor_opt, "actor optimizer state")
-    assert_bitwise(straight.critic.trainable, resumed.critic.trainable, "critic parameters")
-    assert_bitwise(straight.critic_opt, resumed.critic_opt, "critic optimizer state")
-    assert_bitwise(straight.ref_params, resumed.ref_params, "KL reference")
+    assert_bitwise(straight.models.actor.trainable, resumed.models.actor.trainable, "actor parameters")
+    assert_bitwise(straight.models.actor_optim.state, resumed.models.actor_optim.state, "actor optimizer state")
+    assert_bitwise(straight.models.critic.trainable, resumed.models.critic.trainable, "critic parameters")
+    assert_bitwise(straight.models.critic_optim.state, resumed.models.critic_optim.state, "critic optimizer state")
+    assert_bitwise(straight.models.ref_params, resumed.models.ref_params, "KL reference")
     assert not resumed.ref_is_initial  # the warm-started policy, restored from the checkpoint
 
     joined = {**first_log, **resumed_log}
@@ -125,13 +125,13 @@ def test_a_signalled_lockstep_lora_run_resumes_bit_for_bit(tmp_path, sigterm_kil
     first.train_step = lambda step: (step_fn(step), step == 0 and signal.raise_signal(signal.SIGTERM))[0]
     assert first.train()["stopped_by_signal"] == "SIGTERM"
     resumed, resumed_log = run(config(tmp_path / "resumed"), resume=True)
-    assert resumed.start_step == 1 and resumed.lora
+    assert resumed.state.start_step == 1 and resumed.models.lora
 
-    assert_bitwise(straight.actor.trainable, resumed.actor.trainable, "actor adapters")
-    assert_bitwise(straight.actor_opt, resumed.actor_opt, "actor optimizer state")
-    assert_bitwise(straight.critic.trainable, resumed.critic.trainable, "critic parameters")
-    assert_bitwise(straight.critic_opt, resumed.critic_opt, "critic optimizer state")
-    assert not all(np.array_equal(a, b) for a, b in zip(_bits(first.actor.trainable), _bits(resumed.actor.trainable)))
+    assert_bitwise(straight.models.actor.trainable, resumed.models.actor.trainable, "actor adapters")
+    assert_bitwise(straight.models.actor_optim.state, resumed.models.actor_optim.state, "actor optimizer state")
+    assert_bitwise(straight.models.critic.trainable, resumed.models.critic.trainable, "critic parameters")
+    assert_bitwise(straight.models.critic_optim.state, resumed.models.critic_optim.state, "critic optimizer state")
+    assert not all(np.array_equal(a, b) for a, b in zip(_bits(first.models.actor.trainable), _bits(resumed.models.actor.trainable)))
     for step in range(1, 4):
         want = {k: v for k, v in straight_log[step].items() if not k.startswith(NOISY)}
         got = {k: v for k, v in {**first_log.get(step, {}), **resumed_log.get(step, {})}.items()
@@ -139,7 +139,7 @@ def test_a_signalled_lockstep_lora_run_resumes_bit_for_bit(tmp_path, sigterm_kil
         assert want == got, step  # every metric, validation included, bit for bit
     coefs = [straight_log[s]["actor/reward_kl_penalty_coeff"] for s in range(1, 4)]
     assert len(set(coefs)) == 3  # the controller moved the coefficient at every step: its state crossed the stop
-    assert resumed.counters["kl_in_reward_coef"] == straight.counters["kl_in_reward_coef"]
+    assert resumed.state.kl_in_reward_coef == straight.state.kl_in_reward_coef
 
 
 def _two_checkpoints(folder):
@@ -160,7 +160,7 @@ def test_resuming_the_warm_start_of_mode_sft_is_refused_with_the_way_to_rl_from_
     import jax.numpy as jnp
 
     from ragen_jax.checkpoint import Checkpointer
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer import Trainer
 
     workdir = str(tmp_path / "sft")
     folder = os.path.join(workdir, "checkpoints")
@@ -280,7 +280,7 @@ def test_a_signal_mid_run_stops_after_the_step_saves_it_and_resumes(tmp_path, mo
     assert not os.path.exists(tmp_path / "hf_export")
     cfg.trainer.resume = True
     resumed = Trainer(cfg)
-    assert resumed.start_step == 2 and resumed.train()["stopped_by_signal"] is None
+    assert resumed.state.start_step == 2 and resumed.train()["stopped_by_signal"] is None
     assert finished_steps(str(tmp_path / "checkpoints")) == [1, 3]
 
 
@@ -355,10 +355,10 @@ def test_an_export_the_disk_refuses_is_written_by_resuming_the_finished_run(tmp_
     assert finished_steps(str(tmp_path / "checkpoints")) == [1]
     cfg.trainer.resume = True
     resumed = Trainer(cfg)
-    steps_run = resumed.counters["steps_run"]
+    steps_run = resumed.state.steps_run
     with caplog.at_level(logging.WARNING):
         summary = resumed.train()
-    assert resumed.counters["steps_run"] == steps_run == 2 and summary["failures"] == []
+    assert resumed.state.steps_run == steps_run == 2 and summary["failures"] == []
     assert any("already trained its 2 steps" in r.getMessage() and "raise --config.trainer.total_steps"
                in r.getMessage() for r in caplog.records)  # before: a fresh summary, no word why nothing ran
     assert os.path.exists(tmp_path / "hf_export" / "config.json")
@@ -423,7 +423,7 @@ def test_a_resume_with_another_config_names_each_change(tmp_path, caplog):
     assert "trainer.seed: 0 -> 1; trainer.total_steps: 1 -> 2." in warnings[0] and "trainer.resume" not in warnings[0]
     with open(tmp_path / "config.json") as f:
         assert json.load(f)["trainer"]["seed"] == 1  # what the run now runs with
-    from ragen_jax.trainer.settings import config_changes
+    from ragen_jax.config.files import config_changes
 
     assert config_changes({"trainer": {"resume": False, "seed": 0}}, {"trainer": {"resume": True, "seed": 0}}) == []
     assert config_changes({"a": 1}, {"b": None}) == ["a: 1 -> (absent)", "b: (absent) -> None"]
@@ -466,7 +466,7 @@ def test_tensorboard_shows_each_step_once_after_a_resume(tmp_path):
     shutil.rmtree(tmp_path / "checkpoints" / "2")  # the process died after logging step 3, before saving it
     cfg.trainer.resume = True
     resumed = Trainer(cfg)
-    assert resumed.start_step == 2
+    assert resumed.state.start_step == 2
     resumed.train()
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
@@ -509,7 +509,7 @@ def test_a_bfloat16_checkpoint_without_the_float32_master_resumes_with_the_maste
     import jax.numpy as jnp
 
     from ragen_jax.checkpoint import Checkpointer
-    from ragen_jax.trainer.optim import MasterWeights
+    from ragen_jax.optim import MasterWeights
 
     def config(workdir):
         cfg = bandit_config(workdir)  # with a critic: both optimizer states
@@ -520,8 +520,8 @@ def test_a_bfloat16_checkpoint_without_the_float32_master_resumes_with_the_maste
 
     old = Trainer(config(tmp_path / "old"))
     old.train()
-    assert isinstance(old.actor_opt, MasterWeights) and isinstance(old.critic_opt, MasterWeights)
-    legacy = dict(old._state(False), actor_opt=old.actor_opt.inner, critic_opt=old.critic_opt.inner)
+    assert isinstance(old.models.actor_optim.state, MasterWeights) and isinstance(old.models.critic_optim.state, MasterWeights)
+    legacy = dict(old._state(False), actor_opt=old.models.actor_optim.state.inner, critic_opt=old.models.critic_optim.state.inner)
     meta = old.checkpointer.restore_meta(0)
     Checkpointer(str(tmp_path / "legacy" / "checkpoints")).save(0, legacy, meta)
 
@@ -529,7 +529,7 @@ def test_a_bfloat16_checkpoint_without_the_float32_master_resumes_with_the_maste
     cfg.trainer.update(resume=True, total_steps=2)
     with caplog.at_level("INFO"):
         resumed = Trainer(cfg)
-    assert resumed.start_step == 1
+    assert resumed.state.start_step == 1
     for model in ("actor", "critic"):
         params, opt = getattr(resumed, model).trainable, getattr(resumed, f"{model}_opt")
         assert isinstance(opt, MasterWeights)
@@ -550,7 +550,7 @@ def test_only_a_bfloat16_checkpoint_without_the_master_gets_one_rebuilt(tmp_path
 
     from ragen_jax.checkpoint import Checkpointer
     from ragen_jax.models import CheckpointError
-    from ragen_jax.trainer.optim import MasterWeights
+    from ragen_jax.optim import MasterWeights
 
     spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)  # noqa: E731
     params = {"w": jnp.arange(3, dtype=jnp.bfloat16)}
@@ -570,7 +570,7 @@ def test_only_a_bfloat16_checkpoint_without_the_master_gets_one_rebuilt(tmp_path
 def test_the_checkpoint_barrier_timeout_reaches_every_checkpointer_the_trainer_builds(tmp_path, monkeypatch):
     """config.trainer.checkpoint_barrier_timeout_s is the multi-host barrier timeout of the run's own checkpoints
     and of another run's that `restore` reads."""
-    from ragen_jax.trainer import loop
+    from ragen_jax.trainer import trainer as loop
 
     trainer = Trainer(grpo_without_validation(tmp_path, checkpoint_barrier_timeout_s=17))
     assert trainer.checkpointer.barrier_timeout_s == 17
@@ -593,11 +593,11 @@ def test_a_resumed_run_keeps_every_validation_it_made(tmp_path):
     last 1,000 validations gave a long run's resume another val_success_start and val_success_best."""
     cfg = bandit_config(str(tmp_path / "run"))
     trainer = Trainer(cfg)
-    trainer.history = [{"step": 0, "val_success": 0.9}] + [{"step": s, "val_success": 0.1} for s in range(1, 1500)]
-    trainer.counters["steps_run"] = 1500
+    trainer.state.history = [{"step": 0, "val_success": 0.9}] + [{"step": s, "val_success": 0.1} for s in range(1, 1500)]
+    trainer.state.steps_run = 1500
     trainer.save(1499)
     resumed = Trainer(cfg)
     resumed.restore(trainer.checkpointer.directory, 1499)
-    assert resumed.history == trainer.history
+    assert resumed.state.history == trainer.state.history
     summary = report.run_summary(resumed, 1.0, 0.0, None, 1.0)
     assert (summary["val_success_start"], summary["val_success_best"]) == (0.9, 0.9)

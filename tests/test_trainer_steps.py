@@ -13,8 +13,8 @@ from flax import nnx
 
 from configs.base import apply_tiny, get_base_config
 from ragen_jax.algos import ppo_clip_loss
-from ragen_jax.trainer.settings import algo_settings
-from ragen_jax.trainer.optim import all_finite, guarded_apply
+from ragen_jax.algos.settings import AlgoSettings
+from ragen_jax.optim import all_finite, guarded_apply
 from ragen_jax.trainer.steps import make_step_fns, mean_update_metrics, scored_positions
 from test_algos_step_integration import BASE, ROWS, TX, make_batch, split_actor
 
@@ -110,7 +110,7 @@ def test_the_guard_costs_at_most_two_kernels_per_state_leaf():
     the bare step's 151 for 80 leaves; an isfinite, an all-reduce and a select per leaf made 525, ~1.4 s more
     compile time of the tiny model's update."""
     from ragen_jax.models.tiny import make_tiny_model
-    from ragen_jax.trainer.optim import make_optimizer
+    from ragen_jax.optim import make_optimizer
 
     trainable = nnx.state(make_tiny_model(seed=0)[0], nnx.Param)
     tx, _ = make_optimizer(dict(lr=1e-3, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0,
@@ -159,9 +159,9 @@ def test_a_custom_loss_by_import_path_is_the_loss_the_update_uses():
     cfg = get_base_config()
     apply_tiny(cfg)
     cfg.algo.update(policy_loss="vanilla", entropy_coeff=0.0, use_kl_loss=False, clip_ratio_c=0.0)
-    builtin = dataclasses.replace(algo_settings(cfg), logprob_chunk=4)
+    builtin = dataclasses.replace(AlgoSettings.of(validate_config(cfg)), logprob_chunk=4)
     cfg.algo.custom_policy_loss = "test_trainer_steps:doubled_vanilla"
-    custom = dataclasses.replace(algo_settings(cfg), logprob_chunk=4)
+    custom = dataclasses.replace(AlgoSettings.of(validate_config(cfg)), logprob_chunk=4)
     assert custom.policy_loss == "test_trainer_steps:doubled_vanilla"
     batch = make_batch()
     before, _, plain, _, plain_metrics = actor_update(builtin, batch, tx=optax.sgd(1.0))
@@ -325,9 +325,9 @@ def test_loss_scale_factor_keeps_the_sum_norm_loss_off_the_padded_width(scope):
 
 def test_the_config_sets_the_sum_norm_horizon():
     cfg = get_base_config()
-    assert cfg.algo.loss_scale_factor == 0 and algo_settings(cfg).loss_scale_factor is None  # the padded width
+    assert cfg.algo.loss_scale_factor == 0 and AlgoSettings.of(validate_config(cfg)).loss_scale_factor is None  # the padded width
     cfg.algo.loss_scale_factor = cfg.rollout.max_model_len
-    assert algo_settings(cfg).loss_scale_factor == cfg.rollout.max_model_len
+    assert AlgoSettings.of(validate_config(cfg)).loss_scale_factor == cfg.rollout.max_model_len
 
 
 def test_tokens_trained_in_a_shortened_context_leave_the_sampler_comparison():
@@ -356,7 +356,7 @@ def test_tokens_trained_in_a_shortened_context_leave_the_sampler_comparison():
 def test_an_optimizer_scaled_outside_steps_as_adamw_at_that_rate():
     """make_optimizer(lr_outside=True) + guarded_apply(lr) is AdamW (weight decay included) at rate lr, with a state
     of the same structure, so checkpoints of either restore into the other."""
-    from ragen_jax.trainer.optim import make_optimizer
+    from ragen_jax.optim import make_optimizer
 
     cfg = dict(weight_decay=0.1, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant", grad_clip=1.0)
     params = {"w": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)}
@@ -378,7 +378,7 @@ def test_the_cosine_schedule_is_verls_with_min_lr_ratio_and_num_cycles(warmup, t
     """veRL's get_cosine_schedule_with_warmup, written out here: linear warmup from 0, then
     max(floor, floor + (1 - floor)(1 + cos(2 pi cycles p)) / 2) at progress p; before, min_lr_ratio and num_cycles
     did not exist here and the decay always reached 0 in one half-wave."""
-    from ragen_jax.trainer.optim import make_schedule
+    from ragen_jax.optim import make_schedule
 
     def verl(i):
         if i < warmup:
@@ -395,7 +395,7 @@ def test_the_cosine_schedule_is_verls_with_min_lr_ratio_and_num_cycles(warmup, t
 @pytest.mark.parametrize("ratio, total, warmup", [(0.1, 200, 20), (0.25, 10, 2), (0.05, 10, 0)])
 def test_a_warmup_ratio_is_verls_lr_warmup_steps_ratio(ratio, total, warmup):
     """veRL: int(lr_warmup_steps_ratio * total_training_steps) warmup steps when no step count is given."""
-    from ragen_jax.trainer.optim import make_schedule
+    from ragen_jax.optim import make_schedule
 
     cfg = dict(lr=1e-3, warmup_steps=0, warmup_steps_ratio=ratio, schedule="constant")
     by_ratio = make_schedule(cfg, total)
@@ -442,13 +442,13 @@ def test_algo_kwargs_reach_the_functions_that_name_them():
 
 
 def test_the_config_gives_algo_kwargs_as_sorted_pairs():
-    from ragen_jax.trainer.settings import parse_algo_kwargs
+    from ragen_jax.algos.settings import parse_algo_kwargs
 
     cfg = get_base_config()
-    assert cfg.algo.kwargs == "" and algo_settings(cfg).kwargs == ()
+    assert cfg.algo.kwargs == "" and AlgoSettings.of(validate_config(cfg)).kwargs == ()
     cfg.algo.kwargs = '{"scale": 2.0, "bins": [1, 2], "mode": "x"}'
-    assert algo_settings(cfg).kwargs == (("bins", (1, 2)), ("mode", "x"), ("scale", 2.0))
-    hash(algo_settings(cfg))  # static under jit
+    assert AlgoSettings.of(validate_config(cfg)).kwargs == (("bins", (1, 2)), ("mode", "x"), ("scale", 2.0))
+    hash(AlgoSettings.of(validate_config(cfg)))  # static under jit
     with pytest.raises(ValueError, match="is not JSON"):
         parse_algo_kwargs("{scale: 2}")
 
@@ -457,7 +457,7 @@ def test_bfloat16_weights_take_updates_below_their_resolution_through_a_float32_
     """An actor lr of 1e-6 moves a bfloat16 weight of 1.0 by far less than its spacing (2^-7): the rounded weight
     never changed, so a bf16 run (a Qwen checkpoint's own dtype) trained nothing. The master copy in the optimizer
     state gathers the updates and the weight follows it; float32 parameters keep their plain state and values."""
-    from ragen_jax.trainer.optim import MasterWeights, make_optimizer
+    from ragen_jax.optim import MasterWeights, make_optimizer
 
     cfg = dict(lr=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant",
                grad_clip=1.0)
@@ -489,7 +489,7 @@ def test_a_master_copy_of_mixed_dtype_parameters_shares_no_buffer_with_them():
     """A bfloat16 critic's float32 value head: its master leaf was the parameter itself (astype to its own dtype
     returns the array), so the update step, which donates both, failed on the first step of a bf16 GAE run with
     "Attempt to donate the same buffer twice"."""
-    from ragen_jax.trainer.optim import MasterWeights, make_optimizer
+    from ragen_jax.optim import MasterWeights, make_optimizer
 
     cfg = dict(lr=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, warmup_steps=0, schedule="constant",
                grad_clip=1.0)

@@ -4,7 +4,7 @@ however many turns it played (RAGEN's episode-id deduplication)."""
 import numpy as np
 
 from envs.protocols import HostEnv
-from ragen_jax.trainer.loop import Trainer
+from ragen_jax.trainer import Trainer
 from test_trainer_e2e import bandit_config
 
 

@@ -1,12 +1,13 @@
 """Validation on several envs in one run (RAGEN's es_manager.val tags): each env's metrics under its own tag, the
 first env's episodes as a one-env validation plays them, the low-success stop counted per env."""
 
+import dataclasses
 import re
 
 import pytest
 
-from ragen_jax.trainer.early_stop import early_stop_reason
-from ragen_jax.trainer.loop import Trainer
+from ragen_jax.trainer.early_stop import StepSignals, early_stop_reason
+from ragen_jax.trainer import Trainer
 from test_trainer_e2e import bandit_config
 
 
@@ -53,18 +54,18 @@ def test_the_summary_counts_every_env(tmp_path, capsys):
 
 def test_the_low_success_stop_counts_each_env(tmp_path):
     trainer = Trainer(_config(tmp_path, "Bandit,BanditTest"))
-    es = trainer.cfg.trainer.early_stop
+    es = trainer.run.trainer.early_stop
     for step in range(es.val_patience):
-        assert early_stop_reason({}, trainer.counters, es, 5) is None
-        trainer._record_val(step, {"val/Bandit/success": 0.5, "val/BanditTest/success": 0.0})
-    assert [h["val_success"] for h in trainer.history] == [0.5] * es.val_patience  # the history follows Bandit
-    reason = early_stop_reason({}, trainer.counters, es, 5)
+        assert early_stop_reason(trainer.state, StepSignals(), es, 5) is None
+        trainer.record_validation(step, {"val/Bandit/success": 0.5, "val/BanditTest/success": 0.0})
+    assert [h["val_success"] for h in trainer.state.history] == [0.5] * es.val_patience  # the history follows Bandit
+    reason = early_stop_reason(trainer.state, StepSignals(), es, 5)
     assert reason == f"validation success on BanditTest stayed below {es.val_success_below} {es.val_patience} times " \
                      "in a row"
-    trainer._record_val(9, {"val/Bandit/success": 0.5, "val/BanditTest/success": 0.5})
-    assert early_stop_reason({}, trainer.counters, es, 5) is None
-    one_env = {**trainer.counters, "val_low_streaks": {"Bandit": es.val_patience}}  # one env: no name needed
-    assert early_stop_reason({}, one_env, es, 5) == (f"validation success stayed below {es.val_success_below} "
+    trainer.record_validation(9, {"val/Bandit/success": 0.5, "val/BanditTest/success": 0.5})
+    assert early_stop_reason(trainer.state, StepSignals(), es, 5) is None
+    one_env = dataclasses.replace(trainer.state, val_low_streaks={"Bandit": es.val_patience})  # one env: no name
+    assert early_stop_reason(one_env, StepSignals(), es, 5) == (f"validation success stayed below {es.val_success_below} "
                                                      f"{es.val_patience} times in a row")
 
 
@@ -92,13 +93,13 @@ def test_the_validation_before_training_is_not_one_of_the_low_success_streak(tmp
     cfg.val.at_start, cfg.val.every = True, 1
     cfg.trainer.total_steps, cfg.trainer.save_every, cfg.diagnostics.every = 8, 0, 0
     trainer = Trainer(cfg)
-    es = trainer.cfg.trainer.early_stop
+    es = trainer.run.trainer.early_stop
     steps = []
     trainer.train_step = lambda step: steps.append(step) or {}
-    trainer.validate = lambda step: {f"val/{trainer.val_tag}/success": 0.0}
+    trainer.validate = lambda step: {f"val/{trainer.val_tags[0]}/success": 0.0}
     summary = trainer.train()
     assert steps == list(range(es.val_patience))
-    assert trainer.counters["val_low_streaks"] == {trainer.val_tag: es.val_patience}
+    assert trainer.state.val_low_streaks == {trainer.val_tags[0]: es.val_patience}
     assert [h["step"] for h in summary["val_history"]] == list(range(es.val_patience + 1))  # the first one still shown
 
 
@@ -147,7 +148,9 @@ def test_the_summary_rates_tokens_over_the_rl_steps_own_time(tmp_path, capsys):
     trainer.train_step = lambda step: {"perf/trained_tokens": 100.0 * (step + 1)}
     trainer.monitor.scalars = lambda metrics, step: logged.append(metrics["timing_s/step"])
     bar = _Bar(3)
-    last, _, _, tokens, rl_step_s = trainer._rl_steps(bar, StopRequests())
+    from ragen_jax.trainer.run_loop import rl_steps
+
+    last, _, _, tokens, rl_step_s = rl_steps(trainer, bar, StopRequests())
     assert (last, tokens) == (2, 600.0) and rl_step_s == pytest.approx(sum(logged), rel=1e-12) and len(logged) == 3
     summary = report.run_summary(trainer, 40.0, 600.0, None, 3.0)
     assert summary["trained_tokens_per_s_wall"] == 15.0 and summary["trained_tokens_per_s_rl_steps"] == 200.0

@@ -17,7 +17,8 @@ from ragen_jax.rollout.context import ContextBuilder
 from ragen_jax.warmstart import (DemoRows, demo_rows, load_jsonl_demos, oracle_demo_episodes,
                                      play_oracle_episodes, rows_from_conversations, write_demo_jsonl)
 from ragen_jax.rollout.dump import write_jsonl
-from ragen_jax.trainer import warmstart as ws
+from ragen_jax.warmstart import demo_cache, flow, sft
+from ragen_jax.warmstart.demo_cache import DemoSource
 from ragen_jax.trainer.steps import policy_logprobs
 from test_trainer_faults import FragileCounter
 
@@ -286,10 +287,10 @@ def test_shared_prefix_gives_the_same_loss_and_gradients(tok, sokoban_eps):
     want_nll = -float((np.asarray(lp) * rows.loss_mask).sum())
     grads = []
     for share in (False, True):
-        data = ws.prepare_sft_data(rows, share_prefix=share)
+        data = sft.prepare_sft_data(rows, share_prefix=share)
         assert (len(data.prefix) > 100) == share
         batch = {k: jnp.asarray(v) for k, v in data.batch(np.arange(6)).items()}
-        loss = lambda p: ws.sft_sums(nnx.merge(graphdef, p), jnp.asarray(data.prefix), batch)[0]  # noqa: E731
+        loss = lambda p: sft.sft_sums(nnx.merge(graphdef, p), jnp.asarray(data.prefix), batch)[0]  # noqa: E731
         nll, g = jax.jit(jax.value_and_grad(loss))(params)
         np.testing.assert_allclose(float(nll), want_nll, rtol=1e-5)
         grads.append(g)
@@ -317,24 +318,21 @@ def _bandit_config():
 
 def test_sft_steps_lower_the_loss_and_donate_params(tok):
     """A few jitted SFT steps on Bandit demos (no rollouts): the response NLL falls."""
-    import types
-
     from ragen_jax.monitoring import Monitor
     from ragen_jax.trainer.setup import split_model
-    from ragen_jax.trainer.settings import rollout_config
+    from ragen_jax.rollout import RolloutConfig
 
     c = _bandit_config()
     c.warmstart.update(steps=24, batch_size=16, micro_batch_size=8, warmup_steps=1)
-    eps = oracle_demo_episodes("Bandit", 32, tok, rollout_config(c), seed=99, batch_size=32)
-    data = ws.prepare_sft_data(demo_rows(eps, tok, rollout_config(c)))
+    eps = oracle_demo_episodes("Bandit", 32, tok, RolloutConfig.of(c), seed=99, batch_size=32)
+    data = sft.prepare_sft_data(demo_rows(eps, tok, RolloutConfig.of(c)))
     model, _ = make_tiny_model(seed=0, **dict(c.model.tiny))
     actor = split_model(model, lora=False)
     first = actor.trainable
     logged = []
     monitor = Monitor("", enabled=False)
     monitor.scalars = lambda m, step: logged.append(m)
-    trainer = types.SimpleNamespace(cfg=c, actor=actor, monitor=monitor)
-    metrics = ws.train_sft(trainer, data, steps=24, log_every=1)
+    metrics = flow.train_sft(actor, data, c.warmstart, monitor, steps=24, log_every=1)
     losses = [m["sft/loss"] for m in logged]
     assert len(losses) >= 24 and losses[-1] < 0.5 * losses[0]
     assert metrics["sft/steps"] == 24 and metrics["sft/tokens_per_s"] > 0
@@ -344,20 +342,17 @@ def test_sft_steps_lower_the_loss_and_donate_params(tok):
 def test_fewer_demo_rows_than_a_micro_batch_still_train(tok):
     """Two Bandit demonstrations (two rows) under the quickstart's micro-batch of 16 rows: each step takes the rows
     there are (it stopped with a reshape error when the micro-batch was larger than the demonstration set)."""
-    import types
-
     from ragen_jax.monitoring import Monitor
-    from ragen_jax.trainer.settings import rollout_config
+    from ragen_jax.rollout import RolloutConfig
     from ragen_jax.trainer.setup import split_model
 
     c = _bandit_config()
     c.warmstart.update(steps=2, batch_size=64, micro_batch_size=16, warmup_steps=0)
-    eps = oracle_demo_episodes("Bandit", 2, tok, rollout_config(c), seed=99, batch_size=2)
-    data = ws.prepare_sft_data(demo_rows(eps, tok, rollout_config(c)))
+    eps = oracle_demo_episodes("Bandit", 2, tok, RolloutConfig.of(c), seed=99, batch_size=2)
+    data = sft.prepare_sft_data(demo_rows(eps, tok, RolloutConfig.of(c)))
     assert data.num_rows < 16
     actor = split_model(make_tiny_model(seed=0, **dict(c.model.tiny))[0], lora=False)
-    trainer = types.SimpleNamespace(cfg=c, actor=actor, monitor=Monitor("", enabled=False))
-    metrics = ws.train_sft(trainer, data, steps=2, log_every=1)
+    metrics = flow.train_sft(actor, data, c.warmstart, Monitor("", enabled=False), steps=2, log_every=1)
     assert metrics["sft/steps"] == 2 and np.isfinite(metrics["sft/loss"])
 
 
@@ -365,27 +360,24 @@ def test_sft_metrics_are_logged_once_per_logged_step(tok, monkeypatch):
     """The SFT scalars go to TensorBoard at step 1, every `log_every` steps and the last step, each step once (the
     last step was logged twice when it was also a `log_every` step: two points at one step in every sft/* curve).
     What is logged, not the update, is under test: the jitted step is replaced by one that changes nothing."""
-    import types
-
     from ragen_jax.monitoring import Monitor
-    from ragen_jax.trainer.settings import rollout_config
+    from ragen_jax.rollout import RolloutConfig
     from ragen_jax.trainer.setup import split_model
 
     def step_fn(trainable, opt_state, frozen, prefix, batch):
         return trainable, opt_state, {"loss": 1.0, "token_accuracy": 0.5, "grad_norm": 1.0, "update_skipped": 0.0}
 
-    monkeypatch.setattr(ws, "make_sft_step", lambda graphdef, tx, micro: step_fn)
+    monkeypatch.setattr(flow, "make_sft_step", lambda graphdef, tx, micro: step_fn)
     c = _bandit_config()
     c.warmstart.update(batch_size=8, micro_batch_size=8, warmup_steps=0)
-    eps = oracle_demo_episodes("Bandit", 8, tok, rollout_config(c), seed=99, batch_size=8)
-    data = ws.prepare_sft_data(demo_rows(eps, tok, rollout_config(c)))
+    eps = oracle_demo_episodes("Bandit", 8, tok, RolloutConfig.of(c), seed=99, batch_size=8)
+    data = sft.prepare_sft_data(demo_rows(eps, tok, RolloutConfig.of(c)))
     actor = split_model(make_tiny_model(seed=0, **dict(c.model.tiny))[0], lora=False)
     monitor = Monitor("", enabled=False)
-    trainer = types.SimpleNamespace(cfg=c, actor=actor, monitor=monitor)
     for steps, log_every, expected in ((4, 2, [1, 2, 4]), (5, 2, [1, 2, 4, 5]), (3, 1, [1, 2, 3]), (1, 10, [1])):
         logged = []
         monitor.scalars = lambda m, step: logged.append(step)
-        metrics = ws.train_sft(trainer, data, steps=steps, log_every=log_every)
+        metrics = flow.train_sft(actor, data, c.warmstart, monitor, steps=steps, log_every=log_every)
         assert logged == expected and metrics["sft/steps"] == steps
 
 
@@ -394,19 +386,19 @@ def test_an_sft_step_whose_new_weights_overflow_changes_nothing(tok):
     enormous learning rate) leave the weights and the optimizer state as they were, and the step says so."""
     import optax
 
-    from ragen_jax.trainer.settings import rollout_config
+    from ragen_jax.rollout import RolloutConfig
     from ragen_jax.trainer.setup import split_model
 
     c = _bandit_config()
-    eps = oracle_demo_episodes("Bandit", 8, tok, rollout_config(c), seed=99, batch_size=8)
-    data = ws.prepare_sft_data(demo_rows(eps, tok, rollout_config(c)))
+    eps = oracle_demo_episodes("Bandit", 8, tok, RolloutConfig.of(c), seed=99, batch_size=8)
+    data = sft.prepare_sft_data(demo_rows(eps, tok, RolloutConfig.of(c)))
     actor = split_model(make_tiny_model(seed=0, **dict(c.model.tiny))[0], lora=False)
     rows = np.arange(8)
     for lr, skipped in ((1e39, 1.0), (1e-3, 0.0)):
         tx = optax.adam(lr)
         opt = tx.init(actor.trainable)
         before = [np.array(x) for x in jax.tree.leaves((actor.trainable, opt))]
-        params, opt, metrics = ws.make_sft_step(actor.graphdef, tx, 4)(
+        params, opt, metrics = sft.make_sft_step(actor.graphdef, tx, 4)(
             jax.tree.map(jnp.copy, actor.trainable), opt, actor.frozen, jnp.asarray(data.prefix),
             {k: jnp.asarray(v) for k, v in data.batch(rows).items()})
         after = [np.array(x) for x in jax.tree.leaves((params, opt))]
@@ -418,13 +410,16 @@ def test_an_sft_step_whose_new_weights_overflow_changes_nothing(tok):
 def test_warmstart_run_learns_bandit(tmp_path, monkeypatch):
     """run_warmstart end to end: validation success rises from ~0 to most episodes (about 1-2 min)."""
     monkeypatch.setenv("RAGEN_JAX_CACHE", str(tmp_path / "cache"))
-    from ragen_jax.trainer.loop import Trainer
+    from ragen_jax.trainer import Trainer
 
     trainer = Trainer(_bandit_config(), str(tmp_path / "run"))
     seen = []
     monitor_scalars = trainer.monitor.scalars
     trainer.monitor.scalars = lambda m, s: (seen.append((dict(m), s)), monitor_scalars(m, s))
-    metrics = ws.run_warmstart(trainer)
+    from ragen_jax.trainer.run_loop import warm_start
+
+    warm_start(trainer)
+    metrics = trainer.state.warmstart
     losses = [m["sft/loss"] for m, _ in seen if "sft/loss" in m]
     assert losses[0] > 3.0 and losses[-1] < 0.3 * losses[0]
     assert metrics["val_success_before_warmstart"] < 0.2
@@ -432,8 +427,9 @@ def test_warmstart_run_learns_bandit(tmp_path, monkeypatch):
     assert metrics["sft/token_accuracy"] > 0.9
     assert any(k.startswith("sft/val/") and s == 30 for m, s in seen for k in m)
     # The demos are cached on disk: a second build reads them back unchanged.
-    ws._DEMO_MEMO.clear()
-    again = ws.build_demos(trainer)
+    demo_cache._DEMO_MEMO.clear()
+    again = demo_cache.build_demos(DemoSource(trainer.run.env, trainer.train_env, trainer.run.warmstart,
+                                              trainer.rollout, trainer.tokenizer))
     assert again.num_rows == metrics["sft/num_rows"]
 
 
@@ -465,22 +461,22 @@ def test_jsonl_demos_rl_could_not_produce_are_refused(tok, sokoban_eps, tmp_path
         load_jsonl_demos(str(tmp_path / "long.jsonl"), tok, cfg)
 
 
-def _demo_trainer(tok, c=None):
-    """What build_demos reads of a Trainer: its config, rollout format, tokenizer and train env batch."""
-    import types
-
-    from ragen_jax.trainer.settings import rollout_config
+def _demo_source(tok, c=None):
+    """What build_demos reads of a run: its env, warm start and rollout settings, tokenizer and train env batch."""
+    from ragen_jax.config import validate_config
+    from ragen_jax.rollout import RolloutConfig
 
     c = c or _bandit_config()
     c.warmstart.num_demos = 8
-    return types.SimpleNamespace(cfg=c, rollout_cfg=rollout_config(c), tokenizer=tok,
-                                 train_env=make_env_batch(c.env.name, 2, **dict(c.env.kwargs)))
+    run = validate_config(c)
+    return DemoSource(run.env, make_env_batch(c.env.name, 2, **dict(c.env.kwargs)), run.warmstart,
+                      RolloutConfig.of(run), tok)
 
 
 def test_demo_cache_key_covers_what_shapes_the_rows(tok):
     """The demo cache key changes with every setting the rows depend on (the tokenizer's end-of-turn id, which an
     untrained stop is taught, was not in it) and not with the SFT schedule."""
-    base = ws.demo_cache_key(_demo_trainer(tok), 8)
+    base = demo_cache.demo_cache_key(_demo_source(tok), 8)
     changes = {"rollout.action_sep": "|", "rollout.prompt_style": "compact", "rollout.response_length": 17,
                "rollout.max_model_len": 385, "rollout.context_mode": "full", "warmstart.reasoning": "filler",
                "warmstart.reasoning_text": "hm", "warmstart.filler_words": 5, "warmstart.seed": 1,
@@ -489,11 +485,11 @@ def test_demo_cache_key_covers_what_shapes_the_rows(tok):
         c = _bandit_config()
         section, name = key.split(".")
         c[section][name] = value
-        assert ws.demo_cache_key(_demo_trainer(tok, c), 8) != base, key
-    assert ws.demo_cache_key(_demo_trainer(tok), 9) != base
+        assert demo_cache.demo_cache_key(_demo_source(tok, c), 8) != base, key
+    assert demo_cache.demo_cache_key(_demo_source(tok), 9) != base
     c = _bandit_config()
     c.warmstart.steps, c.warmstart.lr = 7, 0.5
-    assert ws.demo_cache_key(_demo_trainer(tok, c), 8) == base
+    assert demo_cache.demo_cache_key(_demo_source(tok, c), 8) == base
 
     class OtherEnd:  # the same vocabulary and chat template, another end-of-turn id
         def __init__(self, inner):
@@ -507,9 +503,8 @@ def test_demo_cache_key_covers_what_shapes_the_rows(tok):
 
         eos_token_ids = property(lambda self: (self.inner.eos_token_ids[0] + 1,))
 
-    other = _demo_trainer(tok)
-    other.tokenizer = OtherEnd(tok)
-    assert ws.demo_cache_key(other, 8) != base
+    other = dataclasses.replace(_demo_source(tok), tokenizer=OtherEnd(tok))
+    assert demo_cache.demo_cache_key(other, 8) != base
 
 
 def test_demo_cache_key_reads_ragen_and_our_names_as_one_setting(tok):
@@ -520,13 +515,13 @@ def test_demo_cache_key_reads_ragen_and_our_names_as_one_setting(tok):
                          "default_ragen": {"split": "train"}, "none": {}, "other": {"hi_prob": 0.4}}.items():
         c = _bandit_config()
         c.env.kwargs = kwargs
-        keys[name] = ws.demo_cache_key(_demo_trainer(tok, c), 8)
+        keys[name] = demo_cache.demo_cache_key(_demo_source(tok, c), 8)
     assert keys["ragen"] == keys["ours"]
     assert keys["default_ragen"] == keys["none"]
     assert len({keys["ours"], keys["none"], keys["other"]}) == 3
     default_table = {"grid_lookup": {0: "#", 1: "_", 2: "O", 3: "√", 4: "X", 5: "P", 6: "S"}}
-    assert ws._canonical_env_kwargs("SimpleSokoban", default_table) == ws._canonical_env_kwargs("SimpleSokoban", {})
-    assert ws._canonical_env_kwargs("SimpleSokoban", {"dim_x": 6, "dim_y": 6}) == ws._canonical_env_kwargs(
+    assert demo_cache._canonical_env_kwargs("SimpleSokoban", default_table) == demo_cache._canonical_env_kwargs("SimpleSokoban", {})
+    assert demo_cache._canonical_env_kwargs("SimpleSokoban", {"dim_x": 6, "dim_y": 6}) == demo_cache._canonical_env_kwargs(
         "SimpleSokoban", {"dim_room": (6, 6)})
 
 
@@ -546,9 +541,9 @@ def test_demo_cache_code_fingerprint_covers_the_env_package(tmp_path, monkeypatc
     env_module = importlib.import_module("my_cache_env.env")
     try:
         batch = types.SimpleNamespace(env=env_module.MyEnv())
-        before = ws._format_code_fingerprint(batch)
+        before = demo_cache._format_code_fingerprint(batch)
         (pkg / "render.py").write_text("def render(state):\n    return 'b'\n")
-        assert ws._format_code_fingerprint(batch) != before
+        assert demo_cache._format_code_fingerprint(batch) != before
     finally:
         for name in [n for n in sys.modules if n.startswith("my_cache_env")]:
             del sys.modules[name]
@@ -562,7 +557,7 @@ def test_demo_cache_code_fingerprint_covers_the_shared_symbol_tables():
 
     from envs.sokoban.env import Sokoban
 
-    files = ws._demo_code_files(types.SimpleNamespace(env=Sokoban(bank_size=1, use_cache=False)))
+    files = demo_cache._demo_code_files(types.SimpleNamespace(env=Sokoban(bank_size=1, use_cache=False)))
     assert os.path.join("envs", "symbols.py") in {os.path.join(*f.split(os.sep)[-2:]) for f in files}
 
 
@@ -570,18 +565,18 @@ def test_a_damaged_demo_cache_file_is_rebuilt(tok, tmp_path, monkeypatch):
     """A truncated or empty cache file (a copy cut short, a full disk) stopped the run with BadZipFile/EOFError
     although it was meant to be rebuilt."""
     monkeypatch.setenv("RAGEN_JAX_CACHE", str(tmp_path))
-    trainer = _demo_trainer(tok)
-    ws._DEMO_MEMO.clear()
-    want = ws.build_demos(trainer)
+    source = _demo_source(tok)
+    demo_cache._DEMO_MEMO.clear()
+    want = demo_cache.build_demos(source)
     (path,) = [str(p) for p in (tmp_path / "demos").iterdir()]
     whole = open(path, "rb").read()
     for damaged in (whole[: len(whole) // 2], b""):
         with open(path, "wb") as f:
             f.write(damaged)
-        ws._DEMO_MEMO.clear()
-        got = ws.build_demos(trainer)
+        demo_cache._DEMO_MEMO.clear()
+        got = demo_cache.build_demos(source)
         np.testing.assert_array_equal(got.tokens, want.tokens)
-        np.testing.assert_array_equal(ws.DemoRows.load(path).loss_mask, want.loss_mask)  # written again, whole
+        np.testing.assert_array_equal(DemoRows.load(path).loss_mask, want.loss_mask)  # written again, whole
     assert sorted(p.name for p in (tmp_path / "demos").iterdir()) == [os.path.basename(path)]  # no temporary files
 
 
@@ -609,28 +604,34 @@ def test_bad_jsonl_errors_name_the_file_line(tok, sokoban_eps, tmp_path):
 def test_a_warm_start_cut_by_max_seconds_after_a_validation_validates_once(tok, tmp_path, monkeypatch):
     """warmstart.max_seconds ending the warm start right after a val_every validation validated the same weights
     again (minutes on a real model) and logged every sft/val curve twice at that step."""
+    import types
+
+    from ragen_jax.config import validate_config
     from ragen_jax.monitoring import Monitor
+    from ragen_jax.rollout import RolloutConfig
     from ragen_jax.trainer.setup import split_model
 
     def step_fn(trainable, opt_state, frozen, prefix, batch):
         return trainable, opt_state, {"loss": 1.0, "token_accuracy": 0.5, "grad_norm": 1.0, "update_skipped": 0.0}
 
-    monkeypatch.setattr(ws, "make_sft_step", lambda graphdef, tx, micro: step_fn)
+    monkeypatch.setattr(flow, "make_sft_step", lambda graphdef, tx, micro: step_fn)
     monkeypatch.setenv("RAGEN_JAX_CACHE", str(tmp_path / "cache"))
-    trainer = _demo_trainer(tok)
-    trainer.cfg.warmstart.update(batch_size=8, micro_batch_size=8, val_every=1, max_seconds=1e-9)
+    c = _bandit_config()
+    c.warmstart.update(num_demos=8, batch_size=8, micro_batch_size=8, val_every=1, max_seconds=1e-9)
+    run = validate_config(c)
     validations, logged = [], []
 
-    def run_validation(step):
-        validations.append(step)
-        return {f"val/{trainer.val_tag}/success": 0.5 * len(validations)}, []
+    def validate():
+        validations.append(1)
+        return {"val/Bandit/success": 0.5 * len(validations)}, []
 
     monitor = Monitor("", enabled=False)
     monitor.scalars = lambda m, step: logged.append((step, dict(m)))
-    trainer.__dict__.update(actor=split_model(make_tiny_model(seed=0, **dict(trainer.cfg.model.tiny))[0], lora=False),
-                            monitor=monitor, val_tag="Bandit", run_validation=run_validation, is_main=False,
-                            reset_reference=lambda: None)
-    metrics = ws.run_warmstart(trainer, steps=5)
+    models = types.SimpleNamespace(actor=split_model(make_tiny_model(seed=0, **dict(c.model.tiny))[0], lora=False),
+                                   tokenizer=tok)
+    result = flow.run_warmstart(models, run, RolloutConfig.of(run), make_env_batch(c.env.name, 2), monitor,
+                                validate=validate, success_key="val/Bandit/success", show_progress=False, steps=5)
+    metrics = result.metrics
     assert metrics["sft/steps"] == 1 and len(validations) == 2  # before, and after step 1 (not again)
     assert [s for s, m in logged if "sft/val/Bandit/success" in m] == [0, 1]
     assert metrics["val_success_after_warmstart"] == 1.0

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ragen_jax.errors import MissingFileError
 from ragen_jax.diagnostics.collapse import CollapseConfig, RolloutPairs, collapse_metrics
 from ragen_jax.diagnostics.cross_score import cross_score
 from ragen_jax.diagnostics.pairs import reasoning_tokens, rollout_pairs, step_rng
@@ -38,7 +39,7 @@ def load_dump(path: str) -> tuple[str, list[Any]]:
     """("episodes", [Episode]) from a PKL of played episodes, or ("records", [trajectory dict]) from a
     JSONL or a pickled list of trajectory dicts (or {"trajectories": [...]})."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"Rollout file {path!r} does not exist.")
+        raise MissingFileError(f"Rollout file {path!r} does not exist.")
     if not path.endswith((".pkl", ".pickle")):
         return "records", _checked_records(read_jsonl(path), path)
     try:

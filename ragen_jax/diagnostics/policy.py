@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+from ragen_jax.errors import MissingFileError
 from typing import Any
 
 
@@ -23,7 +24,7 @@ def is_hf_folder(path: str) -> bool:
 def resolve_policy(path: str) -> tuple[str, str]:
     """(kind, folder): ("hf", a Hugging Face folder) or ("orbax", a run folder with checkpoints)."""
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"--checkpoint {path!r} is not a folder; pass a Hugging Face model folder "
+        raise MissingFileError(f"--checkpoint {path!r} is not a folder; pass a Hugging Face model folder "
                                 "or a run folder (the --workdir of a training run).")
     if is_hf_folder(path):
         return "hf", path
@@ -32,10 +33,10 @@ def resolve_policy(path: str) -> tuple[str, str]:
         return "hf", export
     if os.path.isdir(os.path.join(path, "checkpoints")) and _latest_step(os.path.join(path, "checkpoints")) is not None:
         if not os.path.isfile(os.path.join(path, "config.json")):
-            raise FileNotFoundError(f"Run folder {path!r} has checkpoints but no config.json to rebuild the "
+            raise MissingFileError(f"Run folder {path!r} has checkpoints but no config.json to rebuild the "
                                     "model from; pass its hf_export/ or a Hugging Face folder instead.")
         return "orbax", path
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"--checkpoint {path!r} is neither a Hugging Face model folder (config.json + *.safetensors) nor a "
         "run folder with hf_export/ or checkpoints/. A run writes hf_export/ at the end of training "
         "(config.trainer.export_hf) and checkpoints every config.trainer.save_every steps.")

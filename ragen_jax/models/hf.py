@@ -14,6 +14,7 @@ import numpy as np
 from flax import nnx
 from safetensors import safe_open
 
+from ragen_jax.errors import MissingFileError
 from ragen_jax.models.config import DTYPES, ModelConfig, config_from_hf, config_to_hf
 from ragen_jax.models.hf_files import (INDEX, SINGLE, TRAINING_RECORD, CheckpointError, ExpectedTensor, TensorHeader,
                                       check_tensors, checkpoint_tensors, stale_weight_files)
@@ -40,10 +41,10 @@ def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dt
     checkpoint's own lm_head.weight differs from the embedding, as transformers loads it)."""
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
-        raise FileNotFoundError(f"Checkpoint folder {folder!r} does not exist; pass a local Hugging Face model folder.")
+        raise MissingFileError(f"Checkpoint folder {folder!r} does not exist; pass a local Hugging Face model folder.")
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} is missing; a Hugging Face model folder needs config.json next to its "
+        raise MissingFileError(f"{path} is missing; a Hugging Face model folder needs config.json next to its "
                                 "safetensors.")
     for name, value in (("param_dtype", param_dtype), ("dtype", dtype)):
         if value is not None and value not in DTYPES:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import re
+from ragen_jax.errors import MissingFileError, RagenError
 from typing import Iterable, Mapping
 
 INDEX = "model.safetensors.index.json"
@@ -23,7 +24,7 @@ _MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 _MAX_LISTED = 20
 
 
-class CheckpointError(ValueError):
+class CheckpointError(RagenError, ValueError):
     """A checkpoint's files are damaged or do not fit the model its config.json describes."""
 
 
@@ -87,13 +88,13 @@ def checkpoint_tensors(folder: str) -> tuple[dict[str, TensorHeader], str]:
         shards = sorted({os.path.join(folder, fname) for fname in weight_map.values()})
         for shard in shards:
             if not os.path.isfile(shard):
-                raise FileNotFoundError(f"Shard {shard} listed in {INDEX} is missing.")
+                raise MissingFileError(f"Shard {shard} listed in {INDEX} is missing.")
         tensors: dict[str, TensorHeader] = {}
         for shard in shards:
             tensors.update(read_header(shard))
         return tensors, index
     if not os.path.isfile(single):
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"No weights in {folder!r}: expected {SINGLE} or {INDEX} with its shards "
             "(PyTorch .bin checkpoints must be converted to safetensors first)."
         )

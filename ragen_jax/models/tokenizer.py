@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from ragen_jax.errors import MissingFileError
 from ragen_jax.models.hf_files import CheckpointError
 
 _EOS_CANDIDATES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
@@ -34,10 +35,10 @@ class Tokenizer:
 
         folder = os.fspath(folder)
         if not os.path.isdir(folder):
-            raise FileNotFoundError(f"Tokenizer folder {folder!r} does not exist; pass a local checkpoint folder.")
+            raise MissingFileError(f"Tokenizer folder {folder!r} does not exist; pass a local checkpoint folder.")
         if not any(os.path.isfile(os.path.join(folder, name)) for name in VOCAB_FILES):
             present = ", ".join(sorted(os.listdir(folder))) or "nothing"
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"No tokenizer files in {folder!r} (it holds {present}): a model folder needs tokenizer.json "
                 "(or vocab.json + merges.txt, or tokenizer.model) and tokenizer_config.json. Copy them from "
                 "the model the weights came from."

@@ -13,19 +13,6 @@ from ragen_jax.rollout.types import Episode, TrajectoryBatch
 from ragen_jax.shapes import ROW_BUCKETS, bucket_length
 
 
-def turn_scores_problem(mode: str, use_turn_scores: bool) -> str | None:
-    """Why `use_turn_scores` cannot train in context mode `mode` (None when it can). A per-turn mode trains each
-    turn in its own row, where that turn's own score would leave out every later reward of its episode; RAGEN
-    ignores the flag there and gives each row the episode score, which use_turn_scores=False does here."""
-    if not use_turn_scores or mode == "full":
-        return None
-    return (f"rollout.use_turn_scores=True needs rollout.context_mode='full', not {mode!r}: each turn of a per-turn "
-            "mode trains in its own row, where the turn's own score would leave out every later reward of its "
-            "episode (RAGEN ignores the flag there and scores every row with the episode's score). Set "
-            "rollout.use_turn_scores=False (each row then gets the episode score, as in RAGEN) or "
-            "rollout.context_mode='full'.")
-
-
 @dataclasses.dataclass
 class _Sample:
     tokens: np.ndarray
@@ -82,11 +69,8 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
     Rows are padded (all-zero masks) up to a multiple of `row_multiple`. `same_context` marks the response
     tokens sampled in exactly their row's context: the trainer replaces the others' sampler log-probs by its own.
     An episode whose env failed keeps its rows (dumps, diagnostics) with an all-zero loss mask, reward and score:
-    it never trains. Turn scores train only in the "full" mode (`turn_scores_problem`).
+    it never trains. Turn scores train only in the "full" mode (RolloutConfig refuses them elsewhere).
     """
-    problem = turn_scores_problem(mode, use_turn_scores)
-    if problem:
-        raise ValueError(problem)
     raw_scores = np.array([ep.total_reward for ep in episodes], np.float32)
     group_ids = np.array([ep.group_id for ep in episodes])
     tags = np.array([ep.env_tag for ep in episodes])

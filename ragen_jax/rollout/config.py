@@ -3,44 +3,34 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from ragen_jax.rollout.batching import turn_scores_problem
-from ragen_jax.rollout.parsing import ACTION_SEP
+from ragen_jax.config import RunConfig
+from ragen_jax.config.fields import field_problems
+from ragen_jax.config.sections import RolloutSection, TurnLimits
 from ragen_jax.sampling import SamplingConfig
 
 
 @dataclasses.dataclass(frozen=True)
-class RolloutConfig:
-    """Rollout settings (RAGEN names in brackets)."""
-
-    max_turn: int = 5
-    max_actions_per_turn: int = 2  # [agent_proxy.max_actions_per_turn]
-    max_actions_per_traj: int = 10  # [custom_envs.*.max_actions_per_traj]
-    response_length: int = 400  # tokens per turn [actor_rollout_ref.rollout.response_length]
-    max_model_len: int = 3600  # context + response, tokens [rollout.max_model_len]
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    enable_think: bool = True
-    stop_at_answer: bool = True  # stop a turn at "</answer>" (the original has no stop strings)
-    action_sep: str = ACTION_SEP  # between an answer's actions [agent_proxy.action_sep]
-    context_mode: str = "full"  # full | limited_multi_turn | single_turn
-    context_window: int = 1  # turns kept by limited_multi_turn / single_turn, -1 = all [max_context_window]
-    prompt_style: str = "ragen"  # ragen | compact (state only; a departure for small models)
-    prompt_max_tokens: int = 0  # prompts' "Max response length"; 0: the env's (RAGEN's max_tokens) or response_length
-    use_turn_scores: bool = False
-    format_penalty: float = -0.1
-    reward_norm_method: str = "identity"  # identity | mean_std | mean | asym_clip
-    reward_norm_grouping: str = "state"  # state | inductive | batch
+class RolloutConfig(RolloutSection, TurnLimits):
+    """What an engine plays with: the config's rollout section and the env's turn limits (`of` builds it from a
+    RunConfig; every default is the config's). Refuses settings that cannot play (the config check's words)."""
 
     def __post_init__(self):
-        problem = turn_scores_problem(self.context_mode, self.use_turn_scores)
-        if problem:
-            raise ValueError(problem)
-        if not (self.context_window >= 1 or self.context_window == -1):
-            raise ValueError(f"RolloutConfig.context_window={self.context_window} shows no turn at all (a prompt "
-                             "without the current state): use the number of turns to show (>= 1, the current one "
-                             "included) or -1 for every turn.")
+        limits = TurnLimits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(TurnLimits)})
+        settings = RolloutSection(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RolloutSection)})
+        problems = field_problems(limits, "env") + field_problems(settings, "rollout") + [
+            f"config.{p}" for p in self.problems()]
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @classmethod
+    def of(cls, run: Any) -> "RolloutConfig":
+        """The rollout of a RunConfig (or of an ml_collections config, checked first): its rollout section and
+        env.max_turn / max_actions_*."""
+        if not isinstance(run, RunConfig):
+            run = RunConfig.from_config(run)
+        return cls(**vars(run.rollout), **vars(run.env.turn_limits))
 
     def stop_sequences(self, tokenizer) -> tuple[tuple[int, ...], ...]:
         """The token sequences that end a response besides the end-of-turn ids (an engine computes them once)."""
@@ -55,11 +45,13 @@ class RolloutConfig:
                  greedy: bool = False, top_p: float | None = None, top_k: int | None = None,
                  stop_after: tuple[tuple[int, ...], ...] = ()) -> SamplingConfig:
         """The sampler's settings for a turn; temperature, top_p and top_k given here replace this config's (a
-        validation samples with its own, as veRL's val_kwargs)."""
+        validation samples with its own, as veRL's val_kwargs). Temperature 0 samples greedily (vLLM's and
+        transformers' reading), reporting log-probs of the unscaled distribution."""
+        temperature = self.temperature if temperature is None else temperature
         return SamplingConfig(
-            max_new_tokens=self.response_length,
-            temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p if top_p is None else top_p, top_k=self.top_k if top_k is None else top_k, greedy=greedy,
+            max_new_tokens=self.response_length, temperature=temperature if temperature > 0 else 1.0,
+            top_p=self.top_p if top_p is None else top_p, top_k=self.top_k if top_k is None else top_k,
+            greedy=greedy or temperature == 0,
             eos_ids=tuple(tokenizer.eos_token_ids), stop_sequences=stop_sequences, stop_after=stop_after)
 
 

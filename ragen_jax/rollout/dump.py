@@ -11,6 +11,12 @@ from ragen_jax.rollout.prompts import build_messages
 from ragen_jax.rollout.types import Episode, RolloutResult
 
 
+def dump_kwargs(rollout: Any) -> dict[str, Any]:
+    """The prompt settings a dump renders conversations with (a RolloutConfig's)."""
+    return dict(max_tokens=rollout.response_length, enable_think=rollout.enable_think,
+                format_penalty=rollout.format_penalty)
+
+
 def episode_messages(ep: Episode, *, max_tokens: int, enable_think: bool, format_penalty: float) -> list[dict]:
     """The whole conversation (all turns, no truncation) as plain chat messages."""
     messages = build_messages(ep.system, ep.history, 0, mode="full", max_tokens=ep.prompt_max_tokens or max_tokens,

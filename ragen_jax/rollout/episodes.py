@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from envs.protocols import EnvBatch
+from ragen_jax.errors import RagenError
 from ragen_jax.rollout import metrics as metrics_lib
 from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.config import RolloutConfig
@@ -37,7 +38,7 @@ def open_episodes(env: EnvBatch, cfg: RolloutConfig, tag: str, seeds, group_ids,
             for s, g, o in zip(seeds, group_ids, observations)]
 
 
-class ContextOverflowError(ValueError):
+class ContextOverflowError(RagenError, ValueError):
     """A turn's context cannot fit max_model_len even with every earlier turn dropped."""
 
 

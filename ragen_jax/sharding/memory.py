@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import AbstractMesh
 
+from ragen_jax.errors import RagenError
 from ragen_jax.algos.logprobs import REMAT_LOGITS_BYTES
 from ragen_jax.shapes import even_chunk, round_up
 from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
@@ -43,7 +44,7 @@ _LOGIT_COPIES = 4  # [chunk, V] f32 logits, softmax, and gradients per log-prob 
 _KEPT_LOGIT_COPIES = 3.5  # [T, V] f32 logits kept for the backward pass when small (algos.logprobs)
 
 
-class MemoryPlanError(ValueError):
+class MemoryPlanError(RagenError, ValueError):
     """The configured run will not fit in device memory; the message names the knob to turn."""
 
 

@@ -11,6 +11,7 @@ import functools
 import logging
 from collections import defaultdict
 
+from ragen_jax.algos.settings import AlgoSettings
 from ragen_jax.diagnostics import (FIRST_TURN, CollapseConfig, collapse_metrics, cross_score, echo_trap_warnings,
                                    should_compute)
 from ragen_jax.diagnostics.pairs import rollout_pairs, step_rng
@@ -24,6 +25,7 @@ class CollapseMonitor:
     """Runs the MI diagnostics every k steps and the Echo-Trap checks every step."""
 
     def __init__(self, cfg, tokenizer, monitor):
+        """cfg: the run's RunConfig."""
         d = cfg.diagnostics
         self.enabled_mi = d.every > 0 and cfg.rollout.enable_think
         self.config = CollapseConfig(
@@ -32,7 +34,7 @@ class CollapseMonitor:
             thresholds={"conditional_entropy": d.entropy_threshold, "mi": d.mi_threshold,
                         "mi_relative": d.mi_relative})
         self.batch_size = d.batch_size
-        self.temperature = cfg.rollout.temperature if cfg.algo.temperature_in_logprobs else 1.0  # as the update's
+        self.temperature = AlgoSettings.of(cfg).temperature  # the log-probs' temperature, as the update's
         self.warnings_on = d.warnings
         self.tokenizer = tokenizer
         self.think_close = tokenizer.encode("</think>")

@@ -15,8 +15,9 @@ import json
 import logging
 import os
 
+from ragen_jax.errors import NothingToEvaluateError
 from ragen_jax.models.hf_files import read_training_record
-from ragen_jax.rollout.dump import write_jsonl, write_pkl
+from ragen_jax.rollout.dump import dump_kwargs, write_jsonl, write_pkl
 from ragen_jax.rollout.types import RolloutResult
 
 logger = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def eval_target(workdir: str, checkpoint: str | None = None) -> EvalTarget:
             return EvalTarget("orbax", os.path.join(path, "checkpoints"), step, os.path.join(out, f"step_{step}"))
         if is_hf_folder(os.path.join(path, "hf_export")):
             return EvalTarget("hf", os.path.join(path, "hf_export"), None, os.path.join(out, "hf_export"))
-        raise FileNotFoundError(
+        raise NothingToEvaluateError(
             f"--checkpoint={checkpoint}: not an Orbax step folder (.../checkpoints/<step>), a Hugging Face folder "
             "(config.json + model.safetensors) or a run folder with checkpoints/ or hf_export/.")
     workdir = os.path.abspath(workdir)
@@ -82,28 +83,31 @@ def eval_target(workdir: str, checkpoint: str | None = None) -> EvalTarget:
         return EvalTarget("orbax", os.path.join(workdir, "checkpoints"), step, os.path.join(out, f"step_{step}"))
     if is_hf_folder(os.path.join(workdir, "hf_export")):
         return EvalTarget("hf", os.path.join(workdir, "hf_export"), None, os.path.join(out, "hf_export"))
-    raise FileNotFoundError(
+    raise NothingToEvaluateError(
         f"Nothing to evaluate in --workdir={workdir}: it has no checkpoints/ and no hf_export/. Point --workdir at a "
         "training run, pass --checkpoint=PATH (a run, an Orbax step folder or a Hugging Face folder), or "
         "--checkpoint=init to score the freshly initialised model.")
 
 
-def prepare_config(cfg, target: EvalTarget) -> None:
-    """Point the model config at an HF folder to evaluate (the policy then loads from it)."""
-    if target.kind == "hf":
-        with cfg.unlocked():
-            cfg.model.path, cfg.model.preset = target.path, ""
+def run_folder_of(target: EvalTarget, workdir: str) -> str:
+    """The run folder whose config.json describes what is evaluated: the workdir when it holds one, else the run
+    an Orbax target's checkpoints folder belongs to, else the workdir."""
+    if os.path.isfile(os.path.join(workdir, "config.json")) or target.kind != "orbax":
+        return workdir
+    return os.path.dirname(os.path.abspath(target.path))
 
 
 def run_eval(trainer, target: EvalTarget | None = None) -> dict[str, float]:
-    """Play the validation episodes of `target`'s weights; write config, metrics and rollouts to its folder."""
-    from ragen_jax.trainer.settings import write_config_json
+    """Play the validation episodes of `target`'s weights with the trainer's public API; write config, metrics
+    and rollouts to the target's folder -> the metrics."""
+    from ragen_jax.config.files import write_config_json
+    from ragen_jax.trainer.report import custom_functions
 
     target = target or EvalTarget("init", "", None, os.path.join(trainer.workdir, "eval", "init"))
     rl_steps = None
     if target.kind == "orbax":
         trainer.restore(target.path, target.step)
-        rl_steps = int(trainer.counters["steps_run"])  # the step the training run's TensorBoard shows
+        rl_steps = int(trainer.state.steps_run)  # the step the training run's TensorBoard shows
     elif target.kind == "hf":
         rl_steps = read_training_record(target.path).get("rl_steps")  # None: not a ragen_jax run's export
         rl_steps = rl_steps if isinstance(rl_steps, int) and rl_steps >= 0 else None
@@ -112,8 +116,8 @@ def run_eval(trainer, target: EvalTarget | None = None) -> dict[str, float]:
     metrics["eval/num_episodes"] = float(len(episodes))
     if trainer.is_main:
         os.makedirs(target.out_dir, exist_ok=True)
-        write_config_json(target.out_dir, trainer.cfg)
-        jsonl = write_jsonl(os.path.join(target.out_dir, "rollouts.jsonl"), episodes, **trainer._dump_kwargs())
+        write_config_json(target.out_dir, trainer.run, custom_functions(trainer.run))
+        jsonl = write_jsonl(os.path.join(target.out_dir, "rollouts.jsonl"), episodes, **dump_kwargs(trainer.rollout))
         write_pkl(os.path.join(target.out_dir, "rollouts.pkl"),
                   RolloutResult(episodes=episodes, batch=None, metrics=metrics, timing={}))
         with open(os.path.join(target.out_dir, "metrics.json"), "w") as f:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import Any
 
 import jax
+
+from ragen_jax.config.checks import REGISTRY_KEYS
+from ragen_jax.config.files import resolved_config
 
 logger = logging.getLogger(__name__)
 
@@ -20,17 +24,13 @@ def _table(rows: list[tuple[str, str]]) -> str:
     return "\n".join([rule] + [f"{name:<{width}}  {value:>10}" for name, value in rows] + [rule])
 
 
-def custom_functions(cfg) -> dict[str, str]:
-    """{config key: "module:name (file)"} for every user function the config names by import path."""
-    import importlib
-
-    from ragen_jax.config_check import REGISTRY_KEYS
-
-    named = {"algo.custom_policy_loss": cfg.algo.custom_policy_loss,
-             "algo.custom_adv_estimator": cfg.algo.custom_adv_estimator}
-    named.update({f"algo.{key}": cfg.algo[key] for key in REGISTRY_KEYS if ":" in str(cfg.algo[key])})
-    for key in ("env.name", "val.name"):
-        name = cfg[key.split(".")[0]][key.split(".")[1]]
+def custom_functions(run) -> dict[str, str]:
+    """{config key: "module:name (file)"} for every user function a RunConfig names by import path."""
+    named = {"algo.custom_policy_loss": run.algo.custom_policy_loss,
+             "algo.custom_adv_estimator": run.algo.custom_adv_estimator}
+    named.update({f"algo.{key}": getattr(run.algo, key) for key in REGISTRY_KEYS
+                  if ":" in str(getattr(run.algo, key))})
+    for key, name in (("env.name", run.env.name), ("val.name", run.val.name)):
         if name and ":" in name:
             named[key] = name
     found = {}
@@ -62,7 +62,7 @@ def _source_file(obj) -> str | None:
 def banner(trainer, config_file: str | None, eval_target=None) -> str:
     """The start-up lines: devices, model, then what the run does (training: env, episodes per step,
     algorithm; `eval_target` given: what is evaluated on how many episodes, where its outputs go), the files."""
-    cfg = trainer.cfg
+    cfg = trainer.run
     devices = jax.devices()
     lines = [
         f"devices     {len(devices)} x {devices[0].device_kind} ({devices[0].platform}), "
@@ -79,16 +79,16 @@ def banner(trainer, config_file: str | None, eval_target=None) -> str:
 def _model_line(trainer) -> str:
     from ragen_jax.trainer.steps import param_count
 
-    cfg = trainer.cfg
+    cfg, actor = trainer.run, trainer.models.actor
     model = f"tiny preset (seed {cfg.model.seed})" if cfg.model.preset == "tiny" else cfg.model.path
-    params = param_count(trainer.actor.full())
-    trainable = param_count(trainer.actor.trainable)
+    params = param_count(actor.full())
+    trainable = param_count(actor.trainable)
     return (f"model       {model}: {params / 1e6:.2f}M parameters ({trainable / 1e6:.2f}M trained), "
-            f"{trainer.actor.module().config.param_dtype}")
+            f"{actor.module().config.param_dtype}")
 
 
 def _validation_text(trainer) -> str:
-    v = trainer.cfg.val
+    v = trainer.run.val
     sampling = "greedy" if v.greedy else f"temperature {v.temperature:g}"
     sampling += f", top_p {v.top_p:g}" if v.top_p < 1 and not v.greedy else ""
     sampling += f", top_k {v.top_k}" if v.top_k > 0 and not v.greedy else ""
@@ -99,14 +99,14 @@ def _validation_text(trainer) -> str:
 def _train_validation_text(trainer) -> str:
     """What a training run validates: nothing when val.every is 0 and no warm start validates (the summary then
     shows no validation figure), else the validation's episodes."""
-    cfg = trainer.cfg
+    cfg = trainer.run
     if not cfg.val.every and not cfg.warmstart.enabled:
         return "no validation (val.every=0)"
     return _validation_text(trainer)
 
 
 def _train_lines(trainer) -> list[str]:
-    cfg = trainer.cfg
+    cfg = trainer.run
     return [
         f"env         {cfg.env.name}: {cfg.env.groups} groups x {cfg.env.group_size} = {trainer.batch_size} "
         f"episodes per step, up to {cfg.env.max_turn} turn(s); {_train_validation_text(trainer)}",
@@ -120,7 +120,7 @@ def _train_lines(trainer) -> list[str]:
 def _eval_lines(trainer, target) -> list[str]:
     return [
         f"evaluate    {target.describe()}",
-        f"episodes    {_validation_text(trainer)}, up to {trainer.cfg.env.max_turn} turn(s)",
+        f"episodes    {_validation_text(trainer)}, up to {trainer.run.env.max_turn} turn(s)",
         f"outputs     {target.out_dir}",
     ]
 
@@ -142,30 +142,30 @@ def _rate(value: float | None) -> str:
 
 def run_summary(trainer, wall: float, trained_tokens: float, stop_reason: str | None,
                 rl_step_s: float) -> dict[str, Any]:
-    """What a finished run writes to summary.json and prints: validation figures, timings, counters, outputs.
-    `wall`: the run's seconds; `rl_step_s`: the RL steps' own seconds (see `token_rates`)."""
-    vals = [h["val_success"] for h in trainer.history]
-    ws = trainer.warmstart_metrics
+    """What a finished run writes to summary.json and prints, from a trainer's state and config: validation
+    figures, timings, counters, outputs. `wall`: the run's seconds; `rl_step_s`: the RL steps' own seconds (see
+    `token_rates`)."""
+    state, run, val_names = trainer.state, trainer.run, trainer.val_names
+    vals = [h["val_success"] for h in state.history]
+    ws = state.warmstart
     return {
         "val_success_start": vals[0] if vals else None,
         "val_success_after_warmstart": ws.get("val_success_after_warmstart"),
         "warmstart_seconds": ws.get("sft/train_seconds"),
         "val_success_final": vals[-1] if vals else None,
         "val_success_best": max(vals) if vals else None,
-        "val_history": trainer.history,
+        "val_history": state.history,
         "wall_time_s": wall,
         "rl_steps_time_s": rl_step_s,
         **token_rates(trained_tokens, wall, rl_step_s),
         "stop_reason": stop_reason,
-        "steps_run": trainer.counters["steps_run"],
-        "updates_applied": trainer.counters["updates_applied"],
-        "updates_skipped": trainer.counters["updates_skipped"],
-        "checkpoint_save_failures": trainer.counters["checkpoint_save_failures"],
-        "mean_kept_ratio": (trainer.counters["kept_ratio_sum"] / trainer.counters["steps_run"]
-                            if trainer.counters["steps_run"] else None),
-        "val_envs": list(trainer.val_names),
-        "val_episodes": (trainer.cfg.val.groups * trainer.cfg.val.group_size * len(trainer.val_names)
-                         if trainer.cfg.val.every else 0),
+        "steps_run": state.steps_run,
+        "updates_applied": state.updates_applied,
+        "updates_skipped": state.updates_skipped,
+        "checkpoint_save_failures": state.checkpoint_save_failures,
+        "mean_kept_ratio": state.mean_kept_ratio,
+        "val_envs": list(val_names),
+        "val_episodes": run.val.groups * run.val.group_size * len(val_names) if run.val.every else 0,
         "workdir": trainer.workdir,
         "outputs": [],
     }
@@ -202,23 +202,20 @@ def print_summary(summary: dict, tb_dir: str) -> None:
     print(f"TensorBoard: tensorboard --logdir {tb_dir}\n")
 
 
-def resolved_config(cfg) -> str:
-    """The whole resolved config as JSON text (what config.json gets)."""
-    return cfg.to_json_best_effort(indent=2, sort_keys=True)
-
-
-def config_report(cfg) -> str:
-    """`--print_config`: the resolved config, the custom functions in use and the memory plan per device."""
+def config_report(run) -> str:
+    """`--print_config` of a RunConfig: the resolved config, the custom functions in use and the memory plan per
+    device."""
     from ragen_jax import sharding
     from ragen_jax.trainer.setup import model_config_for
 
-    parts = [resolved_config(cfg)]
-    custom = custom_functions(cfg)
+    cfg = run
+    parts = [resolved_config(run)]
+    custom = custom_functions(run)
     if custom:
         parts.append("custom functions:\n" + "\n".join(f"  {k} = {v}" for k, v in custom.items()))
     try:
         model_config = model_config_for(cfg.model)
-        mesh = sharding.make_mesh(cfg.mesh)
+        mesh = sharding.make_mesh(dict(cfg.mesh))
         plan = sharding.plan_from_config(cfg, model_config, mesh.shape)
         device_bytes = sharding.device_memory_bytes()
         budget = f" of {device_bytes / 2**30:.2f} GiB" if device_bytes else " (this backend reports no memory limit)"

@@ -9,6 +9,7 @@ from typing import Any
 from flax import nnx
 
 from envs.batch import make_env_batch
+from ragen_jax.errors import ModelNotFoundError
 from ragen_jax.models import CausalLM, CheckpointError, ValueModel, apply_lora, load_model, load_tokenizer
 from ragen_jax.models.lora import parse_target_modules, trainable_filter
 
@@ -48,7 +49,7 @@ def resolve_model_path(path: str) -> str:
     if os.path.isdir(path):
         return path
     if _looks_like_a_path(path):  # a hub id is "org/name"; this names a folder, which is missing
-        raise FileNotFoundError(
+        raise ModelNotFoundError(
             f"Model folder {path!r} does not exist. Point --config.model.path at a folder holding config.json and "
             "the safetensors, give a Hugging Face id in the local cache (e.g. Qwen/Qwen2.5-3B-Instruct), or run "
             "the `:tiny` variant, which needs no files.")
@@ -57,7 +58,7 @@ def resolve_model_path(path: str) -> str:
 
         return snapshot_download(path, local_files_only=True)
     except Exception:  # noqa: BLE001 - any failure means "not available offline"
-        raise FileNotFoundError(
+        raise ModelNotFoundError(
             f"Model {path!r} is neither a local folder nor in the local Hugging Face cache. Download it "
             f"first, e.g. `hf download {path}` (or point --config.model.path at a local folder), or run "
             "the `:tiny` variant, which needs no files."

@@ -9,9 +9,7 @@ divides once). Params and optimizer states are donated. A non-finite gradient sk
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import inspect
 from typing import Any, Callable
 
 import chex
@@ -27,16 +25,12 @@ from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 from ragen_jax.algos.rollout_correction import resolve_rollout_correction
 from ragen_jax import sharding
 from ragen_jax.algos.masked import masked_mean, masked_var
-from ragen_jax.algos.policy_loss import (ALL_ROWS_ATTR, CLIP_COV_LB, CLIP_COV_UB, COV_RATIO, PPO_KL_COEF,
-                                         ROLLOUT_WEIGHTS_KEY, SAPO_TAU_NEG, SAPO_TAU_POS, policy_loss_denominator,
+from ragen_jax.models.positions import positions_from_mask
+from ragen_jax.algos.policy_loss import (ALL_ROWS_ATTR, ROLLOUT_WEIGHTS_KEY, policy_loss_denominator,
                                          required_agg_mode_problem, takes_rollout_weights)
+from ragen_jax.algos.settings import AlgoSettings, advantage_hparams, policy_loss_hparams, value_loss_hparams
 from ragen_jax.algos.shaping import shape_advantages
-from ragen_jax.trainer.optim import guarded_apply
-
-
-def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
-    """RoPE positions [B, T] for right-padded rows: 0, 1, ... over real tokens."""
-    return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+from ragen_jax.optim import guarded_apply
 
 
 def _shift_right(x: jax.Array) -> jax.Array:
@@ -88,52 +82,6 @@ def critic_values(critic, tokens: jax.Array, attention_mask: jax.Array) -> jax.A
     """Token-aligned values [B, T]: the value of the state before token t (V(h_{t-1})), 0 at t=0."""
     values = critic(tokens, positions_from_mask(attention_mask), attention_mask=attention_mask)
     return _shift_right(values[:, :-1])
-
-
-@dataclasses.dataclass(frozen=True)
-class AlgoSettings:
-    """The algorithm knobs the jitted functions close over (hashable, static).
-
-    rollout_correction names an entry of ROLLOUT_CORRECTIONS (sampler/trainer mismatch);
-    rollout_correction_bound None takes that correction's default bound.
-    """
-
-    adv_estimator: str | Callable
-    policy_loss: str | Callable
-    value_loss: str
-    loss_agg_mode: str
-    gamma: float
-    lam: float
-    high_level_gamma: float
-    norm_adv_by_std_in_grpo: bool
-    clip_ratio_low: float
-    clip_ratio_high: float
-    clip_ratio_c: float | None
-    cliprange_value: float
-    entropy_coeff: float
-    use_kl_loss: bool
-    kl_loss_coef: float
-    kl_loss_type: str
-    tis_cap: float | None
-    temperature: float
-    logprob_chunk: int
-    rollout_correction: str | Callable = "none"
-    rollout_correction_bound: float | None = None
-    critic_loss_agg_mode: str = "token-mean"
-    loss_scope: str = "mini_batch"
-    loss_scale_factor: int | None = None
-    bi_level_turn_ends: str = "reward"
-    soft_advantage_reweight: bool = False
-    grpo_advantage_length_weight: bool = False
-    zero_task_advantage: bool = False
-    kwargs: tuple[tuple[str, Any], ...] = ()  # config.algo.kwargs: more keywords for the functions that name them
-    clip_cov_ratio: float = COV_RATIO  # veRL's actor.policy_loss.* (clip_cov, kl_cov) and actor.tau_* (sapo)
-    clip_cov_lb: float = CLIP_COV_LB
-    clip_cov_ub: float = CLIP_COV_UB
-    kl_cov_ratio: float = COV_RATIO
-    ppo_kl_coef: float = PPO_KL_COEF
-    tau_pos: float = SAPO_TAU_POS
-    tau_neg: float = SAPO_TAU_NEG
 
 
 def _micro_batches(batch: dict[str, jax.Array], micro: int) -> dict[str, jax.Array]:
@@ -239,56 +187,6 @@ def mean_update_metrics(updates: list[dict[str, Any]]) -> dict[str, float]:
         out[k] = float(values.mean() if per_mini else (values * counts).sum() / counts.sum())
     out["updates_skipped"] = float(sum(float(u["update_skipped"]) for u in updates))
     return out
-
-
-def advantage_hparams(algo: AlgoSettings) -> dict[str, Any]:
-    """The keywords an advantage estimator may take (each receives those its signature names)."""
-    return dict(gamma=algo.gamma, lam=algo.lam, high_level_gamma=algo.high_level_gamma,
-                norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, **dict(algo.kwargs))
-
-
-def policy_loss_hparams(algo: AlgoSettings, policy_fn: Any) -> dict[str, Any]:
-    """The keywords policy loss `policy_fn` may take besides the [B, T] array sampler_logprobs. The keys of veRL's
-    clip_cov / kl_cov / sapo go only to a loss that names them: a custom loss taking **kwargs often hands them on
-    to a built-in one (PPO's clip), which would fail on a keyword it does not know."""
-    own = dict(clip_cov_ratio=algo.clip_cov_ratio, clip_cov_lb=algo.clip_cov_lb, clip_cov_ub=algo.clip_cov_ub,
-               kl_cov_ratio=algo.kl_cov_ratio, ppo_kl_coef=algo.ppo_kl_coef, tau_pos=algo.tau_pos,
-               tau_neg=algo.tau_neg)
-    named = inspect.signature(policy_fn).parameters
-    return dict(clip_ratio_low=algo.clip_ratio_low, clip_ratio_high=algo.clip_ratio_high,
-                clip_ratio_c=algo.clip_ratio_c, tis_cap=algo.tis_cap, **{k: v for k, v in own.items() if k in named},
-                **dict(algo.kwargs))
-
-
-def value_loss_hparams(algo: AlgoSettings) -> dict[str, Any]:
-    """The keywords a value loss may take."""
-    return dict(cliprange_value=algo.cliprange_value, **dict(algo.kwargs))
-
-
-# what the update passes besides config.algo.kwargs: a kwarg may not take one of these names
-BUILT_IN_KEYWORDS = ("gamma", "lam", "high_level_gamma", "norm_adv_by_std_in_grpo", "clip_ratio_low",
-                     "clip_ratio_high", "clip_ratio_c", "tis_cap", "cliprange_value", "sampler_logprobs",
-                     "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "tau_pos",
-                     "tau_neg", ROLLOUT_WEIGHTS_KEY)
-
-
-def algo_contract_problems(algo: AlgoSettings) -> list[str]:
-    """What breaks the contracts of the advantage estimator and policy loss `algo` names (with the keywords the
-    update passes them), checked on small abstract inputs; the built-ins, tested elsewhere, are skipped."""
-    from ragen_jax.algos.contracts import B, T, advantage_estimator_problem, policy_loss_problem
-    from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS
-
-    def custom(fn):
-        return not getattr(fn, "__module__", "").startswith("ragen_jax.")
-
-    problems = []
-    adv_fn, loss_fn = ADVANTAGE_ESTIMATORS.get(algo.adv_estimator), POLICY_LOSSES.get(algo.policy_loss)
-    if custom(adv_fn):
-        problems.append(advantage_estimator_problem(adv_fn, repr(algo.adv_estimator), **advantage_hparams(algo)))
-    if custom(loss_fn):
-        problems.append(policy_loss_problem(loss_fn, repr(algo.policy_loss), **policy_loss_hparams(algo, loss_fn),
-                                            sampler_logprobs=jax.ShapeDtypeStruct((B, T), jnp.float32)))
-    return [p for p in problems if p]
 
 
 def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx, critic_tx,

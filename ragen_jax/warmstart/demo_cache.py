@@ -11,6 +11,7 @@ from typing import Any
 
 import jax
 
+from ragen_jax.errors import MissingFileError
 from ragen_jax.warmstart.demo_jsonl import load_jsonl_demos
 from ragen_jax.warmstart.demos import DemoRows, demo_rows, oracle_demo_episodes
 
@@ -78,16 +79,33 @@ def _canonical_env_kwargs(name: str, overrides: Any) -> str:
     return repr(sorted((k, v) for k, v in kwargs.items() if k not in defaults or defaults[k] != v))
 
 
-def demo_cache_key(trainer, num: int) -> str:
+# rollout settings that do not change a demonstration's rows (how episodes are scheduled, not what they are)
+SCHEDULE_KEYS = ("engine", "slots", "chunk", "lanes")
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoSource:
+    """What demonstrations are made from: the env (its config section and a batch of it, whose code shapes the
+    rows), the warm start's settings, the rollout format and the tokenizer."""
+
+    env: Any
+    env_batch: Any
+    warmstart: Any
+    rollout: Any
+    tokenizer: Any
+
+
+def demo_cache_key(source: DemoSource, num: int) -> str:
     """The demo cache's key: everything the played rows depend on (code, env and its kwargs, demo count, seed and
     reasoning, the rollout format and lengths, and the tokenizer: vocabulary, chat template, end and pad ids)."""
-    cfg, w, rcfg, tok = trainer.cfg, trainer.cfg.warmstart, trainer.rollout_cfg, trainer.tokenizer
+    env, w, tok = source.env, source.warmstart, source.tokenizer
+    rollout = {k: v for k, v in dataclasses.asdict(source.rollout).items() if k not in SCHEDULE_KEYS}
     probe = tok.apply_chat_template([{"role": "user", "content": "probe"}], add_generation_prompt=True)
-    blob = json.dumps({"v": DEMO_CACHE_VERSION, "code": _format_code_fingerprint(trainer.train_env),
-                       "env": cfg.env.name, "kwargs": _canonical_env_kwargs(cfg.env.name, cfg.env.kwargs),
+    blob = json.dumps({"v": DEMO_CACHE_VERSION, "code": _format_code_fingerprint(source.env_batch),
+                       "env": env.name, "kwargs": _canonical_env_kwargs(env.name, env.kwargs),
                        "num": int(num), "seed": int(w.seed), "source": w.source,
                        "reasoning": [w.reasoning, w.reasoning_text, int(w.filler_words)],
-                       "rollout": dataclasses.asdict(rcfg), "vocab": len(tok), "probe": probe,
+                       "rollout": rollout, "vocab": len(tok), "probe": probe,
                        "probe_ids": tok.encode(probe + "</think><answer>Up || Left</answer>"),
                        "eos": [int(i) for i in tok.eos_token_ids], "pad": int(tok.pad_token_id)},
                       sort_keys=True, default=repr)
@@ -121,18 +139,16 @@ def _save_cached_demos(rows: DemoRows, path: str) -> None:
             pass
 
 
-def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
-    """Demonstration rows for the trainer's env and rollout format (oracle or random play is cached on disk)."""
-    cfg, w = trainer.cfg, trainer.cfg.warmstart
-    rcfg = trainer.rollout_cfg
+def build_demos(source: DemoSource, num_demos: int | None = None) -> DemoRows:
+    """Demonstration rows for an env and rollout format (oracle or random play is cached on disk)."""
+    w, rcfg, tok = source.warmstart, source.rollout, source.tokenizer
     if w.source not in ("oracle", "random"):
         if not os.path.isfile(w.source):
-            raise FileNotFoundError(f"config.warmstart.source={w.source!r} is neither 'oracle', 'random' nor a "
+            raise MissingFileError(f"config.warmstart.source={w.source!r} is neither 'oracle', 'random' nor a "
                                     f"JSONL file.")
-        return load_jsonl_demos(w.source, trainer.tokenizer, rcfg)
+        return load_jsonl_demos(w.source, tok, rcfg)
     num = int(num_demos or w.num_demos)
-    tok = trainer.tokenizer
-    key = demo_cache_key(trainer, num)
+    key = demo_cache_key(source, num)
     if key in _DEMO_MEMO:
         return _DEMO_MEMO[key]
     path = _demo_cache_path(key)
@@ -140,7 +156,7 @@ def build_demos(trainer, num_demos: int | None = None) -> DemoRows:
     if rows is not None:
         _DEMO_MEMO[key] = rows
         return rows
-    episodes = oracle_demo_episodes(cfg.env.name, num, tok, rcfg, seed=int(w.seed), env_kwargs=dict(cfg.env.kwargs),
+    episodes = oracle_demo_episodes(source.env.name, num, tok, rcfg, seed=int(w.seed), env_kwargs=dict(source.env.kwargs),
                                     reasoning_text=w.reasoning_text, random_actions=w.source == "random",
                                     reasoning=w.reasoning, filler_words=int(w.filler_words))
     rows = _DEMO_MEMO[key] = demo_rows(episodes, tok, rcfg)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
 import time
 from typing import Any, Callable
 
@@ -13,42 +13,41 @@ import numpy as np
 from tqdm import tqdm
 
 from ragen_jax import sharding
-from ragen_jax.rollout.dump import write_jsonl
-from ragen_jax.warmstart.demo_cache import build_demos
+from ragen_jax.warmstart.demo_cache import DemoSource, build_demos
 from ragen_jax.warmstart.sft import SFTData, _place_batch, make_sft_step, prepare_sft_data, sft_optimizer
 
 logger = logging.getLogger(__name__)
-def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, log_every: int = 10,
-              callback: Callable[[int, float], Any] | None = None) -> dict[str, float]:
-    """Run SFT steps on trainer.actor.trainable in place; `callback(step, train_seconds)` after each.
+def train_sft(actor, data: SFTData, warmstart: Any, monitor, *, steps: int, max_seconds: float = 0.0,
+              log_every: int = 10, mesh=None, callback: Callable[[int, float], Any] | None = None,
+              show_progress: bool = True) -> dict[str, float]:
+    """Run SFT steps on `actor` (a SplitModel; its trainable state is replaced); `callback(step, train_seconds)`
+    after each. warmstart: the config's warmstart section (batch sizes, lr, seed).
 
     Stops after `steps` or once `max_seconds` (> 0) of step time is spent. Returns the last metrics
     and throughput: tokens/s counts every real row token (shared prefix included).
     """
-    w = trainer.cfg.warmstart
+    w = warmstart
     batch_size = min(int(w.batch_size), data.num_rows)
     micro = min(int(w.micro_batch_size or batch_size), batch_size)  # fewer demo rows than a micro-batch: one step
     batch_size = batch_size // micro * micro
     tx, schedule = sft_optimizer(w, steps)
-    step_fn = make_sft_step(trainer.actor.graphdef, tx, micro)
-    opt_state = tx.init(trainer.actor.trainable)
+    step_fn = make_sft_step(actor.graphdef, tx, micro)
+    opt_state = tx.init(actor.trainable)
     prefix = jnp.asarray(data.prefix)
     rng = np.random.default_rng(int(w.seed))
     order, cursor = rng.permutation(data.num_rows), 0
     spent, tokens_seen, targets_seen, compile_s = 0.0, 0.0, 0.0, 0.0
     metrics: dict[str, float] = {}
     step, logged = 0, False
-    bar = tqdm(range(1, steps + 1), desc="warm start", leave=False, dynamic_ncols=True,
-               disable=not getattr(trainer, "is_main", True))
+    bar = tqdm(range(1, steps + 1), desc="warm start", leave=False, dynamic_ncols=True, disable=not show_progress)
     for step in bar:
         if cursor + batch_size > len(order):
             order, cursor = rng.permutation(data.num_rows), 0
         rows = order[cursor:cursor + batch_size]
         cursor += batch_size
-        batch = _place_batch(data.batch(rows), getattr(trainer, "mesh", None))
+        batch = _place_batch(data.batch(rows), mesh)
         t0 = time.perf_counter()
-        trainer.actor.trainable, opt_state, out = step_fn(trainer.actor.trainable, opt_state,
-                                                          trainer.actor.frozen, prefix, batch)
+        actor.trainable, opt_state, out = step_fn(actor.trainable, opt_state, actor.frozen, prefix, batch)
         out = jax.device_get(out)
         dt = time.perf_counter() - t0
         if step == 1:
@@ -62,14 +61,14 @@ def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, l
         bar.set_postfix(loss=f"{metrics.get('sft/loss', float('nan')):.3f}")
         logged = step % log_every == 0 or step == 1
         if logged:
-            trainer.monitor.scalars(metrics, step)
+            monitor.scalars(metrics, step)
         if callback is not None:
             callback(step, spent + compile_s)
         if max_seconds and sharding.agree_any(spent + compile_s >= max_seconds):  # all hosts stop together
             break
     bar.close()
     if step and not logged:  # the last step's metrics, unless its step logged them (one point per step)
-        trainer.monitor.scalars(metrics, step)
+        monitor.scalars(metrics, step)
     metrics.update({"sft/steps": float(step), "sft/train_seconds": spent + compile_s,
                     "sft/compile_seconds": compile_s,
                     "sft/tokens_per_s": tokens_seen / max(spent, 1e-9),
@@ -78,46 +77,51 @@ def train_sft(trainer, data: SFTData, *, steps: int, max_seconds: float = 0.0, l
     return metrics
 
 
-def run_warmstart(trainer, num_demos: int | None = None, steps: int | None = None) -> dict[str, float]:
-    """Behaviour-clone the trainer's policy on demonstrations; validate before and after.
+@dataclasses.dataclass
+class WarmstartResult:
+    """The warm start's metrics (`sft/*`, `val_success_before_warmstart`, `val_success_after_warmstart`,
+    `val_after_warmstart/*`) and the validation episodes after it."""
 
-    Logs `sft/*` to trainer.monitor and returns metrics incl. `val_success_before_warmstart` and
-    `val_success_after_warmstart`. A KL reference policy, if the trainer has one, becomes the
-    warm-started policy (RL's KL then anchors to it).
-    """
-    w = trainer.cfg.warmstart
+    metrics: dict[str, float]
+    after_episodes: list
+
+
+def run_warmstart(models, run: Any, rollout: Any, env_batch, monitor, *, validate: Callable[[], tuple[dict, list]],
+                  success_key: str, mesh=None, show_progress: bool = True, num_demos: int | None = None,
+                  steps: int | None = None) -> WarmstartResult:
+    """Behaviour-clone `models.actor` on demonstrations of the config's env (run: a RunConfig; rollout: its
+    RolloutConfig; env_batch: a batch of the training env); `validate()` -> (metrics, episodes) before and after.
+    Logs `sft/*` to `monitor`. The caller decides what follows (RL's KL reference and critic start from the
+    warm-started policy)."""
+    w = run.warmstart
     steps = int(steps if steps is not None else w.steps)
-    success_key = f"val/{trainer.val_tag}/success"
     t0 = time.perf_counter()
-    rows = build_demos(trainer, num_demos)
+    rows = build_demos(DemoSource(run.env, env_batch, w, rollout, models.tokenizer), num_demos)
     data = prepare_sft_data(rows, share_prefix=bool(w.share_prefix))
     demo_s = time.perf_counter() - t0
     logger.info("Warm-start: %d demo rows (shared prefix %d tokens, suffix width %d) in %.1f s.",
                 data.num_rows, len(data.prefix), data.tokens.shape[1], demo_s)
-    before, _ = trainer.run_validation(0)
+    before, _ = validate()
     last_val: dict[int, tuple] = {}  # the latest in-run validation: {step: (metrics, episodes)}
 
-    def validate(step: int, spent: float) -> None:
+    def validate_during(step: int, spent: float) -> None:
         if w.val_every and step % w.val_every == 0 and step < steps:
-            vm, episodes = trainer.run_validation(0)
+            vm, episodes = validate()
             last_val.clear()
             last_val[step] = (vm, episodes)
-            trainer.monitor.scalars({f"sft/{k}": v for k, v in vm.items()}, step)
+            monitor.scalars({f"sft/{k}": v for k, v in vm.items()}, step)
             logger.info("Warm-start step %d (%.0f s): val success %.3f.", step, spent, vm.get(success_key, 0.0))
 
-    trainer.monitor.scalars({f"sft/{k}": v for k, v in before.items()}, 0)
-    metrics = train_sft(trainer, data, steps=steps, max_seconds=float(w.max_seconds), callback=validate)
+    monitor.scalars({f"sft/{k}": v for k, v in before.items()}, 0)
+    metrics = train_sft(models.actor, data, w, monitor, steps=steps, max_seconds=float(w.max_seconds), mesh=mesh,
+                        callback=validate_during, show_progress=show_progress)
     last = int(metrics["sft/steps"])
     if last in last_val:  # max_seconds ended the warm start right after a validation: the same weights
         after, after_episodes = last_val[last]
     else:
-        after, after_episodes = trainer.run_validation(0)
-        trainer.monitor.scalars({f"sft/{k}": v for k, v in after.items()}, last)
-    if getattr(trainer, "is_main", False):
-        trainer.warmstart_jsonl = write_jsonl(os.path.join(trainer.workdir, "rollouts", "val_after_warmstart.jsonl"),
-                                              after_episodes, **trainer._dump_kwargs())
-    trainer.monitor.flush()
-    trainer.reset_reference()
+        after, after_episodes = validate()
+        monitor.scalars({f"sft/{k}": v for k, v in after.items()}, last)
+    monitor.flush()
     metrics.update({"sft/num_rows": float(data.num_rows), "sft/demo_seconds": demo_s,
                     "val_success_before_warmstart": float(before.get(success_key, 0.0)),
                     "val_success_after_warmstart": float(after.get(success_key, 0.0))})
@@ -126,4 +130,4 @@ def run_warmstart(trainer, num_demos: int | None = None, steps: int | None = Non
                 metrics["sft/steps"], metrics["sft/train_seconds"], metrics["sft/loss"],
                 metrics["sft/token_accuracy"], metrics["val_success_before_warmstart"],
                 metrics["val_success_after_warmstart"])
-    return metrics
+    return WarmstartResult(metrics, after_episodes)

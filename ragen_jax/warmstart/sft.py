@@ -20,8 +20,8 @@ from flax import nnx
 from ragen_jax import sharding
 from ragen_jax.models.transformer import init_cache
 from ragen_jax.shapes import round_up
-from ragen_jax.trainer.optim import guarded_apply, make_optimizer
-from ragen_jax.trainer.steps import positions_from_mask
+from ragen_jax.optim import guarded_apply, make_optimizer
+from ragen_jax.models.positions import positions_from_mask
 from ragen_jax.warmstart.demos import DemoRows
 
 
