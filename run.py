@@ -151,9 +151,12 @@ def _run_mode(trainer, target, mode: str) -> None:
         print("\n".join(lines))
         return
     summary = trainer.train()
+    from ragen_jax.trainer import report
     from ragen_jax.trainer.report import print_summary
 
     print_summary(summary, trainer.log_dir)
+    if failure := report.nothing_trained(summary):
+        sys.exit(f"FATAL {failure}")
     if summary.get("stopped_by_signal"):  # a scheduler sees the run did not finish (128 + the signal's number)
         sys.exit(128 + signal.Signals[summary["stopped_by_signal"]].value)
 

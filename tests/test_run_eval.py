@@ -129,7 +129,8 @@ def test_a_lora_runs_merged_export_and_final_checkpoint_reproduce_its_last_valid
     """The export folds the adapters into the base weights; evaluating it (or the final checkpoint, adapters
     apart) plays the run's last validation episodes again, with the same figures."""
     from ragen_jax.models.hf_files import read_training_record
-    from ragen_jax.trainer.evaluate import prepare_config, run_eval
+    from ragen_jax.config import validate_config
+    from ragen_jax.trainer.evaluate import run_eval
     from ragen_jax.trainer import Trainer
     from test_trainer_resume import recipe
 
@@ -151,10 +152,11 @@ def test_a_lora_runs_merged_export_and_final_checkpoint_reproduce_its_last_valid
         assert "lora" not in f.read().lower()  # a plain model transformers loads: the adapters are merged
     assert read_training_record(str(export))["rl_steps"] == 2
     for checkpoint in (None, str(export)):
-        cfg = config()
+        run = validate_config(config(), mode="eval")
         target = eval_target(str(tmp_path / "run"), checkpoint)
-        prepare_config(cfg, target)
-        evaluator = Trainer(cfg, str(tmp_path / "run"), log_dir=os.path.join(target.out_dir, "tb"))
+        if target.kind == "hf":  # the policy loads from the folder evaluated (run.py's eval does the same)
+            run = run.replace(**{"model.path": target.path, "model.preset": ""})
+        evaluator = Trainer(run, str(tmp_path / "run"), log_dir=os.path.join(target.out_dir, "tb"), mode="eval")
         with evaluator.activate_mesh():
             scored = run_eval(evaluator, target)
         evaluator.close()

@@ -63,7 +63,7 @@ def test_failed_episodes_leave_the_update_and_are_reported(tmp_path, caplog, mon
     seen = {}
     run = trainer.engine.run
     monkeypatch.setattr(trainer.engine, "run", lambda *a, **k: seen.setdefault("res", run(*a, **k)))
-    monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev, valid=valid) or {})
+    capture_update(monkeypatch, seen)
     with caplog.at_level(logging.WARNING):
         metrics = trainer.train_step(0)
     res, dev, valid = seen["res"], seen["dev"], seen["valid"]
@@ -97,7 +97,7 @@ def test_a_group_left_with_one_healthy_episode_does_not_train(tmp_path, monkeypa
     score), so only group 1 trains, and the broken group is counted."""
     trainer = _flaky_trainer(tmp_path, failing={1, 2, 3}, monkeypatch=monkeypatch)
     seen = {}
-    monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev, valid=valid) or {})
+    capture_update(monkeypatch, seen)
     metrics = trainer.train_step(0)
     assert metrics["rollout/env_error_ratio"] == pytest.approx(3 / 8)
     assert metrics["rollout/groups_broken_by_env_errors"] == 1.0
@@ -264,7 +264,9 @@ def test_a_step_without_an_update_does_not_move_the_learning_rate_schedule(tmp_p
     """veRL steps a scheduler only when its update runs: a step the filter emptied (or a collapsed one) moves no
     warmup. Before, the schedules ran on the RL step, so the first update after an empty step 0 trained at
     lr(1) (here 5e-4) instead of lr(0) = 0, and a resume reads the position from the checkpoint's counters."""
-    import ragen_jax.trainer.stages.select as loop_module
+    import importlib
+
+    loop_module = importlib.import_module("ragen_jax.trainer.stages.select")  # the module, not the stage function
     from ragen_jax.checkpoint import Checkpointer
 
     cfg = bandit_config(tmp_path)
@@ -373,3 +375,37 @@ def test_a_jax_env_whose_renderer_raises_fails_only_its_episode(tmp_path, monkey
     assert [i for i, ep in enumerate(episodes) if ep.error] == [1, 6]
     tag = trainer.val_tags[0]
     assert val[f"val/{tag}/env_error"] == pytest.approx(2 / 8) and val[f"val/{tag}/success"] == 1.0
+
+
+def capture_update(monkeypatch, seen: dict) -> None:
+    """Replace the update stage by one that records the training batch it gets (its `dev` arrays and `valid` rows)
+    and trains nothing."""
+    from ragen_jax.trainer import stages
+
+    def update(models, fns, batch, step, trainer, learning_rates):
+        seen.update(dev=batch.dev, valid=batch.row_valid)
+        return stages.Updated([], {}, False, False, 0.0)
+
+    monkeypatch.setattr(stages, "update", update)
+
+
+def test_a_run_whose_every_episode_failed_ends_as_a_failure_naming_the_error(tmp_path, monkeypatch):
+    """A custom env whose every episode failed (here: its env raises; a newcomer's saw ContextOverflowError at
+    every second turn) ended rc=0 with "0 / 0 updates" and a summary that read as a result. The summary now keeps
+    the commonest env errors, and `nothing_trained` turns such a run into one line naming the error (run.py
+    exits with it)."""
+    from ragen_jax.trainer import report
+    from ragen_jax.trainer.run_loop import train
+
+    trainer = _flaky_trainer(tmp_path, failing=set(range(8)), monkeypatch=monkeypatch)
+    trainer.run = trainer.run.replace(**{"filter.empty_stop_steps": 2, "trainer.total_steps": 4,
+                                         "trainer.export_hf": False})
+    summary = train(trainer)
+    assert summary["steps_run"] == 2 and summary["updates_applied"] == 0
+    assert summary["stop_reason"].startswith("every episode's environment failed, 2 steps in a row")
+    assert [e["count"] for e in summary["env_errors"]] == [2, 2, 2]  # 8 distinct errors (one per env), twice each
+    assert all("flaky env" in e["error"] for e in summary["env_errors"])
+    line = report.nothing_trained(summary)
+    assert line.startswith("Nothing was trained: every episode of the last steps failed in its env (2 x ")
+    assert "flaky env" in line and "\n" not in line
+    assert report.nothing_trained({**summary, "updates_applied": 1}) is None  # some step trained: a result

@@ -10,7 +10,7 @@ from ragen_jax.rollout import group_seeds
 from ragen_jax.rollout.types import RolloutResult
 from ragen_jax.trainer import Trainer
 from test_trainer_e2e import bandit_config
-from test_trainer_faults import FlakyPick
+from test_trainer_faults import FlakyPick, capture_update
 
 
 # the picks the "model" makes per episode: group stds 0, 0.58, 0.5, 0, so top_k 0.5 keeps groups 1 and 2
@@ -155,7 +155,7 @@ def _update_inputs(cfg, result, monkeypatch):
     trainer = Trainer(cfg)
     trainer.engine.run = lambda *a, **k: result
     seen = {}
-    monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev) or {})
+    capture_update(monkeypatch, seen)
     metrics = trainer.train_step(0)
     return metrics, {k: np.asarray(v) for k, v in seen["dev"].items()}
 
@@ -194,7 +194,7 @@ def test_actor_entropy_is_ragens_before_the_update_over_the_whole_batch(tmp_path
     trainer = Trainer(cfg)
     trainer.engine.run = lambda *a, **k: result
     seen = {}
-    monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev) or {})
+    capture_update(monkeypatch, seen)
     metrics = trainer.train_step(0)
     dev = {k: np.asarray(v) for k, v in seen["dev"].items()}
     ent = np.asarray(trainer.fns["score_policy"](trainer.models.actor.trainable, trainer.models.actor.frozen, dev["tokens"],

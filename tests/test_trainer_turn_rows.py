@@ -5,6 +5,7 @@ import numpy as np
 
 from envs.protocols import HostEnv
 from ragen_jax.trainer import Trainer
+from test_trainer_faults import capture_update
 from test_trainer_e2e import bandit_config
 
 
@@ -47,7 +48,7 @@ def test_grpo_counts_each_episode_once_over_its_turn_rows(tmp_path, monkeypatch)
     seen = {}
     run = trainer.engine.run
     monkeypatch.setattr(trainer.engine, "run", lambda *a, **k: seen.setdefault("res", run(*a, **k)))
-    monkeypatch.setattr(trainer, "_update", lambda step, dev, valid: seen.update(dev=dev, valid=valid) or {})
+    capture_update(monkeypatch, seen)
     trainer.train_step(0)
     res, dev, valid = seen["res"], seen["dev"], seen["valid"]
     turns = [len(ep.history) for ep in res.episodes]

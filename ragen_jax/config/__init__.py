@@ -6,7 +6,8 @@
 """
 
 from ragen_jax.config.schema import RunConfig, default_config, default_plain, to_plain
-from ragen_jax.config.sections import MODEL_PATHS, algo_preset_values
+from ragen_jax.config.algo import algo_preset_values
+from ragen_jax.config.sections import MODEL_PATHS
 from ragen_jax.errors import ConfigError
 
 

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import ml_collections
 
 from ragen_jax.config import sections as s
+from ragen_jax.config.algo import AlgoSection
 from ragen_jax.config.checks import config_problems
 from ragen_jax.config.fields import field_problems, section
 from ragen_jax.errors import ConfigError
@@ -29,7 +30,7 @@ class RunConfig:
     val: s.ValSection = section(s.ValSection)
     rollout: s.RolloutSection = section(s.RolloutSection)
     filter: FilterConfig = section(FilterConfig)
-    algo: s.AlgoSection = section(s.AlgoSection)
+    algo: AlgoSection = section(AlgoSection)
     optim: s.OptimSection = section(s.OptimSection)
     trainer: s.TrainerSection = section(s.TrainerSection)
     diagnostics: s.DiagnosticsSection = section(s.DiagnosticsSection)

@@ -166,9 +166,23 @@ def run_summary(trainer, wall: float, trained_tokens: float, stop_reason: str | 
         "mean_kept_ratio": state.mean_kept_ratio,
         "val_envs": list(val_names),
         "val_episodes": run.val.groups * run.val.group_size * len(val_names) if run.val.every else 0,
+        "env_errors": [{"count": n, "error": text} for text, n in trainer.env_errors.most_common(3)],
         "workdir": trainer.workdir,
         "outputs": [],
     }
+
+
+def nothing_trained(summary: dict) -> str | None:
+    """Why a finished run trained nothing because every episode's env failed (one line naming the commonest
+    error and what to do), else None: such a run is a failure, not a result."""
+    if not summary.get("steps_run") or summary.get("updates_applied") or not summary.get("env_errors"):
+        return None
+    if not str(summary.get("stop_reason") or "").startswith("every episode's environment failed"):
+        return None
+    top = summary["env_errors"][0]
+    return (f"Nothing was trained: every episode of the last steps failed in its env ({top['count']} x "
+            f"{top['error'][:300]}). Fix what that error names (an env's observation too long for "
+            "rollout.max_model_len, a crashing env, a dead env server), then run again.")
 
 
 def print_summary(summary: dict, tb_dir: str) -> None:

@@ -11,6 +11,7 @@ exactly as the uninterrupted run would have.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 from typing import Any
@@ -113,6 +114,7 @@ class Trainer:
                                          barrier_timeout_s=t.checkpoint_barrier_timeout_s)
         self.collapse = CollapseMonitor(run, self.tokenizer, self.monitor)
         self.state = RunState(kl_in_reward_coef=float(run.algo.kl_ctrl_coef))
+        self.env_errors: collections.Counter = collections.Counter()  # the training episodes' env errors, by text
         if t.resume:
             self._restore_latest()
         if self.state.start_step:  # the checkpoint's step logged everything at start_step: what follows is stale
@@ -174,8 +176,10 @@ class Trainer:
         if t.log_samples_every and shown % t.log_samples_every == 0:
             self.monitor.text("samples/trajectory", trajectory_sample_text(collected.episodes,
                                                                            **dump_kwargs(self.rollout)), shown)
-        if not collected.ok.all() and self.is_main:
-            report_env_errors(collected.episodes, f"Step {shown}", "left out of the update")
+        if not collected.ok.all():
+            self.env_errors.update(ep.error for ep in collected.episodes if ep.error)
+            if self.is_main:
+                report_env_errors(collected.episodes, f"Step {shown}", "left out of the update")
         return self.collapse.mi_metrics(shown, collected.episodes, self.models.actor.graphdef,
                                         self.models.actor.full())
 
