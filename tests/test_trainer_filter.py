@@ -54,7 +54,7 @@ def _scripted_rollout(tmp_path, monkeypatch):
     probe = Trainer(grpo_config(tmp_path / "probe", 0.5))
     picks = iter(PICKS)
     monkeypatch.setattr(probe.engine.tokenizer, "decode", lambda ids: f"</think><answer>{next(picks)}</answer>")
-    result = probe.engine.run(probe.sampling_params(), probe.train_env, *group_seeds(10000, 4, 4),
+    result = probe.engine.run(probe.models.sampling_params(), probe.train_env, *group_seeds(10000, 4, 4),
                               jax.random.PRNGKey(3), tag="pick", row_multiple=4)
     monkeypatch.undo()
     return probe, result
@@ -87,7 +87,7 @@ def test_dropped_groups_change_nothing_and_kept_rows_are_the_whole_update(tmp_pa
     assert metrics["rollout/filter_kept_count"] == 2  # no filtering: both groups of the restricted rollout
     for a, b in zip(filtered, kept_only):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)  # the update is the kept rows' update
-    before = [np.asarray(x) for x in jax.tree.leaves(probe.actor.trainable)]
+    before = [np.asarray(x) for x in jax.tree.leaves(probe.models.actor.trainable)]
     assert not all(np.array_equal(a, b) for a, b in zip(before, filtered))  # and a real one
 
 
@@ -127,8 +127,8 @@ def test_length_and_entropy_filters_run_in_the_trainer_as_ragen_scores_them(tmp_
     b, n = result.batch, len(result.episodes)
     mask = b.loss_mask > 0
     length = _per_episode(mask.sum(axis=1), b.episode_ids, n, "sum").reshape(4, 4)
-    _, ent = policy_logprobs(probe.actor.module(), b.tokens, b.attention_mask,
-                             temperature=probe.cfg.rollout.temperature)
+    _, ent = policy_logprobs(probe.models.actor.module(), b.tokens, b.attention_mask,
+                             temperature=probe.run.rollout.temperature)
     row_ent = (np.asarray(ent) * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1)
     entropy = _per_episode(row_ent, b.episode_ids, n, "mean").reshape(4, 4)
 
