@@ -643,3 +643,13 @@ def test_calls_past_a_pool_held_by_hung_envs_are_refused_at_once_naming_why():
     finally:
         release.set()
         srv.stop()
+
+
+@pytest.mark.parametrize("seed_text,needle", [("9" * 5_000, "5000 digits"), ("-1", "'seed' must be"),
+                                              (str(2**63), "'seed' must be")])
+def test_a_seed_no_env_can_take_is_a_400_naming_it(toy_server, seed_text, needle):
+    body = f'{{"seed": {seed_text}}}'.encode()  # 5,000 digits: past Python's int-from-text limit (4,300)
+    status, text, _ = _raw_post(toy_server.url, "/reset", {"Content-Length": str(len(body)),
+                                                           "Content-Type": "application/json"}, body)
+    assert status == 400 and needle in text, text
+    assert _status(toy_server.url, "POST", "/reset", {"seed": 2**63 - 1})[0] == 200  # the largest seed still serves

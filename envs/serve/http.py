@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 MAX_BODY_BYTES = 1 << 20
+MAX_INT_DIGITS = 1000  # below Python's int-from-text limit (4,300 digits), which raises a bare ValueError
 _DECIMAL = re.compile(r"[0-9]+")
 
 
@@ -47,6 +48,30 @@ def to_jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return to_jsonable(value.tolist())
     return str(value)
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise HttpError(400, f"Body holds an integer of {digits} digits (at most {MAX_INT_DIGITS} are read); send "
+                             "numbers that fit the field, e.g. a seed below 2**63.")
+    return int(text)
+
+
+def parse_json_object(raw: bytes | str) -> dict[str, Any]:
+    """A request body -> its JSON object, or HttpError 400 naming what is wrong with it (never another exception:
+    whatever a client sends is the client's error, whichever framework serves it)."""
+    try:
+        data = json.loads(raw, parse_int=_bounded_int)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise HttpError(400, f"Body is not valid JSON ({e}); send a JSON object.") from None
+    except RecursionError:
+        raise HttpError(400, "Body is nested too deeply to decode; send a flat JSON object.") from None
+    except ValueError as e:  # any other text the decoder cannot turn into values
+        raise HttpError(400, f"Body cannot be decoded ({e}); send a JSON object.") from None
+    if not isinstance(data, dict):
+        raise HttpError(400, f"Body must be a JSON object, got {type(data).__name__}.")
+    return data
 
 
 Route = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
@@ -99,15 +124,7 @@ class JsonHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         if not raw:
             return {}
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise HttpError(400, f"Body is not valid JSON ({e}); send a JSON object.") from None
-        except RecursionError:
-            raise HttpError(400, "Body is nested too deeply to decode; send a flat JSON object.") from None
-        if not isinstance(data, dict):
-            raise HttpError(400, f"Body must be a JSON object, got {type(data).__name__}.")
-        return data
+        return parse_json_object(raw)
 
     def _dispatch(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
@@ -198,6 +215,15 @@ def require(body: dict[str, Any], key: str, kind: type | tuple[type, ...], hint:
     if not isinstance(value, kind):
         raise HttpError(400, f"Field {key!r} must be {_kind_name(kind)}, got {type(value).__name__}.")
     return value
+
+
+def require_seed(body: dict[str, Any], hint: str = "") -> int:
+    """`body["seed"]`: an integer in [0, 2**63) (what numpy's and JAX's seeding take), else a 400 naming the range."""
+    seed = require(body, "seed", int, hint)
+    if not 0 <= seed < 2**63:
+        shown = str(seed) if len(str(seed)) <= 30 else f"an integer of {len(str(abs(seed)))} digits"
+        raise HttpError(400, f"Field 'seed' must be an integer in [0, 2**63), got {shown}.")
+    return seed
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:

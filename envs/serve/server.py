@@ -22,7 +22,7 @@ from typing import Any, Callable
 from envs.host_checks import step_result_problems
 from envs.protocols import HostEnv
 from envs.registry import EnvSpec, env_kwargs as build_kwargs, get_spec
-from envs.serve.http import HttpError, JsonServer, require, to_jsonable
+from envs.serve.http import HttpError, JsonServer, require, require_seed, to_jsonable
 
 
 def resolve_env_factory(env: str, env_kwargs: dict[str, Any] | None = None) -> Callable[[], HostEnv]:
@@ -156,7 +156,7 @@ class EnvService:
         return 200, to_jsonable(self.spec)
 
     def reset(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        seed = require(body, "seed", int, 'Send {"seed": 123} (and "session_id" to reuse a session).')
+        seed = require_seed(body, 'Send {"seed": 123} (and "session_id" to reuse a session).')
         self._sweep()
         session_id = body.get("session_id")
         if session_id is not None:
