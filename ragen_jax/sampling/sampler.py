@@ -193,14 +193,18 @@ class Sampler:
         return weights
 
     def begin(self, params, cache: KVCache | LaneCaches, state: TurnState, rows, new_tokens, new_lens, cache_lens,
-              keys, config: SamplingConfig, *, source=None) -> tuple[KVCache | LaneCaches, TurnState]:
+              keys, config: SamplingConfig, *, source=None, budgets=None) -> tuple[KVCache | LaneCaches, TurnState]:
         """Starts a turn for the global rows `rows` [R]: appends new_tokens[r, :new_lens[r]] to row r's cached
         sequence (its first cache_lens[r] slots) and samples the turn's first token with keys[r] (raw key data
         [R, k], e.g. `episode_turn_keys`). One process; the cache and state are donated. -> (cache, state).
 
         source [R] (optional): row r reuses the prefill of row source[r] (an index into `rows`, whose new tokens
         and cache length it shares), e.g. the episodes of a group starting from one prompt: prefilled once (once
-        per lane, in lanes). Rows and prefills are padded to powers of two, so a run compiles a few programs."""
+        per lane, in lanes). Rows and prefills are padded to powers of two, so a run compiles a few programs.
+
+        budgets [R] (optional, each in [1, config.max_new_tokens]): row r generates at most budgets[r] tokens, so its
+        turn needs only that much room in the cache; the caller ends it there (`end_rows`), deciding each `decode`'s
+        steps so that no row passes its budget (an OpenAI request's max_tokens)."""
         rows = np.asarray(rows, np.int32)
         r = len(rows)
         if r == 0:
@@ -210,7 +214,7 @@ class Sampler:
         if np.any(lens < 1):
             raise ValueError(f"Every row a turn begins for needs >= 1 new token (at least the last sampled one); "
                              f"got new_lens {lens}.")
-        self._check_begin(rows, lens, index, config)
+        self._check_begin(rows, lens, index, config, budgets)
         source = np.arange(r) if source is None else np.asarray(source, np.int64)
         if source.shape != (r,) or np.any(source[source] != source):
             raise ValueError("source must map each row to a row (of `rows`) that is its own source.")
@@ -228,7 +232,8 @@ class Sampler:
             caches[lane], states[lane] = lane_cache, lane_state
         return LaneCaches(tuple(caches)), merge_rows(states)
 
-    def _check_begin(self, rows: np.ndarray, lens: np.ndarray, index: np.ndarray, config: SamplingConfig) -> None:
+    def _check_begin(self, rows: np.ndarray, lens: np.ndarray, index: np.ndarray, config: SamplingConfig,
+                     budgets=None) -> None:
         """`begin`'s rows [R] are distinct rows of the batch whose turns fit the cache: its programs drop a write
         past the last slot or to a row index >= B (padding), so either would sample from a silently wrong cache."""
         if np.any((rows < 0) | (rows >= self.batch_size)) or len(np.unique(rows)) != len(rows):
@@ -238,13 +243,17 @@ class Sampler:
                              f"({len(rows)}).")
         if np.any(index < 0):
             raise ValueError(f"cache_lens must be >= 0, got {index}.")
-        need = index + lens + config.max_new_tokens
+        budget = np.full(rows.shape, config.max_new_tokens) if budgets is None else np.asarray(budgets, np.int64)
+        if budget.shape != rows.shape or np.any((budget < 1) | (budget > config.max_new_tokens)):
+            raise ValueError(f"budgets must have one entry per row ({len(rows)}), each in [1, max_new_tokens="
+                             f"{config.max_new_tokens}]; got {budget}.")
+        need = index + lens + budget
         over = np.flatnonzero(need > self.cache_size)
         if over.size:
             i = over[0]
             raise ValueError(
                 f"Row {rows[i]} would overflow the KV cache by {need[i] - self.cache_size} tokens: cache_lens "
-                f"{index[i]} + new_lens {lens[i]} + max_new_tokens {config.max_new_tokens} > cache_size "
+                f"{index[i]} + new_lens {lens[i]} + max_new_tokens {budget[i]} > cache_size "
                 f"{self.cache_size}. Raise Sampler(cache_size=...) or lower max_new_tokens.")
 
     def prefilled_rows(self, rows, source) -> np.ndarray:

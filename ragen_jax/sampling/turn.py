@@ -213,6 +213,13 @@ def settle_idle(state: TurnState, active: jax.Array, cache_lens: jax.Array, pad_
                          base=jnp.where(active, state.base, cache_lens))
 
 
+@jax.jit
+def end_rows(state: TurnState, rows: jax.Array) -> TurnState:
+    """The turns of the rows `rows` [B] (bool) end where they are (a length cap the caller keeps, as a request's
+    max_tokens or a stop string); their tokens so far stay, and the next `decode` leaves them."""
+    return state.replace(done=state.done | rows)
+
+
 def state_output(state: TurnState, cache: KVCache) -> SampleOutput:
     """A SampleOutput of the rows' current turns."""
     return SampleOutput(tokens=state.tokens, lengths=state.lengths, logprobs=state.logprobs,

@@ -1,0 +1,1 @@
+"""An OpenAI-compatible endpoint for trained agents: `python -m ragen_jax.serve --checkpoint RUN`."""

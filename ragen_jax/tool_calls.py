@@ -1,0 +1,116 @@
+"""Tool calls in the Hermes / Qwen chat format: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks
+in a model's text, read into OpenAI's `tool_calls` shape, and OpenAI messages put back into the shape chat templates
+render (`arguments` a dict, not JSON text).
+
+Pure functions over text and JSON values, shared by the OpenAI-compatible endpoint (ragen_jax.serve) and any rollout
+that takes tool calls as actions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Iterable, Mapping
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    """One call: the tool's name and its arguments (a JSON object)."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedToolCalls:
+    """What a model's text holds: `calls` (empty when it called nothing or a call was unreadable), `content` (the
+    text outside the calls; the whole text when `problem` is set) and `problem` ("" when every block was read)."""
+
+    calls: tuple[ToolCall, ...]
+    content: str
+    problem: str = ""
+
+
+def parse_tool_calls(text: str, tool_names: Iterable[str] | None = None) -> ParsedToolCalls:
+    """Read the `<tool_call>` blocks of `text`. A block that is not a JSON object with a string "name" and an object
+    "arguments" (or JSON text of one), an opened block never closed, or a name outside `tool_names` (when given)
+    makes the whole text plain content, with the reason in `problem`: the caller never acts on half a reply."""
+    if OPEN not in text:
+        return ParsedToolCalls((), text)
+    known = None if tool_names is None else set(tool_names)
+    calls = []
+    for block in _BLOCK.findall(text):
+        call, problem = _read_call(block.strip())
+        if not problem and known is not None and call.name not in known:
+            offered = ", ".join(sorted(known)) or "none"
+            problem = f"tool {call.name!r} was not offered (offered: {offered})"
+        if problem:
+            return ParsedToolCalls((), text, problem)
+        calls.append(call)
+    rest = _BLOCK.sub("", text)
+    if OPEN in rest or CLOSE in rest:
+        return ParsedToolCalls((), text, f"a {OPEN} block is not closed by {CLOSE}")
+    return ParsedToolCalls(tuple(calls), rest.strip())
+
+
+def _read_call(block: str) -> tuple[ToolCall | None, str]:
+    try:
+        data = json.loads(block)
+    except (ValueError, RecursionError) as e:
+        return None, f"a tool call is not valid JSON ({e})"
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+        return None, 'a tool call must be a JSON object with a non-empty string "name"'
+    arguments = data.get("arguments", data.get("parameters", {}))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError) as e:
+            return None, f"the arguments of tool call {data['name']!r} are not valid JSON ({e})"
+    if not isinstance(arguments, dict):
+        return None, f"the arguments of tool call {data['name']!r} must be a JSON object, got {type(arguments).__name__}"
+    return ToolCall(data["name"], arguments), ""
+
+
+def format_tool_call(call: ToolCall) -> str:
+    """The text of one call in the same format (what a model trained on it writes)."""
+    return f"{OPEN}\n{json.dumps({'name': call.name, 'arguments': call.arguments}, ensure_ascii=False)}\n{CLOSE}"
+
+
+def template_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI chat message in the shape chat templates render: text parts joined into one string, and each
+    assistant tool call's `function.arguments` JSON text read into a dict (Qwen's and Llama's templates write it
+    with `tojson`). ValueError names what cannot be rendered."""
+    out = dict(message)
+    content = out.get("content")
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not (isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+                raise ValueError(f"content part of type {kind!r} is not supported; send text parts only")
+            texts.append(part["text"])
+        out["content"] = "".join(texts)
+    elif content is None:
+        out["content"] = ""
+    elif not isinstance(content, str):
+        raise ValueError(f"content must be a string or a list of text parts, got {type(content).__name__}")
+    if out.get("tool_calls"):
+        out["tool_calls"] = [_template_call(call) for call in out["tool_calls"]]
+    return out
+
+
+def _template_call(call: Any) -> dict[str, Any]:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        raise ValueError('each tool call needs {"type": "function", "function": {"name": ..., "arguments": ...}}')
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError as e:
+            raise ValueError(f"the arguments of tool call {function['name']!r} are not JSON ({e})") from None
+    return {**call, "type": "function", "function": {"name": function["name"], "arguments": arguments}}
