@@ -10,7 +10,8 @@ import openai
 import pytest
 
 from ragen_jax.models import load_tiny_tokenizer
-from ragen_jax.serve.app import ServerThread, create_app
+from envs.serve.asgi import AsgiServer
+from ragen_jax.serve.app import create_app
 from serve_testlib import CALCULATOR, TOOLS_TEMPLATE, ScriptedEngine, prompt_text
 
 MODEL = "tiny-agent"
@@ -26,7 +27,7 @@ def serve():
         if tools_template:
             tokenizer.hf.chat_template = TOOLS_TEMPLATE
         engine = ScriptedEngine(tokenizer, texts, **engine_kwargs)
-        thread = ServerThread(create_app(engine, MODEL)).start()
+        thread = AsgiServer(create_app(engine, MODEL)).start()
         threads.append(thread)
         client = openai.OpenAI(base_url=thread.url + "/v1", api_key="unused", max_retries=0, timeout=30)
         return client, engine, thread.url
@@ -91,7 +92,9 @@ def test_n_choices_and_usage(serve):
     assert reply.usage.prompt_tokens == len(job.prompt) and reply.usage.completion_tokens == sum(
         len(engine.tokenizer.encode(t)) for t in ("one", "two"))
     assert _ask(client, temperature=0).choices[0].message.content == "ok"
-    assert engine.jobs[1].sampling.greedy
+    assert engine.jobs[1].sampling.greedy and not engine.jobs[1].sampling.ignore_eos
+    _ask(client, extra_body={"ignore_eos": True})  # vLLM's extension
+    assert engine.jobs[2].sampling.ignore_eos
 
 
 @pytest.mark.parametrize("kwargs,needle", [
@@ -104,6 +107,7 @@ def test_n_choices_and_usage(serve):
     ({"stop": [""]}, "'stop' must be"),
     ({"seed": 2**64}, "'seed' must be in"),
     ({"stream": True}, "'stream' is not supported"),
+    ({"extra_body": {"ignore_eos": 1}}, "'ignore_eos' must be true or false"),
     ({"tool_choice": "required", "tools": [CALCULATOR]}, "'tool_choice' must be"),
     ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0] must be"),
     ({"messages": []}, "'messages' must be a non-empty list"),

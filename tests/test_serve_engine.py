@@ -9,7 +9,8 @@ import numpy as np
 import openai
 import pytest
 
-from ragen_jax.serve.app import ServerThread, create_app
+from envs.serve.asgi import AsgiServer
+from ragen_jax.serve.app import create_app
 from ragen_jax.serve.engine import Engine, Job, Sampling, choice_keys
 from ragen_jax.serve.weights import load_served
 from serve_testlib import tiny_hf_folder
@@ -23,7 +24,7 @@ def endpoint(tmp_path_factory):
     served = load_served(folder)
     engine = Engine(served.graphdef, served.params, served.tokenizer, slots=SLOTS, cache_size=CONTEXT,
                     max_tokens=MAX_TOKENS, chunk=4).start()
-    thread = ServerThread(create_app(engine, served.name, source=served.source)).start()
+    thread = AsgiServer(create_app(engine, served.name, source=served.source)).start()
     client = openai.OpenAI(base_url=thread.url + "/v1", api_key="unused", max_retries=0, timeout=300)
     yield client, engine, served
     thread.stop()

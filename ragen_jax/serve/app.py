@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import socket
-import threading
 import time
 from typing import Any
 
 import numpy as np
-import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -111,33 +108,3 @@ def token_budget(prompt_tokens: int, max_tokens: int | None, context: int, cap: 
                            "the completion). Please reduce the length of the messages or completion.",
                            "messages", "context_length_exceeded")
     return max_tokens
-
-
-class ServerThread:
-    """uvicorn serving `app` on a thread (tests, scripts); port 0 picks a free one (see `.url`)."""
-
-    def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0):
-        self.socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.socket.bind((host, port))
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self.socket.getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    def start(self, timeout_s: float = 30.0) -> "ServerThread":
-        self.thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"The server did not start within {timeout_s:g} s.")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.socket.close()

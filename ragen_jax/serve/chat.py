@@ -95,6 +95,9 @@ def parse_chat_request(body: Mapping[str, Any], *, model: str, slots: int) -> Ch
     temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
     top_p = _number(body, "top_p", 1.0, 0.0, 1.0, low_open=True)
     top_k = _integer(body, "top_k", -1, 1 << 20) or 0  # vLLM's extension; -1 and 0 are off
+    ignore_eos = body.get("ignore_eos", False)  # vLLM's extension (benchmarks: every choice gets max_tokens)
+    if not isinstance(ignore_eos, bool):
+        raise RequestError("'ignore_eos' must be true or false.", "ignore_eos")
     n = _integer(body, "n", 1, slots) or 1
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     max_tokens = _integer({"max_tokens": max_tokens}, "max_tokens", 1, 1 << 30)
@@ -105,8 +108,8 @@ def parse_chat_request(body: Mapping[str, Any], *, model: str, slots: int) -> Ch
         raise RequestError("'chat_template_kwargs' must be an object, e.g. {\"enable_thinking\": false}.",
                            "chat_template_kwargs")
     return ChatRequest(model=name, messages=_messages(body.get("messages")), tools=tools if use_tools else (), n=n,
-                       max_tokens=max_tokens, sampling=Sampling.of(temperature, top_p, top_k), stop=_stop(body),
-                       seed=seed, template_kwargs=dict(kwargs))
+                       max_tokens=max_tokens, sampling=Sampling.of(temperature, top_p, top_k, ignore_eos),
+                       stop=_stop(body), seed=seed, template_kwargs=dict(kwargs))
 
 
 def _messages(messages: Any) -> tuple[dict[str, Any], ...]:

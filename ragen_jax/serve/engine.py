@@ -34,17 +34,21 @@ STOP, LENGTH = "stop", "length"  # OpenAI's finish reasons
 
 @dataclasses.dataclass(frozen=True)
 class Sampling:
-    """What the rows decoded together share: greedy, or a temperature, top-p and top-k."""
+    """What the rows decoded together share: greedy, or a temperature, top-p and top-k; and whether an end-of-turn
+    token ends a choice (`ignore_eos`, vLLM's extension, for benchmarks)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     greedy: bool = False
+    ignore_eos: bool = False
 
     @classmethod
-    def of(cls, temperature: float, top_p: float = 1.0, top_k: int = 0) -> "Sampling":
+    def of(cls, temperature: float, top_p: float = 1.0, top_k: int = 0, ignore_eos: bool = False) -> "Sampling":
         """Temperature 0 is greedy (then top-p and top-k do not matter, so every greedy request shares its rows)."""
-        return cls(greedy=True) if temperature == 0 else cls(float(temperature), float(top_p), int(top_k))
+        if temperature == 0:
+            return cls(greedy=True, ignore_eos=ignore_eos)
+        return cls(float(temperature), float(top_p), int(top_k), ignore_eos=ignore_eos)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +165,8 @@ class Engine:
 
     def _config(self, sampling: Sampling) -> SamplingConfig:
         return SamplingConfig(max_new_tokens=self.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
-                              top_k=sampling.top_k, greedy=sampling.greedy, eos_ids=self.eos_ids)
+                              top_k=sampling.top_k, greedy=sampling.greedy,
+                              eos_ids=() if sampling.ignore_eos else self.eos_ids)
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
