@@ -29,8 +29,9 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(INSTALLED): $(REQUIREMENTS) requirements.txt pyproject.toml | $(PY)
+$(INSTALLED): $(REQUIREMENTS) requirements.txt requirements-openenv.txt pyproject.toml | $(PY)
 	$(PY) -m pip install -q -r $(REQUIREMENTS)
+	$(PY) -m pip install -q --no-deps -r requirements-openenv.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 

@@ -127,10 +127,27 @@ def env_class_problem(cls: type, name: str) -> str | None:
             f"A {base} needs them all (docs/custom_envs.md).")
 
 
+OPENENV_PREFIX = "openenv:"
+
+
+def openenv_spec(name: str) -> EnvSpec:
+    """An OpenEnv environment by URL ("openenv:http://127.0.0.1:8000"): a host env whose episodes run on that server
+    through OpenEnv's client (envs.openenv.client); its kwargs (action_field, observation_field, timeout_s) come
+    from env.kwargs."""
+    url = name[len(OPENENV_PREFIX):]
+    if not url.startswith("http://"):
+        raise KeyError(f"Environment {name!r}: give the OpenEnv server's http:// URL after 'openenv:', e.g. "
+                       "openenv:http://127.0.0.1:8000.")
+    return EnvSpec(name=name, factory="envs.openenv.client:OpenEnvHostEnv", kind="host", kwargs={"url": url})
+
+
 def get_spec(name: str) -> EnvSpec:
-    """The spec of a registered env or of an import path ("package.module:ClassName"), or a clear error."""
+    """The spec of a registered env, of an OpenEnv server's URL ("openenv:http://HOST:PORT") or of an import path
+    ("package.module:ClassName"), or a clear error."""
     if name in _REGISTRY:
         return _REGISTRY[name]
+    if name.startswith(OPENENV_PREFIX):
+        return openenv_spec(name)
     if ":" in name:
         return spec_from_import_path(name)
     import difflib
