@@ -123,7 +123,8 @@ class _UnreadArgv(list):
 
 
 @pytest.mark.parametrize("script", ["bench_decode_layout.py", "bench_diagnostics.py", "bench_draw.py",
-                                    "bench_generate.py", "bench_lanes.py", "bench_rollout.py", "bench_train.py",
+                                    "bench_generate.py", "bench_lanes.py", "bench_rollout.py", "bench_serve.py",
+                                    "bench_train.py",
                                     "filter_ablation.py", "profile_steps.py"])
 def test_main_reads_the_arguments_it_is_given(script, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", _UnreadArgv([script]))

@@ -55,13 +55,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def warm_up(engine: Engine) -> None:
-    """Compile the programs of a short request before the first client waits for them."""
-    import numpy as np
-
-    from ragen_jax.serve.engine import Job, Sampling, choice_keys
-
-    prompt = np.asarray(engine.tokenizer.encode("Hello"), np.int32)
-    engine.generate([Job(prompt, 1, min(engine.chunk, engine.max_tokens), Sampling(), choice_keys(0, 1))])
+    """Compile the programs of short prompts (default sampling) before the first client waits for them."""
+    prompt = engine.tokenizer.encode(engine.tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}]))
+    logging.info("compiled %d programs for short prompts", engine.warm_up(prompt))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import numpy as np
 
 from ragen_jax.rollout.continuous import finished_rows
 from ragen_jax.sampling import EOS, Sampler, SamplingConfig, end_rows
+from ragen_jax.sampling.buckets import pad_rows
 
 log = logging.getLogger(__name__)
 STOP, LENGTH = "stop", "length"  # OpenAI's finish reasons
@@ -74,12 +75,18 @@ class Job:
     results: list[Completion | None] = dataclasses.field(default_factory=list)
 
 
+@jax.jit
+def _choice_keys(high, low, choices):
+    base = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), high), low)
+    return jax.random.key_data(jax.vmap(lambda i: jax.random.fold_in(base, i))(choices))
+
+
 def choice_keys(seed: int, n: int) -> np.ndarray:
     """Raw keys [n, k] of a request's choices: key(seed) folded with each choice index. The 64-bit seed enters in two
     32-bit halves, so seeds that differ above bit 32 draw differently."""
     seed %= 2**64
-    base = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), seed >> 32), seed & 0xFFFFFFFF)
-    return np.asarray(jax.random.key_data(jax.vmap(lambda i: jax.random.fold_in(base, i))(np.arange(n))))
+    high, low = (np.uint32(x) for x in (seed >> 32, seed & 0xFFFFFFFF))
+    return np.asarray(_choice_keys(high, low, pad_rows(np.arange(n))))[:n]
 
 
 class EngineStopped(RuntimeError):
@@ -146,6 +153,21 @@ class Engine:
     def generate(self, jobs: Sequence[Job], timeout_s: float | None = None) -> list[list[Completion]]:
         """Submit `jobs` together and wait for all of them (scripts and tests)."""
         return [f.result(timeout_s) for f in self.submit_many(jobs)]
+
+    def warm_up(self, prompt: Sequence[int], sampling: Sampling = Sampling()) -> int:
+        """Compile, before the first client waits for them, the programs requests like `prompt` (its length bucket)
+        with `sampling` run: a begin for each power-of-two count of rows starting together, and a decode for each
+        chunk length. -> the number of programs compiled."""
+        before = self.sampler.num_programs
+        prompt = np.asarray(prompt, np.int32)
+        rows, steps = 1, 1
+        while rows <= self.slots:
+            self.generate([Job(prompt, 1, 1, sampling, choice_keys(i, 1)) for i in range(rows)])
+            rows *= 2
+        while steps <= min(self.chunk, self.max_tokens - 1):
+            self.generate([Job(prompt, 1, 1 + steps, sampling, choice_keys(0, 1))])
+            steps *= 2
+        return self.sampler.num_programs - before
 
     # ---- the engine thread
     def _reset_rows(self) -> None:
