@@ -33,14 +33,12 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from envs.serve.asgi import AsgiServer  # noqa: E402
+from experiments.bench_decode_layout import QWEN25_05B  # noqa: E402
 from experiments.quiet import OtherCpu, load_line  # noqa: E402
-from ragen_jax.models import CausalLM, ModelConfig, load_tiny_tokenizer, make_tiny_model  # noqa: E402
+from ragen_jax.models import CausalLM, load_tiny_tokenizer, make_tiny_model  # noqa: E402
 from ragen_jax.serve.app import create_app  # noqa: E402
 from ragen_jax.serve.engine import Engine, Job, Sampling, choice_keys  # noqa: E402
 
-QWEN25_05B = ModelConfig("qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864, num_layers=24,
-                         num_heads=14, num_kv_heads=2, head_dim=64, rope_theta=1e6, rms_norm_eps=1e-6,
-                         tie_word_embeddings=True, attention_bias=True, max_position_embeddings=32768)
 MODEL = "bench"
 
 
