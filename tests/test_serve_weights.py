@@ -54,7 +54,7 @@ def test_a_hugging_face_folder_serves_its_weights_under_its_name(tmp_path):
     assert load_served(folder, name="other").name == "other"
 
 
-@pytest.mark.parametrize("lora_rank", [0, 2])
+@pytest.mark.parametrize("lora_rank", [0, pytest.param(2, marks=pytest.mark.slow)])  # LoRA: its adapters merged
 def test_a_run_serves_its_latest_checkpoints_actor(tmp_path, lora_rank):
     run = tmp_path / "run"
     trained = _run_with_checkpoint(run, lora_rank)
