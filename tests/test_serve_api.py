@@ -85,7 +85,7 @@ def test_without_tools_a_call_shaped_text_is_content(serve):
 
 def test_n_choices_and_usage(serve):
     client, engine, _ = serve(["one", "two"])
-    reply = _ask(client, n=2, max_tokens=5, seed=3, temperature=0.5, top_p=0.9, stop=["x"])
+    reply = _ask(client, n=2, max_tokens=4, max_completion_tokens=5, seed=3, temperature=0.5, top_p=0.9, stop=["x"])
     assert [c.message.content for c in reply.choices] == ["one", "two"] and [c.index for c in reply.choices] == [0, 1]
     job = engine.jobs[0]
     assert (job.n, job.budget, job.stop, job.sampling.temperature, job.sampling.top_p) == (2, 5, ("x",), 0.5, 0.9)

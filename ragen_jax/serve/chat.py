@@ -99,8 +99,8 @@ def parse_chat_request(body: Mapping[str, Any], *, model: str, slots: int) -> Ch
     if not isinstance(ignore_eos, bool):
         raise RequestError("'ignore_eos' must be true or false.", "ignore_eos")
     n = _integer(body, "n", 1, slots) or 1
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = _integer({"max_tokens": max_tokens}, "max_tokens", 1, 1 << 30)
+    newer = body.get("max_completion_tokens")  # OpenAI's newer name; either is read
+    max_tokens = _integer({"max_tokens": body.get("max_tokens") if newer is None else newer}, "max_tokens", 1, 1 << 30)
     seed = _integer(body, "seed", -(2**63), 2**63 - 1)
     tools, use_tools = _tools(body)
     kwargs = body.get("chat_template_kwargs") or {}
