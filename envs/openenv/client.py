@@ -19,7 +19,7 @@ import math
 import threading
 from typing import Any
 
-from envs.batch import step_result_problems
+from envs.host_checks import step_result_problems
 from envs.protocols import HostEnv
 from envs.serve.jsonclient import JsonClient, ServiceError
 

@@ -30,7 +30,8 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from envs.batch import _checked_reset, _checked_step, run_with_timeouts
+from envs.host_checks import checked_reset, checked_step
+from envs.timeouts import run_with_timeouts
 from envs.protocols import HostEnv
 from envs.serve.http import to_jsonable
 
@@ -102,7 +103,7 @@ class HostEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         if self.env is None:
             self.env = self._call(self._make_env)
         env = self.env
-        text, info = _checked_reset(self._call(lambda: env.reset(seed)))
+        text, info = checked_reset(self._call(lambda: env.reset(seed)))
         self._state = RagenState(episode_id=episode_id, step_count=0, seed=seed, **self._spec(env))
         self.over = False
         return RagenObservation(text=text, metadata=to_jsonable(dict(info or {})))
@@ -111,7 +112,7 @@ class HostEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         if self.env is None or self.over:
             raise RuntimeError("No episode is running: reset first (after the episode ended or failed).")
         env = self.env
-        text, reward, terminated, truncated, info = _checked_step(self._call(lambda: env.step(action.text)),
+        text, reward, terminated, truncated, info = checked_step(self._call(lambda: env.step(action.text)),
                                                                    type(env).__name__)
         if not math.isfinite(float(reward)):
             self.over = True

@@ -20,14 +20,14 @@ import dataclasses
 import logging
 import queue
 import threading
-from typing import Any, Sequence
+from typing import Sequence
 
 import jax
 import numpy as np
 
 from ragen_jax.rollout.continuous import finished_rows
 from ragen_jax.sampling import EOS, Sampler, SamplingConfig, end_rows
-from ragen_jax.sampling.buckets import pad_rows
+from ragen_jax.shapes import pad_rows
 
 log = logging.getLogger(__name__)
 STOP, LENGTH = "stop", "length"  # OpenAI's finish reasons
