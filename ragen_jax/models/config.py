@@ -125,6 +125,9 @@ def sliding_layers(hf: Mapping[str, Any]) -> list[int]:
 def config_from_hf(hf: Mapping[str, Any], *, param_dtype: str | None = None, dtype: str | None = None) -> ModelConfig:
     """Builds a ModelConfig from a Hugging Face config.json dict (transformers 4.x and 5.x layouts)."""
     model_type = hf.get("model_type")
+    if model_type == "qwen2_5_vl":
+        raise ValueError("config.json describes a Qwen2.5-VL model (model_type 'qwen2_5_vl'); load it with "
+                         "ragen_jax.models.vision.load_vl_model.")
     if model_type not in ARCHITECTURES:
         raise ValueError(
             f"config.json has model_type={model_type!r}, which ragen_jax cannot load; "

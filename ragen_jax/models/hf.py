@@ -6,7 +6,7 @@ import json
 import logging
 import os
 from contextlib import ExitStack
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +40,15 @@ def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dt
     """ModelConfig from folder/config.json, with optional parameter/compute dtype overrides (untied where the
     checkpoint's own lm_head.weight differs from the embedding, as transformers loads it)."""
     folder = os.fspath(folder)
+    config = parse_config_json(folder, lambda hf: config_from_hf(hf, param_dtype=param_dtype, dtype=dtype),
+                               param_dtype=param_dtype, dtype=dtype)
+    return untie_if_the_head_differs(folder, config)
+
+
+def parse_config_json(folder: str, parse: Callable[[dict], Any], *, param_dtype: str | None = None,
+                      dtype: str | None = None) -> Any:
+    """parse(folder/config.json as a dict), every problem (a missing folder or file, bad JSON, a missing key, a
+    value `parse` refuses, a dtype override outside DTYPES) raised as one error naming the file."""
     if not os.path.isdir(folder):
         raise MissingFileError(f"Checkpoint folder {folder!r} does not exist; pass a local Hugging Face model folder.")
     path = os.path.join(folder, "config.json")
@@ -57,15 +66,14 @@ def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dt
     if not isinstance(hf, dict):
         raise CheckpointError(f"{path} holds a {type(hf).__name__}, not a JSON object; download it again or fix it.")
     try:
-        config = config_from_hf(hf, param_dtype=param_dtype, dtype=dtype)
+        return parse(hf)
     except KeyError as e:  # CheckpointError: run.py shows the model folder's problems as one line
         raise CheckpointError(f"{path} lacks the required key {e.args[0]!r}.") from e
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from e
-    return _untie_if_the_head_differs(folder, config)
 
 
-def _untie_if_the_head_differs(folder: str, config: ModelConfig) -> ModelConfig:
+def untie_if_the_head_differs(folder: str, config: ModelConfig) -> ModelConfig:
     """config untied when it ties the embeddings but the folder's checkpoint holds an lm_head.weight of its own
     (as transformers loads it); a folder without weights is left to the loader to report."""
     if not config.tie_word_embeddings:
@@ -110,14 +118,29 @@ def load_model(
     config = read_config(folder, param_dtype=param_dtype, dtype=dtype)
     if remat is not None:
         config = config.replace(remat=remat)
-    found, listing = checkpoint_tensors(folder)
     abstract = nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(seed)))
+    return load_weights(abstract, folder, f"the {config.architecture} model of {os.path.join(folder, 'config.json')}",
+                        optional=lambda path: model_cls is ValueModel and path[0] == "score", seed=seed)
+
+
+def load_weights(abstract: nnx.Module, folder: str, what: str, *,
+                 optional: Callable[[tuple[Any, ...]], bool] = lambda path: False,
+                 stored_name: Callable[[str, Mapping[str, TensorHeader]], str] = lambda name, found: name,
+                 seed: int = 0) -> nnx.Module:
+    """An abstract model (`nnx.eval_shape`) filled tensor by tensor from the folder's memory-mapped safetensors.
+
+    Every tensor's presence, shape and dtype is checked from the headers first (`what` names the model in the
+    error). A parameter at a path `optional` accepts may be missing (freshly initialised); `stored_name(hf name,
+    the checkpoint's tensors)` gives the name a tensor is stored under when a layout renames it."""
+    found, listing = checkpoint_tensors(folder)
     graphdef, abs_state = nnx.split(abstract)
-    needed = [(path, var, *hf_name(path)) for path, var in nnx.to_flat_state(abs_state)]
-    expected = {name: ExpectedTensor(_hf_shape(var.get_value(), transposed),
-                                     optional=model_cls is ValueModel and path[0] == "score")
+    needed = []
+    for path, var in nnx.to_flat_state(abs_state):
+        name, transposed = hf_name(path)
+        needed.append((path, var, stored_name(name, found), transposed))
+    expected = {name: ExpectedTensor(_hf_shape(var.get_value(), transposed), optional=optional(path))
                 for path, var, name, transposed in needed}
-    check_tensors(expected, found, listing, f"the {config.architecture} model of {os.path.join(folder, 'config.json')}")
+    check_tensors(expected, found, listing, what)
     flat = []
     with ExitStack() as stack:
         handles: dict[str, Any] = {}
@@ -224,8 +247,6 @@ def save_pretrained(
     `training_record` (JSON, e.g. {"rl_steps": 12}) goes to `TRAINING_RECORD`; without one, an earlier save's
     record is removed (it described other weights).
     """
-    from safetensors.numpy import save_file
-
     from ragen_jax.models.lora import has_lora, merged_copy
 
     if has_lora(model):
@@ -235,26 +256,58 @@ def save_pretrained(
         raise ValueError("transformers' Qwen2 always has q/k/v biases; set attention_bias=True for qwen2 models.")
     folder = os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
-    extra: dict[str, Any] = {}
-    if tokenizer is not None:
-        eos = tokenizer.eos_token_ids
-        extra.update(eos_token_id=eos[0] if len(eos) == 1 else list(eos), pad_token_id=tokenizer.pad_token_id)
-        bos = tokenizer.hf.bos_token_id
-        extra["bos_token_id"] = bos
+    extra = token_ids(tokenizer)
     hf_cfg = config_to_hf(config, **extra)
     if isinstance(model, ValueModel):
         hf_cfg["architectures"] = [hf_cfg["architectures"][0].replace("CausalLM", "TokenClassification")]
         hf_cfg["num_labels"] = 1
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(hf_cfg, f, indent=2, sort_keys=True)
-    if extra:  # generation defaults for transformers' generate and vLLM: the source checkpoint's (its sampling
-        # defaults, as veRL's export keeps them), stopping at every eos id
-        gen = dict(tokenizer.generation_defaults)
-        gen.update({k: extra[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if extra.get(k) is not None})
-        with open(os.path.join(folder, "generation_config.json"), "w") as f:
-            json.dump(gen, f, indent=2, sort_keys=True)
+    write_generation_config(folder, tokenizer)
+    write_weights(model, folder, config.param_dtype, max_shard_bytes)
+    if tokenizer is not None:
+        tokenizer.save(folder)
+    write_training_record(folder, training_record)
+
+
+def token_ids(tokenizer: Tokenizer | None) -> dict[str, Any]:
+    """config.json's bos/eos/pad ids from the tokenizer ({} without one)."""
+    if tokenizer is None:
+        return {}
+    eos = tokenizer.eos_token_ids
+    return {"eos_token_id": eos[0] if len(eos) == 1 else list(eos), "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.hf.bos_token_id}
+
+
+def write_generation_config(folder: str, tokenizer: Tokenizer | None) -> None:
+    """generation_config.json for transformers' generate and vLLM: the source checkpoint's sampling defaults (as
+    veRL's export keeps them), stopping at every eos id; nothing without a tokenizer."""
+    extra = token_ids(tokenizer)
+    if not extra:
+        return
+    gen = dict(tokenizer.generation_defaults)
+    gen.update({k: extra[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if extra.get(k) is not None})
+    with open(os.path.join(folder, "generation_config.json"), "w") as f:
+        json.dump(gen, f, indent=2, sort_keys=True)
+
+
+def write_training_record(folder: str, training_record: Mapping[str, Any] | None) -> None:
+    """Writes `TRAINING_RECORD`, or removes an earlier save's (it described other weights) when there is none."""
+    record_path = os.path.join(folder, TRAINING_RECORD)
+    if training_record is not None:
+        with open(record_path, "w") as f:
+            json.dump(dict(training_record), f, indent=2, sort_keys=True)
+    elif os.path.exists(record_path):
+        os.remove(record_path)
+
+
+def write_weights(model: nnx.Module, folder: str, dtype: str, max_shard_bytes: int) -> None:
+    """Every nnx.Param of the model as safetensors under its HF name (PyTorch layout, `dtype`), sharded above
+    max_shard_bytes with an index; weight files of an earlier save that this one does not rewrite are removed."""
+    from safetensors.numpy import save_file
+
     params = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
-    plan = _shard_plan(model, config.param_dtype, max_shard_bytes)
+    plan = _shard_plan(model, dtype, max_shard_bytes)
     names = [SINGLE] if len(plan) == 1 else [
         f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))
     ]
@@ -262,7 +315,7 @@ def save_pretrained(
         os.remove(os.path.join(folder, stale))  # an earlier save's weights, which a loader could read instead
     weight_map, total = {}, 0
     for fname, paths in zip(names, plan):
-        shard = dict(_export_tensor(params[p], p, config.param_dtype) for p in paths)
+        shard = dict(_export_tensor(params[p], p, dtype) for p in paths)
         save_file(shard, os.path.join(folder, fname), metadata={"format": "pt"})
         weight_map.update({name: fname for name in shard})
         total += sum(a.nbytes for a in shard.values())
@@ -270,11 +323,3 @@ def save_pretrained(
     if len(plan) > 1:
         with open(os.path.join(folder, INDEX), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
-    if tokenizer is not None:
-        tokenizer.save(folder)
-    record_path = os.path.join(folder, TRAINING_RECORD)
-    if training_record is not None:
-        with open(record_path, "w") as f:
-            json.dump(dict(training_record), f, indent=2, sort_keys=True)
-    elif os.path.exists(record_path):
-        os.remove(record_path)

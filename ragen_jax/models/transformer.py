@@ -297,12 +297,18 @@ class Decoder(nnx.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=cfg.jnp_param_dtype)
 
     def __call__(self, tokens, positions, *, attention_mask=None, cache=None, cache_index=None, kv_len=None,
-                 query_lengths=None, hidden_at=None):
+                 query_lengths=None, hidden_at=None, embeds=None, rope=None):
         """tokens/positions [B, T] -> (hidden [B, T, D] after the final norm, new KVCache | None); with
-        hidden_at [B] or [B, N] int32, hidden [B, 1, D] or [B, N, D] of those tokens only (see CausalLM.hidden)."""
+        hidden_at [B] or [B, N] int32, hidden [B, 1, D] or [B, N, D] of those tokens only (see CausalLM.hidden).
+        A multimodal model passes embeds [B, T, D] (the inputs, image features in place of their placeholder tokens'
+        embeddings) and rope, the (cos, sin) tables [B, T, 1, hd] of its own positions (`rope_tables`' layout)."""
         chex.assert_rank([tokens, positions], 2)
         chex.assert_equal_shape([tokens, positions])
         b, t = tokens.shape
+        if embeds is not None:
+            chex.assert_shape(embeds, (b, t, self.config.hidden_size))
+        if rope is not None:
+            chex.assert_shape(list(rope), (b, t, 1, self.config.head_dim))
         if (cache is None) != (cache_index is None):
             raise ValueError("Pass cache and cache_index together (cache_index [B] int32: first free slot per row).")
         if cache is not None:
@@ -324,8 +330,8 @@ class Decoder(nnx.Module):
             chex.assert_rank(hidden_at, {1, 2})
             hidden_at = hidden_at.astype(jnp.int32).reshape(b, -1)
         mask = _key_mask(attention_mask, cache, cache_index, kv_len, query_lengths)
-        x = shard_activation(self.embed_tokens(tokens))
-        cos, sin = rope_tables(positions, rope_inv_freq(self.config), x.dtype)
+        x = shard_activation(self.embed_tokens(tokens) if embeds is None else embeds.astype(self.config.jnp_dtype))
+        cos, sin = rope_tables(positions, rope_inv_freq(self.config), x.dtype) if rope is None else rope
         call = DecoderLayer.__call__
         if self.config.remat != "none" and cache is None:  # remat helps training; decoding has no backward
             call = nnx.remat(call, policy=_remat_policy(self.config.remat))
