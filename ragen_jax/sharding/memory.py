@@ -28,6 +28,7 @@ from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
 from ragen_jax.models.attention import BLOCK_K, BLOCK_Q
 from ragen_jax.models.lora import DEFAULT_TARGETS, parse_target_modules, trainable_filter
 from ragen_jax.models.transformer import decode_weights_pay_off, projection_params
+from ragen_jax.models.vision import Qwen25VLModel, VisionConfig, VLConfig
 from ragen_jax.sharding.mesh import AXES, BATCH_AXES, validation_batch_size
 from ragen_jax.sharding.placement import sampling_rules
 from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, state_specs
@@ -130,16 +131,25 @@ def _resharded_bytes(state: Any, mesh: AbstractMesh, rules: Rules, target: Rules
                if _split_axes(old, mesh) != _split_axes(new, mesh))
 
 
-@functools.lru_cache(maxsize=16)
-def _abstract_split(cls: type, config: ModelConfig, lora_rank: int, lora_targets: tuple[str, ...],
-                    head: str | None = None):
-    """(trainable, frozen) abstract states of a `cls` model as the trainer splits it (`trainable_filter`)."""
+@functools.lru_cache(maxsize=8)
+def _abstract_model(cls: type, config: ModelConfig | VLConfig, lora_rank: int, lora_targets: tuple[str, ...]):
+    """A `cls` model built abstractly (`nnx.eval_shape`), with LoRA adapters where lora_rank > 0."""
     def build():
         model = cls(config, rngs=nnx.Rngs(0))
         if lora_rank > 0:
             apply_lora(model, lora_rank, 2.0 * lora_rank, lora_targets, rngs=nnx.Rngs(1))
         return model
-    _, trainable, frozen = nnx.split(nnx.eval_shape(build), trainable_filter(lora_rank > 0, head), ...)
+    return nnx.eval_shape(build)
+
+
+def _abstract_split(cls: type, config: ModelConfig | VLConfig, lora_rank: int, lora_targets: tuple[str, ...],
+                    head: str | None = None, frozen_part: str | None = None):
+    """(trainable, frozen) abstract states of a `cls` model as the trainer splits it (`trainable_filter`), the
+    parameters under `frozen_part` (a path element, e.g. "visual") frozen too."""
+    trains = trainable_filter(lora_rank > 0, head)
+    if frozen_part is not None:
+        trains = nnx.All(trains, nnx.Not(nnx.PathContains(frozen_part)))
+    _, trainable, frozen = nnx.split(_abstract_model(cls, config, lora_rank, lora_targets), trains, ...)
     return trainable, frozen
 
 
@@ -198,8 +208,19 @@ def _activation_bytes(c: ModelConfig, rows: int, global_rows: int, seq_len: int,
     return int(layers + logits + outside + _attention_block_bytes(c, rows, seq_len, tensor))
 
 
+def _vision_activation_bytes(v: VisionConfig, images: int, patches: int, dsize: int, tensor: int,
+                             trained: bool) -> int:
+    """The vision tower's working set for `images` images of `patches` patches each: trained, every block's
+    tensors kept for the backward pass (as the decoder's per-layer count, and each block's float32 [heads, P, P]
+    scores and probabilities: its attention is dense within an image); frozen, one block at a time. The decoder's
+    per-layer counts, not fitted to the tower's own compiled bytes."""
+    per_patch = (_MLP_COPIES * _split(v.intermediate_size, tensor) + _HIDDEN_COPIES * v.hidden_size
+                 + _ATTENTION_COPIES * 3 * v.hidden_size) * dsize + 2 * v.num_heads * patches * 4
+    return int(images * patches * per_patch * (v.depth if trained else 1))
+
+
 def estimate_memory(
-    model_config: ModelConfig,
+    model_config: ModelConfig | VLConfig,
     *,
     micro_batch_size: int,
     seq_len: int,
@@ -221,18 +242,31 @@ def estimate_memory(
     with_reference: bool = False,
     decode_weights: bool = False,
     rules: Rules = DEFAULT_RULES,
+    images_per_row: int = 0,
+    patches_per_image: int = 0,
+    freeze_vision: bool = False,
 ) -> MemoryPlan:
     """Per-device bytes of a PPO/GRPO run: training (micro-batch [micro_batch_size, seq_len]) and sampling
     (KV cache [rollout_batch_size, cache_len]). `optimizer_states` = arrays per parameter (AdamW: 2), in
     `optimizer_dtype` (None = the parameters' dtype), one more (a master copy) for parameters stored narrower;
     gradients accumulate in float32. `decode_weights`: the
     sampler keeps the projections laid out [out, in] for decoding (`Sampler(out_first_weights=...)`, by default
-    on a CPU for large models), one more copy of them in the compute dtype while sampling."""
-    c = model_config.replace(**{k: v for k, v in dict(param_dtype=param_dtype, dtype=compute_dtype,
-                                                          remat=remat).items() if v})
+    on a CPU for large models), one more copy of them in the compute dtype while sampling.
+
+    A VLConfig (Qwen2.5-VL) adds its vision tower: parameters (trained unless `freeze_vision`), each row's
+    `images_per_row` images of `patches_per_image` patches (their pixels in the batch, the tower's activations in
+    the update, one image's in the prefill); seq_len and cache_len count the image tokens. The critic is counted
+    as the language model's."""
+    vl = model_config if isinstance(model_config, VLConfig) else None
+    c = (vl.text if vl else model_config).replace(**{k: v for k, v in dict(
+        param_dtype=param_dtype, dtype=compute_dtype, remat=remat).items() if v})
     mesh = _abstract_mesh(mesh_shape)
     tensor = mesh.shape["tensor"]
-    trainable, frozen = _abstract_split(CausalLM, c.replace(remat="none"), lora_rank, tuple(lora_targets))
+    if vl is None:
+        trainable, frozen = _abstract_split(CausalLM, c.replace(remat="none"), lora_rank, tuple(lora_targets))
+    else:
+        trainable, frozen = _abstract_split(Qwen25VLModel, vl.replace(text=c.replace(remat="none")), lora_rank,
+                                            tuple(lora_targets), frozen_part="visual" if freeze_vision else None)
     params = _shard_bytes(trainable, mesh, rules) + _shard_bytes(frozen, mesh, rules)
     # parameters narrower than the optimizer dtype keep a master copy in it (trainer/optim.py MasterWeights)
     optimizer_states += int(bool(optimizer_dtype) and jnp.dtype(optimizer_dtype).itemsize
@@ -252,6 +286,11 @@ def estimate_memory(
     mini_rows = _per_device_rows(mini_batch_size or micro_batch_size, mesh, "trainer.mini_batch_size")
     activations = _activation_bytes(c, rows, micro_batch_size, seq_len, tensor, c.remat, logprob_chunk)
     batch = mini_rows * seq_len * 4 * 8  # tokens, masks, log-probs, advantages, returns, values (4 bytes each)
+    images = vl is not None and images_per_row * patches_per_image > 0
+    if images:  # the rows' pixels, and the tower's working set (one block's when frozen)
+        batch += mini_rows * images_per_row * patches_per_image * vl.vision.patch_features * 4
+        activations += _vision_activation_bytes(vl.vision, rows * images_per_row, patches_per_image,
+                                                c.jnp_dtype.itemsize, tensor, trained=not freeze_vision)
 
     roll = _per_device_rows(rollout_batch_size or micro_batch_size, mesh, "the rollout batch (groups x group_size)")
     cache_len = cache_len or seq_len
@@ -265,6 +304,9 @@ def estimate_memory(
     prefill_tokens = min(prefill_len, cache_len)
     prefill = roll * prefill_tokens * c.jnp_dtype.itemsize * _layer_activation_elems(c, tensor) / 2 + (
         _attention_block_bytes(c, roll, prefill_tokens, tensor))
+    if images:  # the prefill encodes each row's new image, one block at a time
+        prefill += _vision_activation_bytes(vl.vision, roll, patches_per_image, c.jnp_dtype.itemsize, tensor,
+                                            trained=False)
     sampling_activations = int(prefill + 4 * roll * _split(c.vocab_size, tensor) * 4)
     return MemoryPlan(params=params, grads=grads, optimizer=opt, activations=activations, batch=batch,
                       sampling_params=sampling_params, kv_cache=kv_cache, sampling_activations=sampling_activations,

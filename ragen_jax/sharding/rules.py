@@ -42,6 +42,15 @@ DEFAULT_RULES: tuple[tuple[str, P], ...] = (
     (r"(norm|layernorm)/weight$", P()),  # RMSNorm scales (layer, final, Qwen3 q/k norms)
     (r"score/kernel$", P()),  # value head [D, 1]: D floats; split over fsdp it moved in every micro-batch
     (r"score/bias$", P()),  # [1]
+    # Qwen2.5-VL's vision tower (`visual/...`; its MLPs' gate/up/down match the rules above): attention and merger
+    # weights split over fsdp and kept whole over tensor (its heads are few and its sequences short)
+    (r"visual/.*attn/qkv/kernel$", P("fsdp", None)),  # [D, 3D]
+    (r"visual/.*attn/proj/kernel$", P(None, "fsdp")),  # [D, D]
+    (r"visual/merger/mlp/0/kernel$", P("fsdp", None)),  # [4D, 4D]
+    (r"visual/merger/mlp/2/kernel$", P(None, "fsdp")),  # [4D, out]
+    (r"visual/.*(attn/qkv|attn/proj|merger/mlp/\d+)/bias$", P()),
+    (r"visual/patch_embed/proj/weight$", P("fsdp")),  # [D, C, T, P, P]
+    (r"visual/.*(norm1|norm2|ln_q)/weight$", P()),
 )
 
 
