@@ -19,11 +19,14 @@ import numpy as np
 from gymnax.environments import spaces
 
 from envs.frozenlake import oracle, render
+from envs.frozenlake.image import IMAGE_LEGEND, frozenlake_image, frozenlake_sprites
 from envs.frozenlake.generator import DELTAS, GOAL, HOLE, START, generate_map_jax, generate_map_numpy
 from envs.frozenlake.types import FrozenLakeParams, FrozenLakeState
+from envs.observation import IMAGE_FORMATS, DrawsBoard, image_text
 from envs.protocols import JaxEnv
 from envs.ragen_keys import RagenKeys, observation_format, take_one
 from envs.symbols import legend_text, symbol_table
+from envs.tiles import DEFAULT_TILE
 
 _INSTRUCTION = (
     "You are solving the FrozenLake puzzle. Forbid the whole and go to the target. You may move to the unintended "
@@ -44,17 +47,24 @@ _COORD_INSTRUCTION = (
 )
 # RAGEN's CoordFrozenLake (4x4, grid_coord) names the corner (5, 5); that board keeps its text verbatim.
 _RAGEN_COORD_SIZE, _RAGEN_COORD_CORNER = 4, 5
-_FORMATS = {"text": "grid", "grid": "grid", "coord": "coord", "grid_coord": "grid_coord"}
+_FORMATS = {"text": "grid", "grid": "grid", "coord": "coord", "grid_coord": "grid_coord", "image": "image",
+            "text_image": "text_image"}
 
 
 def frozenlake_instruction(fmt: str, size: int) -> str:
-    """The instruction for observation format `fmt` ("grid", "coord", "grid_coord") on a size x size board: it names
-    only what that format shows (RAGEN's FrozenLake text for "grid"; its CoordFrozenLake text, verbatim, for the
-    4x4 "grid_coord" board; the board's own corner otherwise)."""
+    """The instruction for observation format `fmt` ("grid", "coord", "grid_coord", "image", "text_image") on a size x
+    size board: it names only what that format shows (RAGEN's FrozenLake text for "grid"; its CoordFrozenLake text,
+    verbatim, for the 4x4 "grid_coord" board; the board's own corner otherwise; the grid text and what the image
+    shows for the image formats)."""
     if fmt == "grid":
         return _INSTRUCTION
+    if fmt == "image":
+        return f"{_INSTRUCTION}\n{IMAGE_LEGEND}\n"
+    if fmt == "text_image":
+        return f"{_INSTRUCTION}\n{IMAGE_LEGEND} The same lake is also given as a symbol grid.\n"
     if fmt not in _COORD_SHOWN:
-        raise ValueError(f"Unknown FrozenLake observation format {fmt!r}; use 'grid', 'coord' or 'grid_coord'.")
+        raise ValueError(f"Unknown FrozenLake observation format {fmt!r}; use 'grid', 'coord', 'grid_coord', 'image' "
+                         "or 'text_image'.")
     ragen_board = fmt == "grid_coord" and size == _RAGEN_COORD_SIZE
     return _COORD_INSTRUCTION.format(shown=_COORD_SHOWN[fmt], corner=_RAGEN_COORD_CORNER if ragen_board else size - 1)
 
@@ -121,15 +131,16 @@ RAGEN_KEYS = RagenKeys(
                                           "grid_vocab"))
 
 
-class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
+class FrozenLake(DrawsBoard, JaxEnv[FrozenLakeState, FrozenLakeParams]):
     """RAGEN's FrozenLake: random solvable maps, slippery moves, reward 1 at the goal."""
 
     action_lookup = {"left": 0, "down": 1, "right": 2, "up": 3}
     ragen_keys = RAGEN_KEYS  # RAGEN's env_config names (observation_format, is_slippery, ...) in env.kwargs
+    draw = staticmethod(frozenlake_image)  # state, sprites -> the board's picture (`DrawsBoard`)
 
     def __init__(self, size: int = 4, p: float = 0.9, success_rate: float = 0.8, render_mode: str = "text",
                  max_steps: int = 100, instruction: str | None = None, grid_lookup: Mapping[int, str] | None = None,
-                 grid_vocab: Mapping[str, str] | None = None):
+                 grid_vocab: Mapping[str, str] | None = None, tile_size: int = DEFAULT_TILE):
         super().__init__()
         if render_mode not in _FORMATS:
             raise ValueError(f"render_mode must be one of {sorted(_FORMATS)}, got {render_mode!r}.")
@@ -142,6 +153,7 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
         self.grid_lookup, self.grid_vocab = frozenlake_symbols(grid_lookup, grid_vocab)
         self._instruction = instruction
         self._reset_maps = jax.jit(jax.vmap(_state_from_tiles))
+        self.sprites = frozenlake_sprites(int(tile_size))  # [6, S, S, 3]: the image formats' tiles, RAGEN code order
 
     # ---- gymnax API -------------------------------------------------------------------------
     @property
@@ -202,10 +214,16 @@ class FrozenLake(JaxEnv[FrozenLakeState, FrozenLakeParams]):
         return frozenlake_instruction(self.observation_format, self.size)
 
     def legend(self) -> str:
-        """RAGEN's grid_vocab text, leading newline included (appended to the instruction)."""
-        return legend_text(self.grid_vocab)
+        """RAGEN's grid_vocab text, leading newline included (appended to the instruction); none for "image" (its
+        observation shows no symbols)."""
+        return "" if self.observation_format == "image" else legend_text(self.grid_vocab)
 
     def render_text(self, state: FrozenLakeState, params: FrozenLakeParams | None = None) -> str:
+        """The text observation; for the image formats, with an image marker where the picture goes
+        (`render_observation` gives the picture too)."""
+        if self.observation_format in IMAGE_FORMATS:
+            grid = render.render_grid(np.asarray(state.tiles), int(state.pos), self.grid_lookup)
+            return image_text(self.observation_format, grid)
         return render.render_text(np.asarray(state.tiles), int(state.pos), self.observation_format, self.grid_lookup)
 
     # ---- seeds, hand-built maps, oracle -------------------------------------------------------

@@ -11,8 +11,8 @@ from envs.symbols import grid_codes
 KINDS = ("player", "empty", "hole", "goal", "player in hole", "player on goal")
 GRID_LOOKUP = {0: "P", 1: "_", 2: "O", 3: "G", 4: "X", 5: "√"}
 GRID_VOCAB = {"P": "player", "_": "empty", "O": "hole", "G": "goal", "X": "player in hole", "√": "player on goal"}
-_TILE_CODE = {0: 1, HOLE: 2, START: 1, GOAL: 3}  # our tile -> RAGEN's grid code (the start is drawn as frozen)
-_PLAYER_CODE = {HOLE: 4, GOAL: 5}  # the player's tile -> its grid code (0 elsewhere)
+TILE_CODE = {0: 1, HOLE: 2, START: 1, GOAL: 3}  # our tile -> RAGEN's grid code (the start is drawn as frozen)
+PLAYER_CODE = {HOLE: 4, GOAL: 5}  # the player's tile -> its grid code (0 elsewhere)
 
 
 def render_grid(tiles: np.ndarray, pos: int, lookup: dict[int, str] = GRID_LOOKUP) -> str:
@@ -20,9 +20,9 @@ def render_grid(tiles: np.ndarray, pos: int, lookup: dict[int, str] = GRID_LOOKU
     √ player on goal); no trailing newline."""
     tiles = np.asarray(tiles)
     cols = tiles.shape[1]
-    cells = [[lookup[_TILE_CODE[int(t)]] for t in row] for row in tiles]
+    cells = [[lookup[TILE_CODE[int(t)]] for t in row] for row in tiles]
     r, c = divmod(int(pos), cols)
-    cells[r][c] = lookup[_PLAYER_CODE.get(int(tiles[r, c]), 0)]
+    cells[r][c] = lookup[PLAYER_CODE.get(int(tiles[r, c]), 0)]
     return "\n".join("".join(row) for row in cells)
 
 
@@ -59,9 +59,9 @@ def render_text(tiles: np.ndarray, pos: int, fmt: str, lookup: dict[int, str] = 
 
 
 # The inverse of the two maps above: RAGEN's grid code -> our tile under it (the start reads as frozen ice).
-_CODE_TILE = {0: FROZEN, **{code: tile for tile, code in _TILE_CODE.items() if tile != START},
-              **{code: tile for tile, code in _PLAYER_CODE.items()}}
-_PLAYER_CODES = (0, *_PLAYER_CODE.values())
+_CODE_TILE = {0: FROZEN, **{code: tile for tile, code in TILE_CODE.items() if tile != START},
+              **{code: tile for tile, code in PLAYER_CODE.items()}}
+_PLAYER_CODES = (0, *PLAYER_CODE.values())
 _GOAL_CODES = tuple(code for code, tile in _CODE_TILE.items() if tile == GOAL)
 
 
@@ -76,11 +76,11 @@ def parse_grid(text: str, lookup: dict[int, str] = GRID_LOOKUP) -> tuple[np.ndar
     players = np.flatnonzero(np.isin(codes, _PLAYER_CODES))
     if len(players) != 1:
         raise ValueError(f"FrozenLake grid has {len(players)} player cells; draw exactly one ({lookup[0]!r}, or "
-                         f"{lookup[_PLAYER_CODE[HOLE]]!r} in a hole, or {lookup[_PLAYER_CODE[GOAL]]!r} on the goal).")
+                         f"{lookup[PLAYER_CODE[HOLE]]!r} in a hole, or {lookup[PLAYER_CODE[GOAL]]!r} on the goal).")
     goals = int(np.isin(codes, _GOAL_CODES).sum())
     if goals != 1:
-        raise ValueError(f"FrozenLake grid has {goals} goal cells; draw exactly one ({lookup[_TILE_CODE[GOAL]]!r}, "
-                         f"or {lookup[_PLAYER_CODE[GOAL]]!r} with the player on it).")
+        raise ValueError(f"FrozenLake grid has {goals} goal cells; draw exactly one ({lookup[TILE_CODE[GOAL]]!r}, "
+                         f"or {lookup[PLAYER_CODE[GOAL]]!r} with the player on it).")
     tiles = np.vectorize(_CODE_TILE.__getitem__, otypes=[np.int8])(codes)
     pos = int(players[0])
     cell = divmod(pos, tiles.shape[1])

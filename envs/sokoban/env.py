@@ -16,12 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
+from envs.observation import IMAGE_FORMATS, DrawsBoard, image_text
 from envs.protocols import JaxEnv
 from envs.ragen_keys import RagenKeys, observation_format, take_one
 from envs.sokoban import levels, oracle, render
+from envs.sokoban.image import IMAGE_LEGEND, sokoban_codes, sokoban_image, sokoban_sprites
 from envs.sokoban.generator import BOX, BOX_ON_TARGET, DELTAS, FLOOR, PLAYER, TARGET, WALL, GeneratorConfig
 from envs.sokoban.types import SokobanParams, SokobanState
 from envs.symbols import check_lookup, legend_text, symbol_table
+from envs.tiles import DEFAULT_TILE
 
 STEP_PENALTY, BOX_ON_REWARD, BOX_OFF_PENALTY, SOLVED_REWARD = -0.1, 1.0, -1.0, 10.0
 
@@ -45,16 +48,23 @@ _COORD_INSTRUCTION = (
     "You cannot push a box through a wall, and you cannot pull a box.\n"
     "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>.\n"
 )
-_FORMATS = {"text": "grid", "grid": "grid", "coord": "coord", "grid_coord": "grid_coord"}
+_FORMATS = {"text": "grid", "grid": "grid", "coord": "coord", "grid_coord": "grid_coord", "image": "image",
+            "text_image": "text_image"}
 
 
 def sokoban_instruction(fmt: str, dim_room: Sequence[int]) -> str:
-    """The instruction for observation format `fmt` ("grid", "coord", "grid_coord") on a (rows, cols) board: it names
-    only what that format shows (RAGEN's SimpleSokoban text for "grid", its CoordSokoban text for "grid_coord")."""
+    """The instruction for observation format `fmt` ("grid", "coord", "grid_coord", "image", "text_image") on a
+    (rows, cols) board: it names only what that format shows (RAGEN's SimpleSokoban text for "grid", its CoordSokoban
+    text for "grid_coord"; the grid text and what the image shows for the image formats)."""
     if fmt == "grid":
         return _GRID_INSTRUCTION
+    if fmt == "image":
+        return _GRID_INSTRUCTION + IMAGE_LEGEND + "\n"
+    if fmt == "text_image":
+        return _GRID_INSTRUCTION + IMAGE_LEGEND + " The same board is also given as a symbol grid.\n"
     if fmt not in _COORD_SHOWN:
-        raise ValueError(f"Unknown Sokoban observation format {fmt!r}; use 'grid', 'coord' or 'grid_coord'.")
+        raise ValueError(f"Unknown Sokoban observation format {fmt!r}; use 'grid', 'coord', 'grid_coord', 'image' or "
+                         "'text_image'.")
     rows, cols = dim_room
     return _COORD_INSTRUCTION.format(shown=_COORD_SHOWN[fmt], r=rows - 1, c=cols - 1)
 
@@ -157,16 +167,18 @@ RAGEN_KEYS = RagenKeys(
                                        "grid_vocab"))
 
 
-class Sokoban(JaxEnv[SokobanState, SokobanParams]):
+class Sokoban(DrawsBoard, JaxEnv[SokobanState, SokobanParams]):
     """RAGEN's Sokoban: rewards -0.1/step, +1 box on target, -1 box off, +10 solved; 100-step cap."""
 
     action_lookup = {"up": 0, "down": 1, "left": 2, "right": 3}
     ragen_keys = RAGEN_KEYS  # RAGEN's env_config names (dim_x/dim_y, observation_format, ...) in env.kwargs
+    draw = staticmethod(sokoban_image)  # state, sprites -> the board's picture (`DrawsBoard`)
 
     def __init__(self, dim_room: Sequence[int] = (6, 6), num_boxes: int = 1, max_steps: int = 100,
                  search_depth: int = 300, render_mode: str = "text",
                  grid_vocab: str | Mapping[str, str] | None = None, grid_lookup: Mapping[int, str] | None = None,
-                 bank_size: int = 1024, bank_seed: int = 0, use_cache: bool = True, instruction: str | None = None):
+                 bank_size: int = 1024, bank_seed: int = 0, use_cache: bool = True, instruction: str | None = None,
+                 tile_size: int = DEFAULT_TILE):
         super().__init__()
         if render_mode not in _FORMATS:
             raise ValueError(f"render_mode must be one of {sorted(_FORMATS)}, got {render_mode!r}.")
@@ -181,6 +193,7 @@ class Sokoban(JaxEnv[SokobanState, SokobanParams]):
         self._instruction = instruction
         self._params: SokobanParams | None = None
         self._reset_levels = jax.jit(jax.vmap(_state_from_level))
+        self.sprites = sokoban_sprites(int(tile_size))  # [7, S, S, 3]: the image formats' tiles, in render-code order
 
     # ---- gymnax API -------------------------------------------------------------------------
     @property
@@ -205,8 +218,7 @@ class Sokoban(JaxEnv[SokobanState, SokobanParams]):
 
     def get_obs(self, state: SokobanState, params: SokobanParams | None = None, key: Any = None) -> jax.Array:
         """Render codes [H, W] int8 (0..6, 6 = player on target)."""
-        on_target = (state.room == PLAYER) & (state.fixed == TARGET)
-        return jnp.where(on_target, jnp.int8(6), state.room)
+        return sokoban_codes(state)
 
     def is_terminated(self, state: SokobanState, params: SokobanParams) -> jax.Array:
         return state.solved
@@ -232,10 +244,16 @@ class Sokoban(JaxEnv[SokobanState, SokobanParams]):
         return sokoban_instruction(self.observation_format, self.config.dim_room)
 
     def legend(self) -> str:
-        """RAGEN's grid_vocab text, leading newline included (appended to the instruction)."""
-        return legend_text(self.grid_vocab)
+        """RAGEN's grid_vocab text, leading newline included (appended to the instruction); none for "image" (its
+        observation shows no symbols)."""
+        return "" if self.observation_format == "image" else legend_text(self.grid_vocab)
 
     def render_text(self, state: SokobanState, params: SokobanParams | None = None) -> str:
+        """The text observation; for the image formats, with an image marker where the picture goes
+        (`render_observation` gives the picture too)."""
+        if self.observation_format in IMAGE_FORMATS:
+            grid = render.render_grid(np.asarray(state.fixed), np.asarray(state.room), self.grid_lookup)
+            return image_text(self.observation_format, grid)
         return render.render_text(np.asarray(state.fixed), np.asarray(state.room), self.observation_format,
                                   self.grid_lookup)
 
