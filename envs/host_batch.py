@@ -53,6 +53,8 @@ class HostEnvBatch(EnvBatch):
     server is down), the slot's later episodes fail with the reason recorded, and the next reset tries again.
     """
 
+    concurrent_steps = True  # each row's env is called on its own; `step` touches only the rows it steps
+
     def __init__(self, envs: Sequence[HostEnv], factory: Callable[[], HostEnv] | None = None):
         if not envs:
             raise ValueError("HostEnvBatch needs at least one env.")

@@ -166,6 +166,9 @@ class EnvBatch(abc.ABC):
     action_lookup: dict[str, int] | None
     # Display action names (for the system prompt) or None.
     action_names: list[str] | None
+    # Whether `step` may run for disjoint sets of rows at once (from several threads): the continuous rollout
+    # engine then steps the envs of finished turns in the background while the other episodes keep decoding.
+    concurrent_steps: bool = False
 
     @property
     @abc.abstractmethod

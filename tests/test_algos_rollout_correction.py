@@ -134,3 +134,37 @@ def test_a_correction_over_truncated_sampling_is_warned_about():
     assert "algo.tis_cap=2.0 with rollout.top_k=20" in truncated_sampling_warning(cfg)
     cfg.rollout.top_k = -1  # off, as vLLM's default
     assert truncated_sampling_warning(cfg) is None
+
+
+def test_decoupled_ppo_weights_by_the_behaviour_ratio_and_drops_tokens_above_the_cap(run):
+    """AReaL's decoupled PPO: w_t = pi_prox / pi_behav (old / sampler here), tokens with w_t > cap leave the loss;
+    small weights stay (unlike icepop's two-sided band)."""
+    weights, keep, metrics = _correct(run, "decoupled", bound=2.0)
+    np.testing.assert_array_equal(np.asarray(keep)[0, :5], [True, True, False, True, True])
+    np.testing.assert_allclose(np.asarray(weights)[0, :5], [1.0, 1.5, 0.0, 0.4, 0.6], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(metrics["rollout_corr_token_masked_frac"], 1 / 5, rtol=1e-6)
+    _, keep, _ = _correct(run, "decoupled")  # AReaL's cap 5: only the 10x token (outside the mask) is over it
+    assert np.asarray(keep)[0, :5].all() and not np.asarray(keep)[0, 5]
+    with pytest.raises(ValueError, match="bound b must be > 1"):
+        _correct(run, "decoupled", bound=0.5)
+
+
+def test_decoupled_ppo_loss_is_the_written_out_formula():
+    """The whole update's loss with the decoupled correction equals AReaL's objective written out: mean over tokens
+    of w_t * max(-A r_t, -A clip(r_t, 1 - e, 1 + e)), r_t = pi_theta / pi_prox, w_t = pi_prox / pi_behav."""
+    import jax
+
+    theta = np.array([[-1.1, -1.9, -0.6, -2.8, -1.4, -2.0]], np.float32)
+    adv = np.array([[1.0, -0.5, 2.0, 0.3, -1.0, 0.0]], np.float32)
+    mask = MASK.astype(np.float32)
+    weights, keep, _ = algos.ROLLOUT_CORRECTIONS.get("decoupled")(
+        jnp.asarray(OLD, jnp.float32), jnp.asarray(SAMPLER, jnp.float32), jnp.asarray(mask), bound=2.0)
+    pg, _ = algos.ppo_clip_loss(jnp.asarray(theta), jnp.asarray(OLD, jnp.float32), jnp.asarray(adv),
+                                jnp.asarray(mask * np.asarray(keep)), clip_ratio_low=0.2, clip_ratio_high=0.2,
+                                clip_ratio_c=None)
+    m = mask * np.asarray(keep)
+    got = float(jax.device_get((pg * weights * m).sum() / m.sum()))
+    r = np.exp(theta - OLD)
+    w = np.where(RHO <= 2.0, RHO, 0.0)
+    want = (w * np.maximum(-adv * r, -adv * np.clip(r, 0.8, 1.2)) * m).sum() / m.sum()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -24,8 +24,9 @@ from ragen_jax.algos.registry import ROLLOUT_CORRECTIONS
 
 # tis: veRL's rollout_is_threshold default (2.0). icepop: [1/2, 2] keeps IcePop's lower end 0.5 (Ling team,
 # "Small Leak Can Sink a Great Ship", 2025, uses [0.5, 5]) with veRL's reciprocal band. seq_geo_mask: the
-# loose end of veRL's "typical 1.0002 - 1.001" for geometric rejection.
-DEFAULT_BOUNDS = {"tis": 2.0, "icepop": 2.0, "seq_geo_mask": 1.001}
+# loose end of veRL's "typical 1.0002 - 1.001" for geometric rejection. decoupled: the behaviour weight cap AReaL's
+# asynchronous runs use (actor.behav_imp_weight_cap: 5).
+DEFAULT_BOUNDS = {"tis": 2.0, "icepop": 2.0, "seq_geo_mask": 1.001, "decoupled": 5.0}
 
 Correction = Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array, dict[str, jax.Array]]]
 
@@ -115,6 +116,20 @@ def sequence_geometric_mask(old_logprobs: jax.Array, sampler_logprobs: jax.Array
     has_tokens = response_mask.astype(bool).any(axis=-1)
     metrics["rollout_corr_seq_masked_frac"] = masked_mean((~keep_row).astype(jnp.float32), has_tokens)
     return weights, keep, metrics
+
+
+@ROLLOUT_CORRECTIONS.register("decoupled")
+def decoupled_ppo_correction(old_logprobs: jax.Array, sampler_logprobs: jax.Array, response_mask: jax.Array,
+                             *, bound: float | None = None) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
+    """AReaL's decoupled PPO (Fu et al. 2025) for asynchronous training: the policy loss's ratio is against the
+    proximal policy (the learner's at the update's start: old_logprobs), and each token is weighted by the behaviour
+    importance weight pi_prox / pi_behav (the sampler's log-probs); tokens whose weight exceeds b leave the loss
+    (AReaL's behav_imp_weight_cap)."""
+    chex.assert_equal_shape([old_logprobs, sampler_logprobs, response_mask])
+    log_rho = log_mismatch(old_logprobs, sampler_logprobs)
+    keep = log_rho <= jnp.log(_band("decoupled", bound))
+    weights = jnp.where(keep, _rho(log_rho), 0.0)
+    return weights, keep, _metrics(log_rho, weights, keep, response_mask)
 
 
 def resolve_rollout_correction(name: str | Callable, bound: float | None, *, policy_loss: Callable,

@@ -244,6 +244,12 @@ class TrainerSection(Section):
     dump_rollouts_every: int = 0
     seed: int = 0
     early_stop: EarlyStopSection = section(EarlyStopSection)
+    # sync: rollout, then update (the reference) | async: a rollout worker plays the next steps while the learner
+    # updates (docs/async.md); max_staleness: versions a trained token may lag the learner (0 = the sync run);
+    # staleness_policy: wait (the worker holds back) | drop (too stale batches are dropped and counted)
+    schedule: str = setting("sync", choices=("sync", "async"))
+    max_staleness: int = setting(1, AT_LEAST_0)
+    staleness_policy: str = setting("wait", choices=("wait", "drop"))
 
 
 # ---------------------------------------------------------------------------------------------------- the rest
@@ -306,6 +312,9 @@ class MeshSection(Section):
     fsdp: int = 1
     tensor: int = 1
     sampling_layout: str = "no_fsdp"
+    # trainer.schedule=async: each host's first N local devices sample, the rest learn (the mesh above is over
+    # them); 0 = both roles on every device (threads)
+    rollout_devices: int = setting(0, AT_LEAST_0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,10 +62,11 @@ def sampled_in_row_context(row_tokens: np.ndarray, first: int, record, row_start
 def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, window: int,
                 max_tokens: int, enable_think: bool, format_penalty: float, use_turn_scores: bool,
                 norm_method: str, norm_grouping: str, logprobs: dict, pad_id: int,
-                row_multiple: int = 1) -> TrajectoryBatch:
+                row_multiple: int = 1, versions: dict | None = None) -> TrajectoryBatch:
     """Assemble samples from the episodes' exact sampled tokens.
 
-    logprobs: {(episode, turn): (sample_logprobs [n], raw_logprobs [n])} per response.
+    logprobs: {(episode, turn): (sample_logprobs [n], raw_logprobs [n])} per response; versions: {(episode, turn):
+    [n]} the policy version of each sampled token (asynchronous training; none: version 0).
     Rows are padded (all-zero masks) up to a multiple of `row_multiple`. `same_context` marks the response
     tokens sampled in exactly their row's context: the trainer replaces the others' sampler log-probs by its own.
     An episode whose env failed keeps its rows (dumps, diagnostics) with an all-zero loss mask, reward and score:
@@ -98,6 +99,7 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
         "episode_ids": np.full((n_rows,), -1, np.int32),
         "scores": np.zeros((n_rows,), np.float32),
         "same_context": np.zeros((n_rows, length), bool),
+        "token_versions": np.zeros((n_rows, length), np.int32),
     }
     for row, s in enumerate(samples):
         ep = episodes[s.episode]
@@ -116,6 +118,8 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
             out["sample_logprobs"][row, pos] = sample_lp[: len(pos)]
             out["raw_logprobs"][row, pos] = raw_lp[: len(pos)]
             out["same_context"][row, pos] = sampled_in_row_context(s.tokens, pos[0], ep.history[turn], s.start)
+            if versions and (s.episode, turn) in versions:
+                out["token_versions"][row, pos] = versions[(s.episode, turn)][: len(pos)]
             if turn in s.trained and ok[s.episode]:
                 out["loss_mask"][row, pos] = 1.0
                 if s.reward_turn is None:

@@ -91,18 +91,24 @@ class EpisodeBook:
         self.ready: list[np.ndarray | None] = [None] * len(episodes)  # each open turn's fitted context
         self.opened = np.ones(len(episodes), bool)  # episodes whose first turn fits (the others ended at start)
         self.logprobs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.versions: dict[tuple[int, int], np.ndarray] = {}  # the policy version of each response token
         self.timing = {"generate": 0.0, "env": 0.0, "glue": 0.0}
 
     @classmethod
-    def start(cls, engine, env: EnvBatch, seeds, group_ids, tag: str, first_episode: int = 0) -> "EpisodeBook":
-        """Reset `env` (one episode per seed of this process's rows) and open the first turn of each."""
+    def start(cls, engine, env: EnvBatch, seeds, group_ids, tag: str, first_episode: int = 0,
+              local: bool = False) -> "EpisodeBook":
+        """Reset `env` (one episode per seed of this process's rows) and open the first turn of each. seeds,
+        group_ids: the whole batch's, of which this engine plays rows first_episode.. (`local`: only its own, the
+        first of them being episode first_episode of the whole batch)."""
         cfg = engine.config
         B = engine.local_batch_size
-        if len(seeds) != engine.batch_size or len(group_ids) != engine.batch_size or env.batch_size != B:
+        expected = B if local else engine.batch_size
+        if len(seeds) != expected or len(group_ids) != expected or env.batch_size != B:
             raise ValueError(f"Rollout batch is {engine.batch_size} episodes ({B} played by this process) but got "
                              f"{len(seeds)} seeds, {len(group_ids)} group ids and an env batch of {env.batch_size}.")
-        seeds = list(seeds)[first_episode:first_episode + B]
-        group_ids = list(group_ids)[first_episode:first_episode + B]
+        if not local:
+            seeds = list(seeds)[first_episode:first_episode + B]
+            group_ids = list(group_ids)[first_episode:first_episode + B]
         t0 = time.perf_counter()
         # an episode's position in the whole batch; an env may fold it into its randomness (RAGEN's Bandit)
         observations = env.reset(list(map(int, seeds)), instances=list(range(first_episode, first_episode + B)))
@@ -155,8 +161,10 @@ class EpisodeBook:
         self.contexts[b] = ctx
         return start, ctx[start:]
 
-    def record_response(self, b: int, response: np.ndarray, sample_lp: np.ndarray, raw_lp: np.ndarray) -> list:
-        """Book episode b's sampled response (tokens and their log-probs) -> the actions it parses to."""
+    def record_response(self, b: int, response: np.ndarray, sample_lp: np.ndarray, raw_lp: np.ndarray,
+                        versions: np.ndarray | None = None) -> list:
+        """Book episode b's sampled response (tokens, their log-probs and, in asynchronous training, the policy
+        version that drew each) -> the actions it parses to."""
         cfg, ep = self.cfg, self.episodes[b]
         record = ep.history[-1]
         response = np.asarray(response, np.int32)
@@ -173,18 +181,29 @@ class EpisodeBook:
         if record.invalid:
             ep.penalty += cfg.format_penalty
         self.logprobs[(b, len(ep.history) - 1)] = (np.asarray(sample_lp), np.asarray(raw_lp))
+        if versions is not None:
+            self.versions[(b, len(ep.history) - 1)] = np.asarray(versions, np.int32)
         self.fed[b] = np.concatenate([self.contexts[b], response])
         return list(parsed.actions)[: cfg.max_actions_per_traj - ep.num_actions]
 
     def step_envs(self, rows: np.ndarray, actions: list, active: np.ndarray) -> list[int]:
         """Step the envs of episodes `rows` with their actions; book the results and clear `active` [B] for
         episodes that ended (their turn cap, action budget, the env's end or an env error). -> ended rows."""
-        cfg = self.cfg
+        return self.book_step(rows, actions, self.env_step(rows, actions), active)
+
+    def env_step(self, rows: np.ndarray, actions: list):
+        """The env's turn for episodes `rows` (envs.protocols.TurnResult); other rows are left as they are, so
+        an env batch that steps concurrently (HostEnvBatch) may run this for disjoint rows at once."""
         stepping = np.zeros(len(self.episodes), bool)
         stepping[np.asarray(rows, int)] = True
         t0 = time.perf_counter()
         result = self.env.step(actions, stepping)
         self.timing["env"] += time.perf_counter() - t0
+        return result
+
+    def book_step(self, rows: np.ndarray, actions: list, result, active: np.ndarray) -> list[int]:
+        """Book an env turn's `result` for episodes `rows` (see step_envs) -> the rows that ended."""
+        cfg = self.cfg
         t0 = time.perf_counter()
         ended = []
         for b in rows:
@@ -239,13 +258,15 @@ def book_turn(ep: Episode, result, b: int, actions: Sequence, cfg: RolloutConfig
 
 
 def finish_rollout(builder: ContextBuilder, cfg: RolloutConfig, tokenizer, episodes: list[Episode], logprobs: dict,
-                   tag: str, timing: dict, row_multiple: int) -> RolloutResult:
-    """The training batch and metrics of played episodes."""
+                   tag: str, timing: dict, row_multiple: int, versions: dict | None = None) -> RolloutResult:
+    """The training batch and metrics of played episodes (versions: each response's token policy versions,
+    {(episode, turn): [n]}; none: every token version 0)."""
     batch = build_batch(builder, episodes, mode=cfg.context_mode, window=cfg.context_window,
                         max_tokens=cfg.response_length, enable_think=cfg.enable_think,
                         format_penalty=cfg.format_penalty, use_turn_scores=cfg.use_turn_scores,
                         norm_method=cfg.reward_norm_method, norm_grouping=cfg.reward_norm_grouping,
-                        logprobs=logprobs, pad_id=tokenizer.pad_token_id, row_multiple=row_multiple)
+                        logprobs=logprobs, pad_id=tokenizer.pad_token_id, row_multiple=row_multiple,
+                        versions=versions)
     metrics = metrics_lib.episode_metrics(episodes, tag)
     metrics["response_length"] = metrics_lib.response_length(episodes, cfg.context_mode)
     metrics["response_length_per_turn"] = metrics_lib.response_length_per_turn(episodes)

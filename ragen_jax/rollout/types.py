@@ -59,7 +59,8 @@ class TrajectoryBatch:
     (temperature 1); token_rewards [N, L] f32; turn_ids [N, L] int32 (-1 off responses);
     group_ids [N] int32; episode_ids [N] int32; scores [N] f32 (normalised episode scores);
     same_context [N, L] bool: True on response tokens whose row holds exactly the context they were sampled
-    in (False where a "full" row dropped old turns that the token's sampling context still showed).
+    in (False where a "full" row dropped old turns that the token's sampling context still showed);
+    token_versions [N, L] int32: the policy version that drew each response token (asynchronous training).
     """
 
     tokens: np.ndarray
@@ -73,6 +74,7 @@ class TrajectoryBatch:
     episode_ids: np.ndarray
     scores: np.ndarray
     same_context: np.ndarray
+    token_versions: np.ndarray
 
     @property
     def num_samples(self) -> int:

@@ -13,7 +13,7 @@ from ragen_jax.models.partitioning import AXES, BATCH_AXES  # noqa: F401  (the a
 
 
 #: Keys of the config's `mesh` section that are settings, not axes (so `make_mesh(cfg.mesh)` takes the section).
-MESH_SETTINGS = ("sampling_layout",)
+MESH_SETTINGS = ("sampling_layout", "rollout_devices")
 
 
 def _sizes(cfg_mesh: Mapping[str, Any] | Sequence[int]) -> list[int]:

@@ -16,6 +16,7 @@ from ragen_jax.config.files import resumed_config_warning, write_config_json
 from ragen_jax.errors import RunFolderError
 from ragen_jax.monitoring import flatten_config
 from ragen_jax.trainer import report
+from ragen_jax.trainer.async_run import AsyncSchedule
 from ragen_jax.trainer.early_stop import StepSignals, early_stop_reason
 from ragen_jax.trainer.interrupt import StopRequests, stop_message
 
@@ -137,35 +138,57 @@ def train(trainer) -> dict[str, Any]:
 def rl_steps(trainer, bar, stops: StopRequests) -> tuple[int, str | None, int | None, float, float]:
     """The RL steps of `bar` until the end, an early stop or a stop request -> (last step run, stop reason,
     last step saved, tokens trained, the steps' summed `timing_s/step` seconds)."""
-    run, state, t = trainer.run, trainer.state, trainer.run.trainer
+    state = trainer.state
     stop_reason, saved, step, trained_tokens, rl_step_s = None, None, state.start_step - 1, 0.0, 0.0
-    for step in bar:
-        t0 = time.perf_counter()
-        metrics = trainer.train_step(step)
-        metrics.update(trainer.collapse.warnings(metrics))
-        signals = StepSignals.of(metrics)
-        state.last_stop_metrics = signals.to_meta()  # before the checkpoint, which keeps them
-        trained_tokens += metrics.get("perf/trained_tokens", 0.0)
-        metrics["timing_s/step"] = time.perf_counter() - t0
-        rl_step_s += metrics["timing_s/step"]
-        if run.val.every and (step + 1) % run.val.every == 0:
-            vm = trainer.validate(step + 1)
-            trainer.record_validation(step + 1, vm)
-            metrics.update(vm)
-        trainer.monitor.scalars(metrics, step + 1)
-        bar.set_postfix({"succ": f"{metrics.get(f'train/{trainer.tag}/success', 0):.2f}",
-                         "val": f"{state.history[-1]['val_success']:.2f}" if state.history else "-",
-                         "kept": f"{metrics.get('rollout/filter_kept_ratio', 1):.2f}"})
-        if t.save_every and (step + 1) % t.save_every == 0 and trainer.checkpoint(step) is None:
-            saved = step
-        stop_reason = trainer.stop_reason(metrics)
-        if stop_reason:
-            logger.warning("Early stop at step %d: %s.", step + 1, stop_reason)
-            break
-        if stops.agreed():
-            stop_reason = stop_message(stops.received)
-            break
+    schedule = None
+    try:
+        for step in bar:
+            t0 = time.perf_counter()
+            if trainer.asynchronous and schedule is None:
+                schedule = AsyncSchedule(trainer, step)  # the worker starts with the first step's rollout
+            if schedule is None:
+                metrics = trainer.train_step(step)
+            else:  # the rollout of this step was played while the learner trained the earlier ones
+                collected, async_metrics = schedule.batch_for(step)
+                metrics = {**trainer.learn(collected, step), **async_metrics}
+                schedule.published(step)
+            stop_reason, saved, trained_tokens, rl_step_s, done = _after_step(
+                trainer, bar, stops, step, metrics, t0, saved, trained_tokens, rl_step_s)
+            if done:
+                break
+    finally:
+        if schedule is not None:
+            schedule.close()
     return step, stop_reason, saved, trained_tokens, rl_step_s
+
+
+def _after_step(trainer, bar, stops: StopRequests, step: int, metrics: dict, t0: float, saved, trained_tokens: float,
+                rl_step_s: float):
+    """Log, validate, checkpoint and judge a finished step -> (stop reason, last step saved, tokens trained, RL
+    step seconds, whether the run stops here)."""
+    run, state, t = trainer.run, trainer.state, trainer.run.trainer
+    metrics.update(trainer.collapse.warnings(metrics))
+    state.last_stop_metrics = StepSignals.of(metrics).to_meta()  # before the checkpoint, which keeps them
+    trained_tokens += metrics.get("perf/trained_tokens", 0.0)
+    metrics["timing_s/step"] = time.perf_counter() - t0
+    rl_step_s += metrics["timing_s/step"]
+    if run.val.every and (step + 1) % run.val.every == 0:
+        vm = trainer.validate(step + 1)
+        trainer.record_validation(step + 1, vm)
+        metrics.update(vm)
+    trainer.monitor.scalars(metrics, step + 1)
+    bar.set_postfix({"succ": f"{metrics.get(f'train/{trainer.tag}/success', 0):.2f}",
+                     "val": f"{state.history[-1]['val_success']:.2f}" if state.history else "-",
+                     "kept": f"{metrics.get('rollout/filter_kept_ratio', 1):.2f}"})
+    if t.save_every and (step + 1) % t.save_every == 0 and trainer.checkpoint(step) is None:
+        saved = step
+    stop_reason = trainer.stop_reason(metrics)
+    if stop_reason:
+        logger.warning("Early stop at step %d: %s.", step + 1, stop_reason)
+        return stop_reason, saved, trained_tokens, rl_step_s, True
+    if stops.agreed():
+        return stop_message(stops.received), saved, trained_tokens, rl_step_s, True
+    return None, saved, trained_tokens, rl_step_s, False
 
 
 def warm_start_only(trainer, config_arg: str) -> tuple[dict[str, float], list[str]]:

@@ -12,7 +12,8 @@ from typing import Any
 # the checkpoint meta's "counters" keys, in RunState's names
 COUNTERS = ("empty_streak", "val_low_streaks", "std_zero_streak", "skipped_in_a_row", "updates_applied",
             "updates_skipped", "steps_run", "kept_ratio_sum", "actor_update_steps", "critic_update_steps",
-            "checkpoint_save_failures", "kl_in_reward_coef", "reward_std_first", "reward_std_recent")
+            "checkpoint_save_failures", "kl_in_reward_coef", "reward_std_first", "reward_std_recent",
+            "rollout_index")
 
 
 @dataclasses.dataclass
@@ -37,6 +38,7 @@ class RunState:
     warmstart: dict[str, float] = dataclasses.field(default_factory=dict)  # the warm start's metrics
     last_stop_metrics: dict[str, float] = dataclasses.field(default_factory=dict)  # the latest step's (stop_metrics)
     start_step: int = 0  # the first RL step this process runs (after a resume: the checkpoint's + 1)
+    rollout_index: int | None = None  # asynchronous runs: the step whose rollout the learner takes next
 
     @property
     def mean_kept_ratio(self) -> float | None:

@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from ragen_jax import sharding
 from ragen_jax.checkpoint import Checkpointer, CheckpointWriteError
@@ -24,7 +25,7 @@ from ragen_jax.algos.settings import AlgoSettings
 from ragen_jax.config import RunConfig
 from ragen_jax.config.checks import truncated_sampling_warning, validation_envs
 from ragen_jax.config.sections import env_tag
-from ragen_jax.errors import RunFolderError
+from ragen_jax.errors import RagenError, RunFolderError
 from ragen_jax.monitoring import Monitor, wandb_settings
 from ragen_jax.rollout import RolloutConfig, make_engine
 from ragen_jax.rollout.dump import dump_kwargs, trajectory_sample_text, write_jsonl
@@ -73,7 +74,8 @@ class Trainer:
         t = run.trainer
         self.tag = run.env.tag or env_tag(run.env.name)
         self.batch_size = run.env.batch_size
-        self.mesh = sharding.make_mesh(run.mesh)
+        self.asynchronous = t.schedule == "async"
+        self.mesh, self.rollout_mesh = self._meshes()
         sharding.check_batch_sizes({"env.groups x env.group_size": self.batch_size,
                                     "trainer.mini_batch_size": t.mini_batch_size,
                                     "trainer.micro_batch_size": t.micro_batch_size}, self.mesh.shape)
@@ -93,11 +95,14 @@ class Trainer:
         self.tokenizer = self.models.tokenizer
         self.rollout = RolloutConfig.of(run)
         r = run.rollout
-        # each process plays the episodes of the rows its devices hold, with its own envs
-        self.engine = make_engine(r.engine, self.models.actor.graphdef, self.tokenizer, self.rollout,
-                                  self.batch_size, slots=r.slots, chunk=r.chunk, lanes=r.lanes, mesh=self.mesh)
-        # one engine when the batches agree: its compiled programs serve both (the temperature is their argument)
-        self.val_engine = self.engine if self.val_batch == self.batch_size else make_engine(
+        # each process plays the episodes of the rows its devices hold, with its own envs; an asynchronous run's
+        # rollout worker plays on its own devices, with the continuous engine
+        kind = "continuous" if self.asynchronous else r.engine
+        self.engine = make_engine(kind, self.models.actor.graphdef, self.tokenizer, self.rollout, self.batch_size,
+                                  slots=r.slots, chunk=r.chunk, lanes=r.lanes, mesh=self.rollout_mesh)
+        # one engine when the batches agree: its compiled programs serve both (the temperature is their argument);
+        # an asynchronous run validates on the learner's thread while the worker plays, so with an engine of its own
+        self.val_engine = self.engine if self.val_batch == self.batch_size and not self.asynchronous else make_engine(
             r.engine, self.models.actor.graphdef, self.tokenizer, self.rollout, self.val_batch, slots=r.slots,
             chunk=r.chunk, lanes=r.lanes, mesh=self.mesh)
         if warning := truncated_sampling_warning(run):
@@ -122,6 +127,29 @@ class Trainer:
         elif log_dir is None and self.monitor.earlier_events and self.checkpointer.latest_step() is None:
             self.monitor.resumed_at(0)  # a run here that never saved (stopped early): its curves are not this one's
 
+    def _meshes(self):
+        """(the learner's mesh, the rollout's): one mesh over every device, except for an asynchronous run with
+        mesh.rollout_devices = N, whose rollout worker samples on each host's first N devices and learns on the
+        rest (so weight transfers stay on the host)."""
+        n = self.run.mesh.rollout_devices
+        if not self.asynchronous or n == 0:
+            mesh = sharding.make_mesh(self.run.mesh)
+            return mesh, mesh
+        local = jax.local_devices()
+        if n >= len(local):
+            raise RagenError(f"mesh.rollout_devices={n} leaves no device to learn on: this host has {len(local)}. "
+                             f"Give the rollout fewer, or 0 to share every device between both roles.")
+        learners = [d for d in jax.devices() if d.process_index != jax.process_index() or d not in local[:n]]
+        return sharding.make_mesh(self.run.mesh, devices=learners), sharding.make_mesh({"data": -1},
+                                                                                        devices=local[:n])
+
+    def rollout_placement(self, params: Any) -> Any:
+        """The learner's params as a copy on the rollout's devices (asynchronous training's weight transfer)."""
+        if self.rollout_mesh is self.mesh:
+            return jax.tree.map(jnp.copy, params)
+        return sharding.reshard_for_sampling(jax.tree.map(jnp.copy, params), self.rollout_mesh,
+                                             layout=self.run.mesh.sampling_layout)
+
     def _local_rows(self, batch_size: int) -> int:
         """How many of a batch's episodes this process plays (the rows its devices hold)."""
         rows = sharding.process_rows(self.mesh, batch_size)
@@ -143,10 +171,19 @@ class Trainer:
     # ------------------------------------------------------------------ one RL step
     def train_step(self, step: int) -> dict[str, float]:
         """RL step `step` (0-based) as its stages; -> the step's metrics (TensorBoard shows it as step + 1)."""
+        return self.learn(self.collect(step), step)
+
+    def collect(self, step: int, weights=None) -> stages.Collected:
+        """The rollout of RL step `step` (its seeds and sampling keys) with the current policy, or with the newest
+        weights of `weights` (a WeightSource: asynchronous training's rollout worker)."""
+        params = self.models.sampling_params() if weights is None else None
+        return stages.collect(self.engine, params, self.train_env, self.run.env, step,
+                              jax.random.fold_in(self.base_key, step), tag=self.tag,
+                              row_multiple=self.run.trainer.mini_batch_size, weights=weights)
+
+    def learn(self, collected: stages.Collected, step: int) -> dict[str, float]:
+        """The stages after the rollout, for RL step `step`: select, score, advantages, update, report."""
         run, models, micro = self.run, self.models, self.run.trainer.micro_batch_size
-        collected = stages.collect(self.engine, models.sampling_params(), self.train_env, run.env, step,
-                                   jax.random.fold_in(self.base_key, step), tag=self.tag,
-                                   row_multiple=run.trainer.mini_batch_size)
         observed = self._observe(collected, step + 1)
         selection = stages.select(collected.result, run.env.group_size, run.filter, self._score_entropy)
         counted, skip = after_selection(self.state, selection, run.trainer.early_stop, run.filter.empty_stop_steps)

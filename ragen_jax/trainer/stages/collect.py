@@ -38,12 +38,14 @@ def step_seeds(env: Any, step: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def collect(engine, params: Any, env_batch, env: Any, step: int, key: jax.Array, *, tag: str,
-            row_multiple: int) -> Collected:
-    """Play step `step`'s episodes (env: the config's env section) with `params`; rows padded to a multiple of
+            row_multiple: int, weights: Any = None) -> Collected:
+    """Play step `step`'s episodes (env: the config's env section) with `params`, or with the newest weights of
+    `weights` (a rollout.continuous.WeightSource, read between decode chunks); rows padded to a multiple of
     `row_multiple` (whole mini-batches even when nothing is filtered)."""
     t0 = time.perf_counter()
     seeds, gids = step_seeds(env, step)
-    result = engine.run(params, env_batch, seeds, gids, key, tag=tag, row_multiple=row_multiple)
+    extra = {} if weights is None else {"weights": weights}
+    result = engine.run(params, env_batch, seeds, gids, key, tag=tag, row_multiple=row_multiple, **extra)
     timing = {"timing_s/rollout": time.perf_counter() - t0}
     timing.update({f"timing_s/rollout_{k}": v for k, v in result.timing.items()})
     return Collected(result, {f"train/{k}": v for k, v in result.metrics.items()}, timing)
