@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from typing import Any
 
 SUPPORTED_SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -30,6 +31,12 @@ def read_records(path: str, limit: int | None = None) -> list[dict[str, Any]]:
         raise ValueError(f"Unsupported dataset file {path!r}: the name must end with one of "
                          f"{', '.join(SUPPORTED_SUFFIXES)}.")
     return rows if limit is None else rows[:limit]
+
+
+def seeded_index(seed: int, count: int) -> int:
+    """The row RAGEN's dataset envs show for `seed` out of `count`: `random.seed(seed); random.randint(0, count - 1)`
+    (their `all_seed` context), drawn from a private generator so the global one is left alone."""
+    return random.Random(int(seed)).randint(0, count - 1)
 
 
 def _read_jsonl(path: str, limit: int | None) -> list[dict[str, Any]]:

@@ -224,6 +224,9 @@ register("Countdown", "envs.countdown.env:CountdownEnv", kind="host", prompt_max
          data_path=None, solvable_ops="+-")
 register("MetamathQA", "envs.metamathqa.env:MetaMathQAEnv", kind="host", prompt_max_tokens=100,
          data_path=None, max_attempts=1)
+# RAGEN's `static` env_type (no envs.yaml entry in RAGEN): dataset_name picks metamathqa, gsm8k, theoremqa, math,
+# mmlu or mmlu_stem; data_path a local copy (metamathqa without one: offline problems).
+register("Static", "envs.static.env:StaticEnv", kind="host", dataset_name="metamathqa", data_path=None)
 register("SimpleSudoku", "envs.sudoku.env:SudokuEnv", kind="host", prompt_max_tokens=150, difficulty="easy",
          max_steps=81, render_format="with_feedback")
 register("MediumSudoku", "envs.sudoku.env:SudokuEnv", kind="host", prompt_max_tokens=150, difficulty="medium",

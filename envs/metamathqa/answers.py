@@ -62,20 +62,25 @@ def clean_latex(text: str) -> str:
     return _ASSIGN_RE.sub("", s)
 
 
+def matching_brace(s: str, open_at: int) -> int:
+    """Index of the "}" that closes the "{" at `s[open_at]`; -1 if it is never closed."""
+    depth = 0
+    for i in range(open_at, len(s)):
+        if s[i] == "{":
+            depth += 1
+        elif s[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
 def _unwrap(s: str, command: str) -> str:
     """Replace `command{X}` by X (one brace level deep is enough for answers)."""
     start = s.find(command + "{")
     while start != -1:
         open_at = start + len(command)
-        depth, end = 0, -1
-        for i in range(open_at, len(s)):
-            if s[i] == "{":
-                depth += 1
-            elif s[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    end = i
-                    break
+        end = matching_brace(s, open_at)
         if end == -1:
             return s
         s = s[:start] + s[open_at + 1:end] + s[end + 1:]

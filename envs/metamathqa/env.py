@@ -10,14 +10,13 @@ None leaves the cap to the rollout.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from envs.metamathqa.answers import answers_match, check_match_rule, extract_label, normalize_original
 from envs.metamathqa.generator import generate_problem
 from envs.protocols import HostEnv
 from envs.ragen_keys import RagenKeys
-from envs.records import read_records
+from envs.records import read_records, seeded_index
 
 INSTRUCTION = "You are solving Math problems. "
 
@@ -66,7 +65,7 @@ class MetaMathQAEnv(HostEnv):
         """The record shown for `seed`: the original's seeded random row, or a generated one."""
         if self.data is None:
             return generate_problem(int(seed))
-        return self.data[random.Random(int(seed)).randint(0, len(self.data) - 1)]
+        return self.data[seeded_index(seed, len(self.data))]
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         record = self.problem_for_seed(seed)
