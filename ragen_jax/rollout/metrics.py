@@ -59,22 +59,31 @@ def _mean(values) -> float:
     return float(np.mean(values)) if len(values) else 0.0
 
 
+def episode_values(ep: Episode) -> dict[str, float]:
+    """One episode's values of the per-tag metrics (their means over episodes are `_policy_metrics`): success,
+    actions, turns, the per-turn shares of valid and effective turns, rewards, and each numeric env info per turn
+    (an info key that names one of the others is left out)."""
+    turns = max(ep.num_turns, 1)
+    values = {"success": float(ep.success), "num_actions": float(ep.num_actions), "num_turns": float(ep.num_turns),
+              "action_is_valid": ep.valid_turns / turns, "action_is_effective": ep.effective_turns / turns,
+              "reward": ep.total_reward, "env_reward": ep.env_reward, "format_penalty": ep.penalty}
+    for k in sorted(ep.info_sums):
+        values.setdefault(k, ep.info_sums[k] / turns)
+    return values
+
+
+_POLICY_KEYS = ("success", "num_actions", "num_turns", "action_is_valid", "action_is_effective", "reward",
+                "env_reward", "format_penalty")
+
+
 def _policy_metrics(episodes: list[Episode], tag: str, group_size: int) -> dict[str, float]:
     by_group: dict[int, list[Episode]] = defaultdict(list)
     for ep in episodes:
         by_group[ep.group_id].append(ep)
     turns = np.array([max(ep.num_turns, 1) for ep in episodes], np.float64)
-    out = {
-        f"{tag}/success": _mean([ep.success for ep in episodes]),
-        f"{tag}/num_actions": _mean([ep.num_actions for ep in episodes]),
-        f"{tag}/num_turns": _mean([ep.num_turns for ep in episodes]),
-        f"{tag}/pass_at_{group_size}": _mean([any(e.success for e in g) for g in by_group.values()]),
-        f"{tag}/action_is_valid": _mean(np.array([ep.valid_turns for ep in episodes]) / turns),
-        f"{tag}/action_is_effective": _mean(np.array([ep.effective_turns for ep in episodes]) / turns),
-        f"{tag}/reward": _mean([ep.total_reward for ep in episodes]),
-        f"{tag}/env_reward": _mean([ep.env_reward for ep in episodes]),
-        f"{tag}/format_penalty": _mean([ep.penalty for ep in episodes]),
-    }
+    per_episode = [episode_values(ep) for ep in episodes]
+    out = {f"{tag}/{k}": _mean([values[k] for values in per_episode]) for k in _POLICY_KEYS}
+    out[f"{tag}/pass_at_{group_size}"] = _mean([any(e.success for e in g) for g in by_group.values()])
     keys = {k for ep in episodes for k in ep.info_sums} - {"action_is_valid", "action_is_effective"}
     for k in sorted(keys):
         out[f"{tag}/{k}"] = _mean([ep.info_sums.get(k, 0.0) / t for ep, t in zip(episodes, turns)])
