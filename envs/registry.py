@@ -231,6 +231,12 @@ register("SimpleSudoku", "envs.sudoku.env:SudokuEnv", kind="host", prompt_max_to
          max_steps=81, render_format="with_feedback")
 register("MediumSudoku", "envs.sudoku.env:SudokuEnv", kind="host", prompt_max_tokens=150, difficulty="medium",
          max_steps=81, render_format="with_feedback")
+# RAGEN's Alfworld / AlfworldOOD (validation on ALFWorld's valid_seen / valid_unseen games): generated household games
+# without data_dir; needs the optional textworld[pddl] (envs/alfworld/README.md).
+register("Alfworld", "envs.alfworld.env:AlfworldEnv", kind="host", prompt_max_tokens=512,
+         eval_dataset="eval_in_distribution")
+register("AlfworldOOD", "envs.alfworld.env:AlfworldEnv", kind="host", prompt_max_tokens=512,
+         eval_dataset="eval_out_of_distribution")
 register("WebShop", "envs.webshop.env:WebShopEnv", kind="host", prompt_max_tokens=200)
 register("SearchQA", "envs.searchqa.env:SearchQAEnv", kind="host", prompt_max_tokens=300)
 register("DeepCoder", "envs.deepcoder.env:DeepCoderEnv", kind="host", prompt_max_tokens=8000)

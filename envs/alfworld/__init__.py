@@ -1,0 +1,1 @@
+"""ALFWorld-style household tasks (RAGEN's Alfworld env) on generated games or real ALFWorld data."""
