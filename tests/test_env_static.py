@@ -151,3 +151,14 @@ def test_config_variants_validate():
     assert get_config("tiny,gsm8k").env.kwargs.dataset_name == "gsm8k"
     for variant in ("metamathqa", "gsm8k", "theoremqa", "math", "mmlu", "mmlu_stem", "grpo"):
         validate_config(get_config(variant))
+
+
+@pytest.mark.slow
+def test_tiny_eval_end_to_end(tmp_path):
+    """configs/static.py:tiny under `--mode=eval` (test_configs_eval's in-process harness): RAGEN's metrics and the dump."""
+    from test_configs_eval import check_eval_output, run_tiny_eval, tiny_eval_config
+
+    cfg = tiny_eval_config("static")
+    metrics, records = run_tiny_eval(cfg, tmp_path)
+    check_eval_output(metrics, records, "Static", cfg)
+    assert metrics["val/Static/env_error"] == 0.0
