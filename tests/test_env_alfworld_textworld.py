@@ -78,3 +78,15 @@ def test_generated_games_of_each_task_type_are_won_by_their_walkthrough(task_typ
             _, reward, done, _, info = env.step(command)
             assert done == (i == len(walkthrough) - 1) and info["action_is_valid"]
         assert reward == 10.0 and info["success"]
+
+
+@pytest.mark.slow
+def test_tiny_eval_end_to_end(tmp_path):
+    """configs/alfworld.py:tiny under `--mode=eval` (test_configs_eval's in-process harness) on generated games."""
+    from test_configs_eval import check_eval_output, run_tiny_eval, tiny_eval_config
+
+    cfg = tiny_eval_config("alfworld")
+    metrics, records = run_tiny_eval(cfg, tmp_path)
+    check_eval_output(metrics, records, "Alfworld", cfg)
+    assert metrics["val/Alfworld/env_error"] == 0.0
+    assert all("Admissible actions: [" in r["messages"][1]["content"] for r in records)
