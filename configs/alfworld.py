@@ -14,7 +14,7 @@ from configs.base import apply_tiny, apply_variants, get_base_config
 
 def _tiny(c):
     apply_tiny(c)
-    c.env.groups, c.env.group_size = 4, 4  # a reset translates its game with Fast Downward (about a second of CPU)
+    c.env.groups, c.env.group_size = 4, 4  # each new game is translated by Fast Downward at reset, the costly part
     c.val.groups = c.val.batch_size = 16
     c.env.kwargs.task_types = [1]
     c.rollout.max_model_len = 2048
