@@ -150,7 +150,7 @@ def test_missing_textworld_names_the_install_command(monkeypatch):
 
 def test_config_variants_validate():
     from configs.alfworld import get_config
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
 
     tiny = get_config("tiny")
     validate_config(tiny)

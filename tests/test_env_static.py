@@ -143,7 +143,7 @@ def test_ragen_keys_and_bad_arguments():
 
 def test_config_variants_validate():
     from configs.static import get_config
-    from ragen_jax.config_check import validate_config
+    from ragen_jax.config import validate_config
 
     tiny = get_config("tiny")
     validate_config(tiny)
