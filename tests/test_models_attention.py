@@ -16,7 +16,7 @@ from ragen_jax.models import CausalLM, init_cache
 from ragen_jax.models import attention as attn
 from ragen_jax.models import transformer
 from ragen_jax.models.tiny import tiny_config
-from ragen_jax.models.positions import positions_from_mask
+from ragen_jax.models.rope import positions_from_mask
 
 
 def _inputs(b, t, s, heads, kv_heads, hd=16, dtype=jnp.float32, seed=0):

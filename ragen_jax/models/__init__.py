@@ -5,7 +5,8 @@ from ragen_jax.models.hf import from_pretrained, load_model, load_tokenizer, rea
 from ragen_jax.models.hf_files import CheckpointError
 from ragen_jax.models.lora import apply_lora, has_lora, lora_filter, merge_lora
 from ragen_jax.models.tokenizer import Tokenizer
-from ragen_jax.models.transformer import CausalLM, KVCache, ValueModel, init_cache
+from ragen_jax.models.cache import KVCache, init_cache
+from ragen_jax.models.transformer import CausalLM, ValueModel
 
 __all__ = [
     "ModelConfig", "CausalLM", "ValueModel", "KVCache", "init_cache", "config_from_hf", "config_to_hf",

@@ -6,11 +6,9 @@ Parameter names mirror Hugging Face's (`model.layers[i].self_attn.q_proj.kernel`
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import chex
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,114 +17,12 @@ from flax import nnx
 from ragen_jax.models.attention import attention
 from ragen_jax.models.decode_attention import ragged_decode_attention, uses_ragged_decode
 from ragen_jax.models.linear import Linear, OutFirstLinear, rows_matmul
+from ragen_jax.models.cache import KVCache, KeyMask
 from ragen_jax.models.config import ModelConfig
+from ragen_jax.models.rope import apply_rope, rope_inv_freq, rope_tables
 from ragen_jax.models.partitioning import shard_activation
 
 _INIT = nnx.initializers.normal(0.02)
-
-
-@flax.struct.dataclass
-class KVCache:
-    """Keys and values, one array per layer; row b's sequence lies in slots 0.. of the slot axis.
-
-    One array per layer, so a step reads and writes each layer's cache where it lies: slicing a layer out of one
-    stacked [L, ...] array is a copy on XLA:CPU (the tiny benchmark model's decode step copied its whole cache
-    once per step that way). Keys are kept transposed (slots last), values slots-major, so a decode step's two
-    products are plain GEMMs per row and key head: scores q [G, hd] @ K^T [hd, S], then probabilities [G, S] @ V
-    [S, hd]; with keys slots-major the scores contract both operands' last axis, which XLA:CPU runs ~3x slower
-    at decode shapes (docs/performance.md)."""
-
-    k: tuple[jax.Array, ...]  # per layer [B, num_kv_heads, head_dim, S]
-    v: tuple[jax.Array, ...]  # per layer [B, num_kv_heads, S, head_dim]
-
-    @property
-    def max_len(self) -> int:
-        return self.v[0].shape[2]
-
-    @property
-    def batch_size(self) -> int:
-        return self.v[0].shape[0]
-
-    def first_slots(self, n: int) -> "KVCache":
-        """The cache cut to its first n slots."""
-        return KVCache(k=tuple(k[..., :n] for k in self.k), v=tuple(v[:, :, :n] for v in self.v))
-
-    def take_rows(self, rows: jax.Array) -> "KVCache":
-        """Rows `rows` [R] of every layer (out-of-range indices clamp, as jnp indexing does)."""
-        return KVCache(k=tuple(k[rows] for k in self.k), v=tuple(v[rows] for v in self.v))
-
-    def broadcast_rows(self, b: int) -> "KVCache":
-        """A cache of one row as b identical rows (a broadcast, for XLA to fuse into what reads it)."""
-        return jax.tree.map(lambda x: jnp.broadcast_to(x, (b,) + x.shape[1:]), self)
-
-    def put_rows(self, rows: jax.Array, part: "KVCache") -> "KVCache":
-        """This cache with rows `rows` [R] set to part's rows over part's first part.max_len slots; a row index
-        >= B is dropped (padding)."""
-        n = part.max_len
-        return KVCache(k=tuple(k.at[rows, :, :, :n].set(pk, mode="drop") for k, pk in zip(self.k, part.k)),
-                       v=tuple(v.at[rows, :, :n].set(pv, mode="drop") for v, pv in zip(self.v, part.v)))
-
-
-@flax.struct.dataclass
-class KeyMask:
-    """Which keys query t of row b sees: slot s <= offset[b] + t and key_valid[b, s]; O(T), never [T, S]."""
-
-    offset: jax.Array | None  # [B] int32 first cache slot written by this call; None without a cache (0)
-    key_valid: jax.Array | None  # [B, S] bool over the keys attention reads; None = every one
-    query_lengths: jax.Array | None = None  # [B] int32: queries t >= query_lengths[b] are padding (may be skipped)
-    window: int | None = flax.struct.field(pytree_node=False, default=None)  # cache slots read (see kv_len)
-
-
-def init_cache(config: ModelConfig, batch_size: int, max_len: int, dtype: Any = None) -> KVCache:
-    """A zero KV cache in the compute dtype by default: per layer, keys [B, num_kv_heads, head_dim, max_len] and
-    values [B, num_kv_heads, max_len, head_dim]."""
-    rows, layers = (batch_size, config.num_kv_heads), range(config.num_layers)
-    dtype = jnp.dtype(dtype) if dtype is not None else config.jnp_dtype
-    return KVCache(k=tuple(jnp.zeros(rows + (config.head_dim, max_len), dtype) for _ in layers),
-                   v=tuple(jnp.zeros(rows + (max_len, config.head_dim), dtype) for _ in layers))
-
-
-def rope_inv_freq(config: ModelConfig) -> np.ndarray:
-    """Inverse RoPE frequencies [head_dim // 2] in float32, with llama3/linear scaling as in transformers."""
-    dim = config.head_dim
-    inv = (1.0 / (np.float32(config.rope_theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))))
-    inv = inv.astype(np.float32)
-    params = config.rope_params
-    kind = params.get("rope_type", "default")
-    if kind == "linear":
-        return (inv / np.float32(params["factor"])).astype(np.float32)
-    if kind == "llama3":
-        factor = np.float32(params["factor"])
-        low, high = np.float32(params["low_freq_factor"]), np.float32(params["high_freq_factor"])
-        old_len = np.float32(params["original_max_position_embeddings"])
-        wavelen = np.float32(2 * math.pi) / inv
-        scaled = np.where(wavelen > old_len / low, inv / factor, inv).astype(np.float32)
-        smooth = (old_len / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = ~(wavelen < old_len / high) & ~(wavelen > old_len / low)
-        return np.where(medium, smoothed, scaled).astype(np.float32)
-    return inv
-
-
-def rope_tables(positions: jax.Array, inv_freq: np.ndarray, dtype: Any) -> tuple[jax.Array, jax.Array]:
-    """(cos, sin) [B, T, 1, hd] in dtype for positions [B, T]: the rotate-half tables every layer shares.
-
-    A forward makes them once (`Decoder`): sin and cos are evaluated on the hd/2 distinct frequencies and, for more
-    than one token, materialised, so XLA reads them instead of fusing a copy of the transcendental into each of the
-    layers' forward and backward RoPE fusions (24 evaluations of [B, T, hd] per tiny-update micro-batch before)."""
-    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)[None, None, :]  # [B, T, hd/2]
-    cos, sin = (jnp.concatenate([f, f], axis=-1)[:, :, None, :].astype(dtype) for f in (jnp.cos(freqs), jnp.sin(freqs)))
-    if positions.shape[1] > 1:
-        cos, sin = jax.lax.optimization_barrier((cos, sin))
-    return cos, sin
-
-
-def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotates x [B, T, N, hd] by the tables (cos, sin) [B, T, 1, hd] of `rope_tables` (rotate-half convention, as
-    transformers)."""
-    half = x.shape[-1] // 2
-    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rotated * sin
 
 
 class RMSNorm(nnx.Module):

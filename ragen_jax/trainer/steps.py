@@ -25,7 +25,7 @@ from ragen_jax.algos.registry import POLICY_LOSSES, VALUE_LOSSES
 from ragen_jax.algos.rollout_correction import resolve_rollout_correction
 from ragen_jax import sharding
 from ragen_jax.algos.masked import masked_mean, masked_var
-from ragen_jax.models.positions import positions_from_mask
+from ragen_jax.models.rope import positions_from_mask
 from ragen_jax.algos.policy_loss import (ALL_ROWS_ATTR, ROLLOUT_WEIGHTS_KEY, policy_loss_denominator,
                                          required_agg_mode_problem, takes_rollout_weights)
 from ragen_jax.algos.settings import AlgoSettings, advantage_hparams, policy_loss_hparams, value_loss_hparams

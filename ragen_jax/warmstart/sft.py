@@ -18,10 +18,10 @@ import optax
 from flax import nnx
 
 from ragen_jax import sharding
-from ragen_jax.models.transformer import init_cache
+from ragen_jax.models.cache import init_cache
 from ragen_jax.shapes import round_up
 from ragen_jax.optim import guarded_apply, make_optimizer
-from ragen_jax.models.positions import positions_from_mask
+from ragen_jax.models.rope import positions_from_mask
 from ragen_jax.warmstart.demos import DemoRows
 
 

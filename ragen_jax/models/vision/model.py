@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ragen_jax.models.transformer import CausalLM, rope_inv_freq
+from ragen_jax.models.rope import rope_inv_freq
+from ragen_jax.models.transformer import CausalLM
 from ragen_jax.models.vision.config import VLConfig
 from ragen_jax.models.vision.layout import VisionInputs
 from ragen_jax.models.vision.tower import VisionTower

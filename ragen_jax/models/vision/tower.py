@@ -15,7 +15,8 @@ import numpy as np
 from flax import nnx
 
 from ragen_jax.models.linear import Linear
-from ragen_jax.models.transformer import RMSNorm, apply_rope
+from ragen_jax.models.rope import apply_rope
+from ragen_jax.models.transformer import RMSNorm
 from ragen_jax.models.vision.config import VisionConfig
 from ragen_jax.models.vision.layout import VisionInputs
 
