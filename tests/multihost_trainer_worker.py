@@ -80,11 +80,39 @@ def stop_by_a_signal_to_one_process(workdir: str) -> None:
                    "stop_reason": summary["stop_reason"]}, f)
 
 
+def asynchronous(workdir: str) -> None:
+    """An asynchronous run (trainer.schedule=async) across the processes: each host samples its share of a step's
+    episodes on its first device and learns on the other (mesh fsdp over the learners of every host); every
+    process writes async_<process>.json with its per-step metrics and a digest of the final parameters."""
+    cfg = config(workdir)
+    cfg.warmstart.enabled, cfg.val.every, cfg.diagnostics.every, cfg.trainer.export_hf = False, 0, 0, False
+    cfg.trainer.total_steps, cfg.trainer.save_every = 3, 2
+    cfg.trainer.schedule, cfg.trainer.max_staleness = "async", 1
+    cfg.mesh.rollout_devices, cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = 1, 1, -1, 1
+    trainer = Trainer(cfg)
+    steps = []
+    scalars = trainer.monitor.scalars
+
+    def recording(metrics, step):
+        if step > 0:  # the steps' metrics, not the validation's
+            steps.append({k: float(v) for k, v in metrics.items()
+                          if k.startswith(("actor/", "train/", "async/staleness"))})
+        scalars(metrics, step)
+
+    trainer.monitor.scalars = recording
+    summary = trainer.train()
+    digest = float(sum(np.abs(x).sum() for x in jax.tree.leaves(gather_to_host(trainer.models.actor.trainable))))
+    with open(os.path.join(workdir, f"async_{jax.process_index()}.json"), "w") as f:
+        json.dump({"steps": steps, "digest": digest, "steps_run": summary["steps_run"],
+                   "rollout_index": trainer.state.rollout_index, "local_episodes": trainer.train_env.batch_size,
+                   "learner_devices": trainer.mesh.size, "rollout_devices": trainer.rollout_mesh.size}, f)
+
+
 if __name__ == "__main__":
     workdir, resume = sys.argv[1], sys.argv[2:] == ["resume"]
     assert jax.device_count() == 4, jax.devices()
-    if sys.argv[2:] == ["signal"]:
-        stop_by_a_signal_to_one_process(workdir)
+    if sys.argv[2:] in (["signal"], ["async"]):
+        (stop_by_a_signal_to_one_process if sys.argv[2] == "signal" else asynchronous)(workdir)
         if DISTRIBUTED:
             jax.distributed.shutdown()
         sys.exit(0)

@@ -203,3 +203,21 @@ def test_a_checkpoint_write_failing_on_one_host_fails_on_every_host_in_step(tmp_
         assert r["second"] is None and r["restored_matches"], r
         assert r["steps"] == [1] and r["entries"] == ["1"], r  # no partial folder of checkpoint 0 is left
     assert results[0]["first"] == results[1]["first"]  # the same decision and message on every host
+
+
+@pytest.mark.slow
+def test_two_process_asynchronous_run(tmp_path):
+    """trainer.schedule=async across 2 processes: each host's rollout worker plays its half of every step on its
+    own device, the learners (one device per host) gather the halves and train; both hosts agree on every step's
+    metrics and on the final parameters, and no trained token is staler than max_staleness 1."""
+    import json
+
+    workdir = str(tmp_path / "run")
+    _run_processes("multihost_trainer_worker.py", [workdir, "async"], num_processes=2, devices_per_process=2,
+                   timeout_s=600)
+    results = [json.load(open(os.path.join(workdir, f"async_{pid}.json"))) for pid in (0, 1)]
+    for r in results:
+        assert r["steps_run"] == 3 and r["rollout_index"] == 3 and len(r["steps"]) == 3
+        assert (r["local_episodes"], r["learner_devices"], r["rollout_devices"]) == (4, 2, 1)
+        assert all("actor/pg_loss" in s and s["async/staleness_max"] <= 1 for s in r["steps"])
+    assert results[0]["steps"] == results[1]["steps"] and results[0]["digest"] == results[1]["digest"]

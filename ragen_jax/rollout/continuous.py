@@ -50,9 +50,10 @@ class ContinuousEngine:
 
     def __init__(self, graphdef, tokenizer, config: RolloutConfig, batch_size: int, *, slots: int = 0,
                  chunk: int = 8, share_prompts: bool = True, lanes: int = 0, mesh=None):
-        if jax.process_count() > 1:
-            raise ValueError("The continuous rollout engine plays on one process; across hosts use "
-                             "rollout.engine='lockstep'.")
+        local = mesh is not None and all(d.process_index == jax.process_index() for d in mesh.devices.flat)
+        if jax.process_count() > 1 and not local:
+            raise ValueError("The continuous rollout engine plays on one process (or on one host's own devices, as "
+                             "an asynchronous run's rollout worker); across hosts use rollout.engine='lockstep'.")
         if chunk < 1:
             raise ValueError(f"rollout.chunk must be >= 1 decode steps, got {chunk}.")
         self.config, self.tokenizer = config, tokenizer
@@ -148,6 +149,7 @@ class ContinuousEngine:
         generated = stats["tokens"] + stats["first_tokens"]
         result.extras["decode_steps_per_token"] = (stats["decode_steps"] + stats["first_tokens"]) / max(generated, 1)
         result.extras["stats"] = dict(stats)
+        result.extras["logprobs"], result.extras["versions"] = play.logprobs, play.versions  # to join hosts' shares
         return result
 
     def _begin_turns(self, params, cache, state, play: EpisodeBook, slots: list[int], episode_of, cache_len, end,

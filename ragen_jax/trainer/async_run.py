@@ -163,6 +163,31 @@ class RolloutWorker(threading.Thread):
             self.next_index += 1
 
 
+def gather_hosts(trainer, item: Produced) -> Produced:
+    """Every host's share of a step's rollout joined into the whole batch, the same on every host (one process:
+    `item` itself). The learner's thread calls it, so the collectives of every host come in one order."""
+    if jax.process_count() == 1:
+        return item
+    from ragen_jax.rollout.episodes import finish_rollout
+    from ragen_jax.sharding import allgather_objects
+    from ragen_jax.trainer.stages import Collected
+
+    res = item.collected.result
+    parts = allgather_objects((trainer.rollout_rows().start, res.episodes, res.extras["logprobs"],
+                               res.extras["versions"], res.timing, item.oldest_version, item.newest_version))
+    episodes, logprobs, versions = [], {}, {}
+    for _, eps, lps, vs, *_ in sorted(parts, key=lambda part: part[0]):
+        offset = len(episodes)
+        episodes += eps
+        logprobs.update({(b + offset, turn): v for (b, turn), v in lps.items()})
+        versions.update({(b + offset, turn): v for (b, turn), v in vs.items()})
+    engine = trainer.engine
+    result = finish_rollout(engine.builder, trainer.rollout, engine.tokenizer, episodes, logprobs, trainer.tag,
+                            res.timing, trainer.run.trainer.mini_batch_size, versions=versions)
+    collected = Collected(result, {f"train/{k}": v for k, v in result.metrics.items()}, item.collected.timing)
+    return Produced(item.index, collected, min(p[5] for p in parts), max(p[6] for p in parts), item.waited_s)
+
+
 def staleness_metrics(batch, step: int, max_staleness: int) -> dict[str, float]:
     """async/staleness_* over a batch's trained tokens at learner version `step`: the mean and max of (step -
     token version), and the share of tokens at each staleness 0..max_staleness (the histogram)."""
@@ -201,7 +226,7 @@ class AsyncSchedule:
         while True:
             t0 = time.perf_counter()
             depth = self.queue.qsize()
-            item = self._get()
+            item = gather_hosts(self.trainer, self._get())
             self.learner_wait_s += time.perf_counter() - t0
             self.trainer.state.rollout_index = item.index + 1
             staleness = step - item.oldest_version

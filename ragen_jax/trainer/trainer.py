@@ -88,7 +88,9 @@ class Trainer:
             logger.info("Validation plays %d episodes at a time, not %d: a multiple of val.group_size and of the %d "
                         "data*fsdp devices; the extra episodes are not counted.", self.val_batch, val_rows,
                         sharding.batch_shards(self.mesh))
-        self.train_env = setup_lib.env_batch(run.env, run.env.name, self._local_rows(self.batch_size))
+        own = self.rollout_rows() if self.asynchronous else None  # an async run's worker plays its host's share
+        self.train_env = setup_lib.env_batch(run.env, run.env.name, own.stop - own.start if own else
+                                             self._local_rows(self.batch_size))
         self.val_envs = [setup_lib.env_batch(run.env, name, self._local_rows(self.val_batch), run.val.env_kwargs)
                          for name in self.val_names]
         self.models = RLModels.build(run, self.mesh)
@@ -98,8 +100,9 @@ class Trainer:
         # each process plays the episodes of the rows its devices hold, with its own envs; an asynchronous run's
         # rollout worker plays on its own devices, with the continuous engine
         kind = "continuous" if self.asynchronous else r.engine
-        self.engine = make_engine(kind, self.models.actor.graphdef, self.tokenizer, self.rollout, self.batch_size,
-                                  slots=r.slots, chunk=r.chunk, lanes=r.lanes, mesh=self.rollout_mesh)
+        self.engine = make_engine(kind, self.models.actor.graphdef, self.tokenizer, self.rollout,
+                                  own.stop - own.start if own else self.batch_size, slots=r.slots, chunk=r.chunk,
+                                  lanes=r.lanes, mesh=self.rollout_mesh)
         # one engine when the batches agree: its compiled programs serve both (the temperature is their argument);
         # an asynchronous run validates on the learner's thread while the worker plays, so with an engine of its own
         self.val_engine = self.engine if self.val_batch == self.batch_size and not self.asynchronous else make_engine(
@@ -133,20 +136,28 @@ class Trainer:
         rest (so weight transfers stay on the host)."""
         n = self.run.mesh.rollout_devices
         if not self.asynchronous or n == 0:
+            if self.asynchronous and jax.process_count() > 1:
+                raise RagenError("An asynchronous run across hosts samples on each host's own devices: set "
+                                 "mesh.rollout_devices to how many of each host's devices sample (at least 1).")
             mesh = sharding.make_mesh(self.run.mesh)
             return mesh, mesh
-        local = jax.local_devices()
-        if n >= len(local):
-            raise RagenError(f"mesh.rollout_devices={n} leaves no device to learn on: this host has {len(local)}. "
+        hosts: dict[int, list] = {}
+        for device in jax.devices():
+            hosts.setdefault(device.process_index, []).append(device)
+        own = sorted(hosts[jax.process_index()], key=lambda d: d.id)
+        if n >= len(own):
+            raise RagenError(f"mesh.rollout_devices={n} leaves no device to learn on: this host has {len(own)}. "
                              f"Give the rollout fewer, or 0 to share every device between both roles.")
-        learners = [d for d in jax.devices() if d.process_index != jax.process_index() or d not in local[:n]]
+        learners = [d for p in sorted(hosts) for d in sorted(hosts[p], key=lambda d: d.id)[n:]]
         return sharding.make_mesh(self.run.mesh, devices=learners), sharding.make_mesh({"data": -1},
-                                                                                        devices=local[:n])
+                                                                                        devices=own[:n])
 
     def rollout_placement(self, params: Any) -> Any:
         """The learner's params as a copy on the rollout's devices (asynchronous training's weight transfer)."""
         if self.rollout_mesh is self.mesh:
             return jax.tree.map(jnp.copy, params)
+        if jax.process_count() > 1:  # the learners' shards live on every host: gather, then place on this one's
+            params = sharding.gather_to_host(params)
         return sharding.reshard_for_sampling(jax.tree.map(jnp.copy, params), self.rollout_mesh,
                                              layout=self.run.mesh.sampling_layout)
 
@@ -177,9 +188,16 @@ class Trainer:
         """The rollout of RL step `step` (its seeds and sampling keys) with the current policy, or with the newest
         weights of `weights` (a WeightSource: asynchronous training's rollout worker)."""
         params = self.models.sampling_params() if weights is None else None
+        rows = self.rollout_rows() if self.asynchronous else None
         return stages.collect(self.engine, params, self.train_env, self.run.env, step,
                               jax.random.fold_in(self.base_key, step), tag=self.tag,
-                              row_multiple=self.run.trainer.mini_batch_size, weights=weights)
+                              row_multiple=self.run.trainer.mini_batch_size, weights=weights, rows=rows)
+
+    def rollout_rows(self) -> slice:
+        """The episodes of a step this host's rollout worker plays (asynchronous runs: every host plays its own
+        share on its own devices, and the learners gather them)."""
+        share = self.batch_size // jax.process_count()
+        return slice(jax.process_index() * share, (jax.process_index() + 1) * share)
 
     def learn(self, collected: stages.Collected, step: int) -> dict[str, float]:
         """The stages after the rollout, for RL step `step`: select, score, advantages, update, report."""

@@ -38,13 +38,17 @@ def step_seeds(env: Any, step: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def collect(engine, params: Any, env_batch, env: Any, step: int, key: jax.Array, *, tag: str,
-            row_multiple: int, weights: Any = None) -> Collected:
+            row_multiple: int, weights: Any = None, rows: slice | None = None) -> Collected:
     """Play step `step`'s episodes (env: the config's env section) with `params`, or with the newest weights of
     `weights` (a rollout.continuous.WeightSource, read between decode chunks); rows padded to a multiple of
-    `row_multiple` (whole mini-batches even when nothing is filtered)."""
+    `row_multiple` (whole mini-batches even when nothing is filtered). rows: only those episodes of the step (one
+    host's share: `merge_collected` joins the hosts')."""
     t0 = time.perf_counter()
     seeds, gids = step_seeds(env, step)
     extra = {} if weights is None else {"weights": weights}
+    if rows is not None and (rows.start, rows.stop) != (0, len(seeds)):
+        seeds, gids = seeds[rows], gids[rows]
+        extra["first_episode"] = rows.start
     result = engine.run(params, env_batch, seeds, gids, key, tag=tag, row_multiple=row_multiple, **extra)
     timing = {"timing_s/rollout": time.perf_counter() - t0}
     timing.update({f"timing_s/rollout_{k}": v for k, v in result.timing.items()})
