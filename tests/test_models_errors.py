@@ -309,3 +309,54 @@ def test_a_window_no_position_can_pass_is_full_attention():
               num_attention_heads=2, max_position_embeddings=512, use_sliding_window=True, sliding_window=512,
               max_window_layers=0)
     assert sliding_layers(hf) == [] and config_from_hf(hf).num_layers == 2
+
+
+@pytest.fixture
+def every_read(tensor_reads, monkeypatch):
+    """tensor_reads, plus the slices read to compare a tied checkpoint's head with its embedding."""
+    handle = hf_module.safe_open
+
+    class SliceCounting(handle):
+        def get_slice(self, name):
+            tensor_reads.append(name)
+            return self.inner.get_slice(name)
+
+    monkeypatch.setattr(hf_module, "safe_open", SliceCounting)
+    return tensor_reads
+
+
+def test_from_pretrained_refuses_a_folder_without_tokenizer_before_reading_any_tensor(bad, every_read):
+    for f in bad.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "chat_template")):
+            f.unlink()
+    with pytest.raises(FileNotFoundError, match=r"No tokenizer files in "):
+        hf_module.from_pretrained(bad)
+    assert every_read == []
+
+
+@pytest.fixture
+def tied_with_head(tmp_path):
+    """A checkpoint whose config ties the embeddings but which holds its own (different) lm_head.weight."""
+    model, tok = make_tiny_model(seed=0, hidden_size=32, intermediate_size=64, head_dim=8, num_layers=1,
+                                 tie_word_embeddings=False)
+    folder = tmp_path / "tied"
+    save_pretrained(model, folder, tok)
+    _edit_config(folder, tie_word_embeddings=True)
+    return folder
+
+
+def test_a_tied_checkpoint_with_a_wrong_tensor_is_refused_before_its_head_is_compared(tied_with_head, every_read):
+    tensors = load_file(tied_with_head / "model.safetensors")
+    tensors["model.layers.0.mlp.up_proj.weight"] = tensors["model.layers.0.mlp.up_proj.weight"][:48]
+    del tensors["model.norm.weight"]
+    save_file(tensors, tied_with_head / "model.safetensors")
+    with pytest.raises(CheckpointError) as info:
+        load_model(tied_with_head)
+    assert "'model.norm.weight' is missing" in str(info.value) and "has shape (48, 32)" in str(info.value)
+    assert every_read == []  # neither a weight nor the head / embedding rows the untie check compares
+
+
+def test_a_tied_checkpoint_with_its_own_head_still_loads_untied(tied_with_head, every_read):
+    model = load_model(tied_with_head)
+    assert not model.config.tie_word_embeddings
+    assert "lm_head.weight" in every_read

@@ -36,13 +36,15 @@ def hf_name(path: tuple[Any, ...]) -> tuple[str, bool]:
     return ".".join(parents + [leaf]), False
 
 
-def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dtype: str | None = None) -> ModelConfig:
-    """ModelConfig from folder/config.json, with optional parameter/compute dtype overrides (untied where the
-    checkpoint's own lm_head.weight differs from the embedding, as transformers loads it)."""
+def read_config(folder: str | os.PathLike, *, param_dtype: str | None = None, dtype: str | None = None,
+                untie: bool = True) -> ModelConfig:
+    """ModelConfig from folder/config.json, with optional parameter/compute dtype overrides (with `untie`, untied
+    where the checkpoint's own lm_head.weight differs from the embedding, as transformers loads it: that compares
+    tensor data, which `load_model` does only once every header has been checked)."""
     folder = os.fspath(folder)
     config = parse_config_json(folder, lambda hf: config_from_hf(hf, param_dtype=param_dtype, dtype=dtype),
                                param_dtype=param_dtype, dtype=dtype)
-    return untie_if_the_head_differs(folder, config)
+    return untie_if_the_head_differs(folder, config) if untie else config
 
 
 def parse_config_json(folder: str, parse: Callable[[dict], Any], *, param_dtype: str | None = None,
@@ -112,26 +114,34 @@ def load_model(
     weight is read. Dtypes default to the checkpoint's (float32 if it is not float32/bfloat16). A
     ValueModel loads the backbone and, when present, `score.weight/bias`; otherwise its head is
     freshly initialised. A checkpoint whose config ties the embeddings but which holds a different
-    `lm_head.weight` loads untied, as in transformers.
+    `lm_head.weight` loads untied, as in transformers (decided after the headers passed).
     """
     folder = os.fspath(folder)
-    config = read_config(folder, param_dtype=param_dtype, dtype=dtype)
+    config = read_config(folder, param_dtype=param_dtype, dtype=dtype, untie=False)
     if remat is not None:
         config = config.replace(remat=remat)
+    what = f"the {config.architecture} model of {os.path.join(folder, 'config.json')}"
+
+    def optional(path: tuple[Any, ...]) -> bool:
+        return model_cls is ValueModel and path[0] == "score"
+
     abstract = nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(seed)))
-    return load_weights(abstract, folder, f"the {config.architecture} model of {os.path.join(folder, 'config.json')}",
-                        optional=lambda path: model_cls is ValueModel and path[0] == "score", seed=seed)
+    check_weights(abstract, folder, what, optional=optional)
+    untied = untie_if_the_head_differs(folder, config)  # compares tensor data: only once every header passed
+    if untied != config:
+        abstract = nnx.eval_shape(lambda: model_cls(untied, rngs=nnx.Rngs(seed)))
+    return load_weights(abstract, folder, what, optional=optional, seed=seed)
 
 
-def load_weights(abstract: nnx.Module, folder: str, what: str, *,
-                 optional: Callable[[tuple[Any, ...]], bool] = lambda path: False,
-                 stored_name: Callable[[str, Mapping[str, TensorHeader]], str] = lambda name, found: name,
-                 seed: int = 0) -> nnx.Module:
-    """An abstract model (`nnx.eval_shape`) filled tensor by tensor from the folder's memory-mapped safetensors.
-
-    Every tensor's presence, shape and dtype is checked from the headers first (`what` names the model in the
-    error). A parameter at a path `optional` accepts may be missing (freshly initialised); `stored_name(hf name,
-    the checkpoint's tensors)` gives the name a tensor is stored under when a layout renames it."""
+def check_weights(abstract: nnx.Module, folder: str, what: str, *,
+                  optional: Callable[[tuple[Any, ...]], bool] = lambda path: False,
+                  stored_name: Callable[[str, Mapping[str, TensorHeader]], str] = lambda name, found: name
+                  ) -> tuple[Any, list, dict]:
+    """Check every tensor an abstract model (`nnx.eval_shape`) needs against the folder's safetensors headers
+    (presence, shape, dtype; no tensor data is read) -> (graphdef, [(path, abstract variable, stored name,
+    transposed)], the checkpoint's tensors). `what` names the model in the error; a parameter at a path `optional`
+    accepts may be missing; `stored_name(hf name, the checkpoint's tensors)` gives the name a tensor is stored under
+    when a layout renames it."""
     found, listing = checkpoint_tensors(folder)
     graphdef, abs_state = nnx.split(abstract)
     needed = []
@@ -141,6 +151,16 @@ def load_weights(abstract: nnx.Module, folder: str, what: str, *,
     expected = {name: ExpectedTensor(_hf_shape(var.get_value(), transposed), optional=optional(path))
                 for path, var, name, transposed in needed}
     check_tensors(expected, found, listing, what)
+    return graphdef, needed, found
+
+
+def load_weights(abstract: nnx.Module, folder: str, what: str, *,
+                 optional: Callable[[tuple[Any, ...]], bool] = lambda path: False,
+                 stored_name: Callable[[str, Mapping[str, TensorHeader]], str] = lambda name, found: name,
+                 seed: int = 0) -> nnx.Module:
+    """An abstract model (`nnx.eval_shape`) filled tensor by tensor from the folder's memory-mapped safetensors,
+    once `check_weights` passed (a parameter `optional` accepts and the checkpoint lacks is freshly initialised)."""
+    graphdef, needed, found = check_weights(abstract, folder, what, optional=optional, stored_name=stored_name)
     flat = []
     with ExitStack() as stack:
         handles: dict[str, Any] = {}
@@ -204,9 +224,10 @@ def from_pretrained(
     model_cls: type = CausalLM,
     remat: str | None = None,
 ) -> tuple[CausalLM | ValueModel, Tokenizer]:
-    """(model, tokenizer) from a local Hugging Face folder (config.json, safetensors, tokenizer files)."""
-    model = load_model(folder, param_dtype=param_dtype, dtype=dtype, model_cls=model_cls, remat=remat)
-    return model, load_tokenizer(folder)
+    """(model, tokenizer) from a local Hugging Face folder (config.json, safetensors, tokenizer files). The
+    tokenizer loads first: a folder without one is refused before any weight is read."""
+    tokenizer = load_tokenizer(folder)
+    return load_model(folder, param_dtype=param_dtype, dtype=dtype, model_cls=model_cls, remat=remat), tokenizer
 
 
 def _shard_plan(model: nnx.Module, dtype: str, max_shard_bytes: int) -> list[list[tuple[Any, ...]]]:
