@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ragen_jax.models import target
 from ragen_jax.shapes import even_chunk, round_up
 
 # Queries and keys per block (a score block is [G*BLOCK_Q, BLOCK_K] per row and key head). Measured on a 2-core CPU,
@@ -55,9 +56,8 @@ def choose_implementation(*, platform: str, dtype: Any, head_dim: int, q_len: in
 
 
 def _device_facts() -> tuple[str, str | None]:
-    """(platform of the default device, its CUDA compute capability or None)."""
-    device = jax.devices()[0]
-    return device.platform, getattr(device, "compute_capability", None)
+    """(platform of the default device, its CUDA compute capability or None): `target.device_facts`."""
+    return target.device_facts()
 
 
 def dense_attention(q, k, v, offset=None, key_valid=None, cache_layout: bool = False,

@@ -22,6 +22,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from ragen_jax.models import target
+
 DECODE_BLOCK = 256  # cache slots per item
 DECODE_ITEMS = 16  # items gathered and scored per loop iteration
 
@@ -31,7 +33,7 @@ def uses_ragged_decode(devices: int = 1) -> bool:
     is faster at every shape measured (one call: 64 rows x 192 slots 2.0 vs 2.9 ms, 128 x 3,600 25.6 vs 199 ms;
     the tiny generate benchmark 1.35x transformers with it, docs/performance.md), and on one device (the dense
     form shards by rows). A GPU keeps the dense window, whose few large kernels suit it (not measured there)."""
-    return jax.default_backend() == "cpu" and devices == 1
+    return target.backend() == "cpu" and devices == 1
 
 
 def ragged_decode_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array, lengths: jax.Array, *,

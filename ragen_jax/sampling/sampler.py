@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ragen_jax.models import KVCache, ModelConfig, init_cache
+from ragen_jax.models import KVCache, ModelConfig, init_cache, target
 from ragen_jax.models.transformer import decode_weights, decode_weights_pay_off
 from ragen_jax.models.decode_attention import uses_ragged_decode
 from ragen_jax.shapes import bucket_length
@@ -70,19 +70,19 @@ class Sampler:
                  kv_window: bool = True, out_first_weights: bool | None = None, lanes: int | None = None):
         if cache_size < 1 or batch_size < 1:
             raise ValueError(f"cache_size and batch_size must be >= 1, got {cache_size} and {batch_size}.")
-        device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
+        platform, _ = target.device_facts(mesh.devices.flat[0] if mesh is not None else None)
         self.graphdef = graphdef
         self.model_config = model_config or model_config_of(graphdef)
         self.cache_size, self.pad_id, self.batch_size, self.dtype = cache_size, int(pad_id), batch_size, dtype
         self.mesh = mesh
         self.kv_window = kv_window
         if out_first_weights is None:
-            out_first_weights = decode_weights_pay_off(self.model_config, device.platform)
+            out_first_weights = decode_weights_pay_off(self.model_config, platform)
         self.out_first_weights = bool(out_first_weights)
         self._laid: tuple[list, Any] | None = None  # (weak references to the params' leaves, their decode_weights)
         self.rows = process_rows(mesh, batch_size)
         if lanes is None:
-            lanes = decode_lanes(self.model_config, device.platform, batch_size, multi_device=mesh is not None)
+            lanes = decode_lanes(self.model_config, platform, batch_size, multi_device=mesh is not None)
         if lanes < 1 or batch_size % lanes or (lanes > 1 and mesh is not None):
             raise ValueError(f"lanes={lanes} must be >= 1 and divide batch_size={batch_size}, and be 1 with a mesh "
                              "(a mesh shards the rows instead).")
