@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -25,13 +26,14 @@ from ragen_jax.errors import RagenError
 from ragen_jax.algos.logprobs import REMAT_LOGITS_BYTES
 from ragen_jax.shapes import even_chunk, round_up
 from ragen_jax.models import CausalLM, ModelConfig, ValueModel, apply_lora
+from ragen_jax.models import target
 from ragen_jax.models.attention import BLOCK_K, BLOCK_Q
 from ragen_jax.models.lora import DEFAULT_TARGETS, parse_target_modules, trainable_filter
 from ragen_jax.models.transformer import decode_weights_pay_off, projection_params
 from ragen_jax.models.vision import Qwen25VLModel, VisionConfig, VLConfig
 from ragen_jax.sharding.mesh import AXES, BATCH_AXES, validation_batch_size
 from ragen_jax.sharding.placement import sampling_rules
-from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, state_specs
+from ragen_jax.sharding.rules import DEFAULT_RULES, Rules, spec_for, state_specs
 
 GiB = 1024**3
 # Tensors alive per token and layer at the backward peak without remat (fitted to XLA:CPU's compiled bytes of
@@ -43,6 +45,16 @@ _OUTSIDE_COPIES = 10  # [D] f32 per token outside the layers: embeddings, final 
 _BLOCK_COPIES = 2  # [H, BLOCK_Q, BLOCK_K] f32 score blocks alive at once (one layer at a time)
 _LOGIT_COPIES = 4  # [chunk, V] f32 logits, softmax, and gradients per log-prob chunk (chunks rematerialised)
 _KEPT_LOGIT_COPIES = 3.5  # [T, V] f32 logits kept for the backward pass when small (algos.logprobs)
+# XLA:GPU keeps fewer copies (its fusions write gate * silu(up) and the norms in one pass; cuDNN's attention has no
+# score blocks). Fitted to deviceless H100 compiles of the actor update (experiments/gpu_aot.py) at Qwen2.5
+# 0.5B/3B/7B widths, 2 and 4 layers, 8 x 3600-token bf16 micro-batches: the per-layer bytes of 3B and 7B within
+# 0.3%, 0.5B's 9% under (docs/performance_gpu.md).
+_GPU_HIDDEN_COPIES = 4  # [D] per layer: its input, both norms' outputs, the residual after attention
+_GPU_MLP_COPIES = 3  # [I] gate, up and their product (down_proj's input)
+# attention: q, k, v and the output ([(2 H + 2 K) hd]) for cuDNN's backward, and its f32 softmax statistics [H]
+_GPU_GRAD_EXTRA = 1  # bytes per trained parameter beside the f32 accumulator and the micro-batch's own gradient
+_GPU_LOGIT_COPIES = 1.5  # [rows, chunk, V] f32 logits when the chunks are rematerialised
+_GPU_OUTSIDE_COPIES = 2  # [D] f32 per token outside the layers
 
 
 class MemoryPlanError(RagenError, ValueError):
@@ -62,6 +74,7 @@ class MemoryPlan:
     kv_cache: int
     sampling_activations: int  # prefill working set and decode logits
     mesh_shape: tuple[int, int, int]
+    sampling_weights: int = 0  # the policy's parameters as the sampler holds them (the sampling layout)
 
     @property
     def training_peak(self) -> int:
@@ -70,6 +83,11 @@ class MemoryPlan:
     @property
     def sampling_peak(self) -> int:
         return self.params + self.optimizer + self.sampling_params + self.kv_cache + self.sampling_activations
+
+    @property
+    def sampling_program(self) -> int:
+        """What the sampler's begin and decode programs hold: its weights, the KV cache and their working set."""
+        return self.sampling_weights + self.kv_cache + self.sampling_activations
 
     @property
     def peak(self) -> int:
@@ -131,7 +149,7 @@ def _resharded_bytes(state: Any, mesh: AbstractMesh, rules: Rules, target: Rules
                if _split_axes(old, mesh) != _split_axes(new, mesh))
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=16)
 def _abstract_model(cls: type, config: ModelConfig | VLConfig, lora_rank: int, lora_targets: tuple[str, ...]):
     """A `cls` model built abstractly (`nnx.eval_shape`), with LoRA adapters where lora_rank > 0."""
     def build():
@@ -142,15 +160,16 @@ def _abstract_model(cls: type, config: ModelConfig | VLConfig, lora_rank: int, l
     return nnx.eval_shape(build)
 
 
-def _abstract_split(cls: type, config: ModelConfig | VLConfig, lora_rank: int, lora_targets: tuple[str, ...],
-                    head: str | None = None, frozen_part: str | None = None):
-    """(trainable, frozen) abstract states of a `cls` model as the trainer splits it (`trainable_filter`), the
-    parameters under `frozen_part` (a path element, e.g. "visual") frozen too."""
+def abstract_split(cls: type, config: ModelConfig | VLConfig, lora_rank: int = 0,
+                   lora_targets: tuple[str, ...] = DEFAULT_TARGETS, head: str | None = None,
+                   frozen_part: str | None = None):
+    """(graphdef, trainable, frozen) of a `cls` model built abstractly (no memory), split as the trainer splits it
+    (`trainable_filter`), the parameters under `frozen_part` (a path element, e.g. "visual") frozen too; the
+    states' leaves are jax.ShapeDtypeStruct."""
     trains = trainable_filter(lora_rank > 0, head)
     if frozen_part is not None:
         trains = nnx.All(trains, nnx.Not(nnx.PathContains(frozen_part)))
-    _, trainable, frozen = nnx.split(_abstract_model(cls, config, lora_rank, lora_targets), trains, ...)
-    return trainable, frozen
+    return nnx.split(_abstract_model(cls, config, lora_rank, tuple(lora_targets)), trains, ...)
 
 
 def _per_device_rows(rows: int, mesh: AbstractMesh, what: str) -> int:
@@ -166,9 +185,13 @@ def _split(n: int, tensor: int) -> float:
     return n / tensor if n % tensor == 0 else n
 
 
-def _layer_activation_elems(c: ModelConfig, tensor: int) -> float:
-    """Compute-dtype elements alive per token and layer at the backward peak, no remat."""
-    attention = (_split(c.num_heads, tensor) + 2 * _split(c.num_kv_heads, tensor)) * c.head_dim
+def _layer_activation_elems(c: ModelConfig, tensor: int, platform: str = "cpu") -> float:
+    """Compute-dtype elements alive per token and layer at the backward peak, no remat, on `platform`'s XLA."""
+    heads, kv_heads = _split(c.num_heads, tensor), _split(c.num_kv_heads, tensor)
+    if platform == "gpu":
+        return (_GPU_MLP_COPIES * _split(c.intermediate_size, tensor) + _GPU_HIDDEN_COPIES * c.hidden_size
+                + (2 * heads + 2 * kv_heads) * c.head_dim + 4 / c.jnp_dtype.itemsize * heads)
+    attention = (heads + 2 * kv_heads) * c.head_dim
     return _MLP_COPIES * _split(c.intermediate_size, tensor) + _HIDDEN_COPIES * c.hidden_size + (
         _ATTENTION_COPIES * attention)
 
@@ -179,7 +202,8 @@ def _attention_block_bytes(c: ModelConfig, rows: int, seq_len: int, tensor: int)
     return int(_BLOCK_COPIES * rows * _split(c.num_heads, tensor) * block * 4)
 
 
-def _logit_bytes(c: ModelConfig, rows: int, global_rows: int, seq_len: int, tensor: int, chunk: int) -> int:
+def _logit_bytes(c: ModelConfig, rows: int, global_rows: int, seq_len: int, tensor: int, chunk: int,
+                 platform: str = "cpu") -> int:
     """The log-prob chunks' float32 logits: every chunk's kept for the backward pass while the whole [B, T, V]
     (global shapes, as `token_logprobs_and_entropy` decides) stays below REMAT_LOGITS_BYTES, else one chunk's."""
     targets = seq_len - 1
@@ -188,14 +212,14 @@ def _logit_bytes(c: ModelConfig, rows: int, global_rows: int, seq_len: int, tens
     vocab = _split(c.vocab_size, tensor)
     if global_rows * padded * c.vocab_size * 4 <= REMAT_LOGITS_BYTES:
         return int(_KEPT_LOGIT_COPIES * rows * padded * vocab * 4)
-    return int(_LOGIT_COPIES * rows * chunk * vocab * 4)
+    return int((_GPU_LOGIT_COPIES if platform == "gpu" else _LOGIT_COPIES) * rows * chunk * vocab * 4)
 
 
 def _activation_bytes(c: ModelConfig, rows: int, global_rows: int, seq_len: int, tensor: int, remat: str,
-                      chunk: int) -> int:
-    """One micro-batch's training working set [rows per device (of global_rows) x seq_len]."""
+                      chunk: int, platform: str = "cpu") -> int:
+    """One micro-batch's training working set [rows per device (of global_rows) x seq_len] on `platform`."""
     dsize = c.jnp_dtype.itemsize
-    per_layer = rows * seq_len * dsize * _layer_activation_elems(c, tensor)
+    per_layer = rows * seq_len * dsize * _layer_activation_elems(c, tensor, platform)
     if remat == "none":
         layers = per_layer * c.num_layers
     elif remat == "dots":  # matmul outputs are kept (q/k/v, gate/up, projections), elementwise recomputed
@@ -203,7 +227,9 @@ def _activation_bytes(c: ModelConfig, rows: int, global_rows: int, seq_len: int,
         layers = kept * c.num_layers + per_layer
     else:  # full: only each layer's input is kept; one layer is recomputed at a time
         layers = rows * seq_len * dsize * c.hidden_size * c.num_layers + per_layer
-    logits = _logit_bytes(c, rows, global_rows, seq_len, tensor, chunk)
+    logits = _logit_bytes(c, rows, global_rows, seq_len, tensor, chunk, platform)
+    if platform == "gpu":  # cuDNN attention holds no score blocks
+        return int(layers + logits + _GPU_OUTSIDE_COPIES * rows * seq_len * c.hidden_size * 4)
     outside = _OUTSIDE_COPIES * rows * seq_len * c.hidden_size * 4
     return int(layers + logits + outside + _attention_block_bytes(c, rows, seq_len, tensor))
 
@@ -218,6 +244,10 @@ def _vision_activation_bytes(v: VisionConfig, images: int, patches: int, dsize: 
                  + _ATTENTION_COPIES * 3 * v.hidden_size) * dsize + 2 * v.num_heads * patches * 4
     return int(images * patches * per_patch * (v.depth if trained else 1))
 
+
+def _numel(state: Any, mesh: AbstractMesh, rules: Rules) -> int:
+    """Elements of one device's shards of every array of an abstract state."""
+    return _shard_bytes(state, mesh, rules, jnp.int8)
 
 def estimate_memory(
     model_config: ModelConfig | VLConfig,
@@ -245,13 +275,15 @@ def estimate_memory(
     images_per_row: int = 0,
     patches_per_image: int = 0,
     freeze_vision: bool = False,
+    platform: str | None = None,
 ) -> MemoryPlan:
     """Per-device bytes of a PPO/GRPO run: training (micro-batch [micro_batch_size, seq_len]) and sampling
     (KV cache [rollout_batch_size, cache_len]). `optimizer_states` = arrays per parameter (AdamW: 2), in
     `optimizer_dtype` (None = the parameters' dtype), one more (a master copy) for parameters stored narrower;
     gradients accumulate in float32. `decode_weights`: the
     sampler keeps the projections laid out [out, in] for decoding (`Sampler(out_first_weights=...)`, by default
-    on a CPU for large models), one more copy of them in the compute dtype while sampling.
+    on a CPU for large models), one more copy of them in the compute dtype while sampling. `platform` ("cpu" or
+    "gpu"; default: the backend's, `target.backend`): whose compiler's working set the activations follow.
 
     A VLConfig (Qwen2.5-VL) adds its vision tower: parameters (trained unless `freeze_vision`), each row's
     `images_per_row` images of `patches_per_image` patches (their pixels in the batch, the tower's activations in
@@ -263,18 +295,21 @@ def estimate_memory(
     mesh = _abstract_mesh(mesh_shape)
     tensor = mesh.shape["tensor"]
     if vl is None:
-        trainable, frozen = _abstract_split(CausalLM, c.replace(remat="none"), lora_rank, tuple(lora_targets))
+        _, trainable, frozen = abstract_split(CausalLM, c.replace(remat="none"), lora_rank, tuple(lora_targets))
     else:
-        trainable, frozen = _abstract_split(Qwen25VLModel, vl.replace(text=c.replace(remat="none")), lora_rank,
-                                            tuple(lora_targets), frozen_part="visual" if freeze_vision else None)
+        _, trainable, frozen = abstract_split(Qwen25VLModel, vl.replace(text=c.replace(remat="none")), lora_rank,
+                                              tuple(lora_targets), frozen_part="visual" if freeze_vision else None)
     params = _shard_bytes(trainable, mesh, rules) + _shard_bytes(frozen, mesh, rules)
     # parameters narrower than the optimizer dtype keep a master copy in it (trainer/optim.py MasterWeights)
     optimizer_states += int(bool(optimizer_dtype) and jnp.dtype(optimizer_dtype).itemsize
                             > jnp.dtype(c.param_dtype).itemsize)
     opt = optimizer_states * _shard_bytes(trainable, mesh, rules, optimizer_dtype)
+    platform = platform or target.backend()
     grads = _shard_bytes(trainable, mesh, rules, "float32")  # accumulated in float32 (trainer/steps.py)
+    if platform == "gpu":  # the micro-batch's own gradient in the parameters' dtype, and the optimizer's temporaries
+        grads += (jnp.dtype(c.param_dtype).itemsize + _GPU_GRAD_EXTRA) * _numel(trainable, mesh, rules)
     if with_critic:
-        c_train, c_frozen = _abstract_split(ValueModel, c.replace(remat="none"), lora_rank, tuple(lora_targets),
+        _, c_train, c_frozen = abstract_split(ValueModel, c.replace(remat="none"), lora_rank, tuple(lora_targets),
                                             head=ValueModel.HEAD)  # a LoRA critic under LoRA, as the trainer
         critic = _shard_bytes(c_train, mesh, rules) + _shard_bytes(c_frozen, mesh, rules)
         c_grads = _shard_bytes(c_train, mesh, rules, "float32")
@@ -284,7 +319,11 @@ def estimate_memory(
         params += _shard_bytes(trainable, mesh, rules) + _shard_bytes(frozen, mesh, rules)
     rows = _per_device_rows(micro_batch_size, mesh, "trainer.micro_batch_size")
     mini_rows = _per_device_rows(mini_batch_size or micro_batch_size, mesh, "trainer.mini_batch_size")
-    activations = _activation_bytes(c, rows, micro_batch_size, seq_len, tensor, c.remat, logprob_chunk)
+    activations = _activation_bytes(c, rows, micro_batch_size, seq_len, tensor, c.remat, logprob_chunk, platform)
+    if platform == "gpu" and not c.tie_word_embeddings and lora_rank == 0:  # the embedding's f32 gradient, scattered
+        activations += _leaf_shard_bytes(jax.ShapeDtypeStruct((c.vocab_size, c.hidden_size), jnp.float32),
+                                         spec_for("embed_tokens/embedding", (c.vocab_size, c.hidden_size), mesh, rules),
+                                         mesh, None)  # apart from the head's
     batch = mini_rows * seq_len * 4 * 8  # tokens, masks, log-probs, advantages, returns, values (4 bytes each)
     images = vl is not None and images_per_row * patches_per_image > 0
     if images:  # the rows' pixels, and the tower's working set (one block's when frozen)
@@ -299,6 +338,7 @@ def estimate_memory(
     s_rules = sampling_rules(rules, sampling_layout)
     full = nnx.merge_state(trainable, frozen)
     sampling_params = _resharded_bytes(full, mesh, rules, s_rules)
+    sampling_weights = _shard_bytes(full, mesh, s_rules)
     if decode_weights:
         sampling_params += projection_params(c) * c.jnp_dtype.itemsize // tensor
     prefill_tokens = min(prefill_len, cache_len)
@@ -310,7 +350,7 @@ def estimate_memory(
     sampling_activations = int(prefill + 4 * roll * _split(c.vocab_size, tensor) * 4)
     return MemoryPlan(params=params, grads=grads, optimizer=opt, activations=activations, batch=batch,
                       sampling_params=sampling_params, kv_cache=kv_cache, sampling_activations=sampling_activations,
-                      mesh_shape=tuple(mesh.shape[a] for a in AXES))
+                      mesh_shape=tuple(mesh.shape[a] for a in AXES), sampling_weights=sampling_weights)
 
 
 def _advice(plan: MemoryPlan) -> list[str]:
@@ -350,14 +390,81 @@ def check_plan(plan: MemoryPlan, device_bytes: int | None, headroom: float = 0.9
         f"{plan.mesh_shape}.\nPer-device estimate:\n{plan.table()}\nTo make it fit:\n{tips}")
 
 
+# Device memory of the cards a run is sized for, as the driver reports it (XLA's H100 SXM and H200 target specs).
+CARD_BYTES = {"H100 80GB": 84_942_979_072, "H200 141GB": 151_397_597_184}
+DEFAULT_ALLOCATOR_FRACTION = 0.75  # jax's GPU allocator takes this share of the card (XLA_PYTHON_CLIENT_MEM_FRACTION)
+
+
+def allocator_fraction() -> float:
+    """The share of a GPU's memory jax's allocator may use (its `bytes_limit`): XLA_PYTHON_CLIENT_MEM_FRACTION, or
+    jax's default 0.75."""
+    return float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", DEFAULT_ALLOCATOR_FRACTION))
+
+
+def card_verdicts(plan: MemoryPlan, fraction: float | None = None) -> list[str]:
+    """Whether `plan` fits each card of CARD_BYTES as `check_plan` would judge it on that card (its budget: 90% of
+    the allocator's share of the card), one line per card with the numbers."""
+    fraction = allocator_fraction() if fraction is None else fraction
+    lines = []
+    for card, total in CARD_BYTES.items():
+        budget = 0.9 * fraction * total
+        share = f"90% of {fraction:.0%} of {total / GiB:.1f} GiB"
+        try:
+            check_plan(plan, int(fraction * total))
+        except MemoryPlanError:
+            lines.append(f"  {card}: REFUSED: needs {plan.peak / GiB:.2f} GiB per device, {budget / GiB:.2f} GiB "
+                         f"usable ({share}; XLA_PYTHON_CLIENT_MEM_FRACTION raises the share)")
+        else:
+            lines.append(f"  {card}: fits: {plan.peak / GiB:.2f} GiB per device of {budget / GiB:.2f} GiB usable "
+                         f"({share})")
+    return lines
+
+
+def plan_model_config(model_cfg) -> tuple[ModelConfig, str]:
+    """The policy's ModelConfig for planning, and where it came from: its config.json (the weights may be absent:
+    a folder holding config.json alone, or a hub id in the local cache), the tiny preset's, or, for a hub id not
+    downloaded yet, its published shapes (`models.known`)."""
+    from ragen_jax.models.known import known_config
+    from ragen_jax.trainer.setup import model_config_for
+
+    try:
+        return model_config_for(model_cfg), ""
+    except FileNotFoundError:
+        dtypes = {k: model_cfg[k] for k in ("param_dtype", "dtype") if model_cfg[k]}
+        known = known_config(model_cfg.path, **dtypes)
+        if known is None:
+            raise
+        return known.replace(remat=model_cfg.remat), f" (shapes of {model_cfg.path}'s published config.json: its " \
+                                                     "files are not here)"
+
+
+def plan_report(cfg: Any, model_config: ModelConfig, mesh_shape: Mapping[str, int], source: str = "",
+                device_bytes: int | None = None) -> str:
+    """`--print_config`'s memory section: the per-device plan, whether it fits this device (`device_bytes`, where
+    the backend reports it) and each card of CARD_BYTES."""
+    plan = plan_from_config(cfg, model_config, mesh_shape)
+    budget = f" of {device_bytes / GiB:.2f} GiB" if device_bytes else " (this backend reports no memory limit)"
+    lines = [f"memory plan per device, mesh {dict(mesh_shape)}, peak {plan.peak / GiB:.3f} GiB{budget}{source}:",
+             plan.table()]
+    if device_bytes:
+        try:
+            check_plan(plan, device_bytes)
+        except MemoryPlanError as e:
+            lines.append(f"REFUSED on this device: {e}")
+    lines.append("on one GPU of each card (this mesh's per-device share, XLA:GPU's working set):")
+    return "\n".join(lines + card_verdicts(plan_from_config(cfg, model_config, mesh_shape, platform="gpu")))
+
+
 def device_memory_bytes() -> int | None:
     """The first local device's memory limit (None where the backend does not report one, e.g. CPU)."""
     stats = jax.local_devices()[0].memory_stats() or {}
     return stats.get("bytes_limit")
 
 
-def plan_from_config(cfg: Any, model_config: ModelConfig, mesh_shape: Mapping[str, int] | Sequence[int]) -> MemoryPlan:
-    """estimate_memory for a run config (trainer / rollout / env / algo / model.lora keys)."""
+def plan_from_config(cfg: Any, model_config: ModelConfig, mesh_shape: Mapping[str, int] | Sequence[int],
+                     platform: str | None = None) -> MemoryPlan:
+    """estimate_memory for a run config (trainer / rollout / env / algo / model.lora keys) on `platform` (default:
+    this backend's)."""
     lora = cfg.model.lora
     targets = parse_target_modules(lora.target_modules)
     axes = dict(mesh_shape) if isinstance(mesh_shape, Mapping) else dict(zip(AXES, mesh_shape))
@@ -371,7 +478,8 @@ def plan_from_config(cfg: Any, model_config: ModelConfig, mesh_shape: Mapping[st
         logprob_chunk=cfg.trainer.logprob_chunk, sampling_layout=cfg.mesh.get("sampling_layout", "no_fsdp"),
         optimizer_dtype=cfg.optim.actor.get("state_dtype") or None,
         with_critic=bool(cfg.algo.use_critic), with_reference=bool(cfg.algo.use_kl_loss or cfg.algo.use_kl_in_reward),
-        decode_weights=decode_weights_pay_off(model_config, jax.default_backend()))  # the Sampler's default
+        decode_weights=decode_weights_pay_off(model_config, platform or target.backend()),  # the Sampler's default
+        platform=platform)
 
 
 def measured_bytes(compiled: Any) -> int:

@@ -220,7 +220,7 @@ def config_report(run) -> str:
     """`--print_config` of a RunConfig: the resolved config, the custom functions in use and the memory plan per
     device."""
     from ragen_jax import sharding
-    from ragen_jax.trainer.setup import model_config_for
+    from ragen_jax.sharding.memory import plan_model_config, plan_report
 
     cfg = run
     parts = [resolved_config(run)]
@@ -228,13 +228,9 @@ def config_report(run) -> str:
     if custom:
         parts.append("custom functions:\n" + "\n".join(f"  {k} = {v}" for k, v in custom.items()))
     try:
-        model_config = model_config_for(cfg.model)
-        mesh = sharding.make_mesh(dict(cfg.mesh))
-        plan = sharding.plan_from_config(cfg, model_config, mesh.shape)
-        device_bytes = sharding.device_memory_bytes()
-        budget = f" of {device_bytes / 2**30:.2f} GiB" if device_bytes else " (this backend reports no memory limit)"
-        parts.append(f"memory plan per device, mesh {dict(mesh.shape)}, peak {plan.peak / 2**30:.3f} GiB{budget}:\n"
-                     + plan.table())
+        model_config, source = plan_model_config(cfg.model)
+        mesh = sharding.make_mesh(cfg.mesh)
+        parts.append(plan_report(cfg, model_config, mesh.shape, source, sharding.device_memory_bytes()))
     except (OSError, ValueError) as e:
         parts.append(f"memory plan: not available ({e})")
     return "\n\n".join(parts)
