@@ -1,7 +1,7 @@
 """Lowers every program for CUDA on 8 forced CPU devices: `python tests/aot_lowering_worker.py OUT`.
 
 Started by tests/test_aot_cuda_lowering.py in a subprocess with XLA_FLAGS set before jax is imported; writes
-{program: {seconds, custom_calls, partitions}} as JSON, or {"error": ...} naming the program that failed."""
+{program: {seconds, cpu_seconds, custom_calls, partitions}} as JSON, or {"error": ...} naming the program that failed."""
 
 from __future__ import annotations
 

@@ -92,7 +92,8 @@ def test_every_gpu_session_command_parses_its_flags(monkeypatch, tmp_path):
             continue
         assert out.returncode == 0, (command, out.stderr[-2000:])
         checked.append(command[0])
-    assert checked == ["-c", "experiments/bench_gpu.py", "experiments/bench_kv_window.py", "run.py"], checked
+    assert checked == ["-c", "experiments/bench_gpu.py", "experiments/gpu_aot.py", "experiments/bench_kv_window.py",
+                       "run.py"], checked
 
 
 def _run(script: str, *args: str) -> str:
