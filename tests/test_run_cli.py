@@ -164,7 +164,7 @@ def test_eval_prints_metrics_and_writes_jsonl(tmp_path):
 
 @pytest.mark.parametrize("path", ["/nonexistent", "./models/qwen", "~/models/qwen", "a/b/c"])
 def test_a_missing_model_folder_is_named_as_a_folder_not_a_hub_id(path):
-    from ragen_jax.trainer.setup import resolve_model_path
+    from ragen_jax.models.sources import resolve_model_path
 
     with pytest.raises(FileNotFoundError, match="does not exist") as e:
         resolve_model_path(path)

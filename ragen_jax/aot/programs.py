@@ -134,20 +134,21 @@ class Build:
         return abstract_split(cls, self.config, self.sizes.lora_rank if lora else 0, targets, head)
 
     def optimizer(self, which: str = "actor"):
-        from ragen_jax.trainer.optim import make_optimizer
+        from ragen_jax.optim import make_optimizer
 
         return make_optimizer(self.cfg.optim[which], self.cfg.trainer.total_steps, lr_outside=True)[0]
 
     @functools.cached_property
     def step_fns(self) -> dict[str, dict[str, Callable]]:
         """`make_step_fns` of the full and the LoRA run: {"full" | "lora": its functions}."""
-        from ragen_jax.trainer.settings import algo_settings
+        from ragen_jax.algos.settings import AlgoSettings
+        from ragen_jax.config import RunConfig
         from ragen_jax.trainer.steps import make_step_fns
 
         out = {}
         for kind, lora in (("full", False), ("lora", True)):
             actor, critic = self.split(lora), self.split(lora, critic=True)
-            out[kind] = make_step_fns(actor[0], critic[0], algo_settings(self.cfg), self.optimizer("actor"),
+            out[kind] = make_step_fns(actor[0], critic[0], AlgoSettings.of(RunConfig.from_config(self.cfg)), self.optimizer("actor"),
                                       self.optimizer("critic"), self.sizes.micro_batch)
         return out
 
@@ -302,7 +303,7 @@ def _critic_update(b: Build, lora: bool, name: str) -> Program:
 
 def sft_step(b: Build) -> Program:
     """The warm start's SFT step (`make_sft_step`): a shared prefix prefilled once, rows' suffixes trained."""
-    from ragen_jax.trainer.warmstart import make_sft_step, sft_optimizer
+    from ragen_jax.warmstart.sft import make_sft_step, sft_optimizer
 
     s = b.sizes
     graphdef, trainable, frozen = b.split()

@@ -442,7 +442,7 @@ def plan_model_config(model_cfg) -> tuple[ModelConfig, str]:
     a folder holding config.json alone, or a hub id in the local cache), the tiny preset's, or, for a hub id not
     downloaded yet, its published shapes (`models.known`)."""
     from ragen_jax.models.known import known_config
-    from ragen_jax.trainer.setup import model_config_for
+    from ragen_jax.models.sources import model_config_for
 
     try:
         return model_config_for(model_cfg), ""

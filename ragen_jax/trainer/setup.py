@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 from flax import nnx
 
 from envs.batch import make_env_batch
-from ragen_jax.errors import ModelNotFoundError
 from ragen_jax.models import CausalLM, CheckpointError, ValueModel, apply_lora, load_model, load_tokenizer
 from ragen_jax.models.lora import parse_target_modules, trainable_filter
+from ragen_jax.models.sources import resolve_model_path
 
 
 @dataclasses.dataclass
@@ -37,43 +36,6 @@ def split_model(model: nnx.Module, lora: bool, head: str | None = None) -> Split
 
 
 CRITIC_HEAD = ValueModel.HEAD  # the critic's value head: trained whole under LoRA too
-
-
-def _looks_like_a_path(path: str) -> bool:
-    """A filesystem path rather than a hub id ("org/name"): absolute, relative (./, ../, ~), or deeper."""
-    return path.startswith(("/", ".", "~")) or path.count("/") > 1 or os.sep != "/" and os.sep in path
-
-
-def resolve_model_path(path: str) -> str:
-    """A local folder, or a hub id already in the local Hugging Face cache."""
-    if os.path.isdir(path):
-        return path
-    if _looks_like_a_path(path):  # a hub id is "org/name"; this names a folder, which is missing
-        raise ModelNotFoundError(
-            f"Model folder {path!r} does not exist. Point --config.model.path at a folder holding config.json and "
-            "the safetensors, give a Hugging Face id in the local cache (e.g. Qwen/Qwen2.5-3B-Instruct), or run "
-            "the `:tiny` variant, which needs no files.")
-    try:
-        from huggingface_hub import snapshot_download
-
-        return snapshot_download(path, local_files_only=True)
-    except Exception:  # noqa: BLE001 - any failure means "not available offline"
-        raise ModelNotFoundError(
-            f"Model {path!r} is neither a local folder nor in the local Hugging Face cache. Download it "
-            f"first, e.g. `hf download {path}` (or point --config.model.path at a local folder), or run "
-            "the `:tiny` variant, which needs no files."
-        ) from None
-
-
-def model_config_for(model_cfg):
-    """The policy's ModelConfig without loading weights (the tiny preset's, or the folder's config.json)."""
-    from ragen_jax.models.hf import read_config
-    from ragen_jax.models.tiny import tiny_config
-
-    dtype_kwargs = {k: model_cfg[k] for k in ("param_dtype", "dtype") if model_cfg[k]}
-    if model_cfg.preset == "tiny":
-        return tiny_config(**dict(model_cfg.tiny), **dtype_kwargs, remat=model_cfg.remat)
-    return read_config(resolve_model_path(model_cfg.path), **dtype_kwargs).replace(remat=model_cfg.remat)
 
 
 def _lora_targets(model_cfg) -> tuple[str, ...]:

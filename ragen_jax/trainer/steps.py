@@ -292,10 +292,40 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         return params, opt_state, dict(metrics, vf_loss=loss, grad_norm=grad_norm,
                                        update_skipped=1.0 - finite.astype(jnp.float32))
 
-    actor_update = jax.jit(_actor_update, donate_argnums=(0, 1))
-    critic_update = jax.jit(_critic_update, donate_argnums=(0, 1))
+    actor_update = StateKeepingJit(_actor_update)
+    critic_update = StateKeepingJit(_critic_update)
     return dict(score_policy=score_policy, score_values=score_values, advantages=advantages,
                 actor_update=actor_update, critic_update=critic_update)
+
+
+class StateKeepingJit:
+    """jax.jit of an update `fn(params, opt_state, ...) -> (params, opt_state, metrics)` whose new params and optimizer
+    state keep their inputs' shardings (both donated). Without out_shardings XLA:GPU returned an fsdp-sharded update's
+    params and Adam state whole on every device (a deviceless 8-GPU compile, experiments/gpu_aot.py); XLA:CPU kept
+    them sharded. One jit per layout of the inputs; `lower` is jax.jit's, for ahead-of-time compiles."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self._jits: dict = {}
+
+    def _jit(self, params: Any, opt_state: Any):
+        shardings = jax.tree.map(lambda x: getattr(x, "sharding", None), (params, opt_state))
+        leaves = jax.tree.leaves(shardings, is_leaf=lambda x: x is None)
+        key = (jax.tree.structure((params, opt_state)), tuple(leaves))
+        if key not in self._jits:
+            known = all(leaf is not None for leaf in leaves)
+            out = (*shardings, None) if known else None
+            self._jits[key] = jax.jit(self.fn, donate_argnums=(0, 1), out_shardings=out)
+        return self._jits[key]
+
+    def __call__(self, params, opt_state, *args):
+        return self._jit(params, opt_state)(params, opt_state, *args)
+
+    def lower(self, params, opt_state, *args, **kwargs):
+        return self._jit(params, opt_state).lower(params, opt_state, *args, **kwargs)
+
+    def trace(self, params, opt_state, *args, **kwargs):
+        return self._jit(params, opt_state).trace(params, opt_state, *args, **kwargs)
 
 
 @jax.jit
