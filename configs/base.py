@@ -65,8 +65,8 @@ def apply_tiny(c: ml_collections.ConfigDict) -> None:
     c.optim.actor.warmup_steps = 0
     c.trainer.total_steps = 30
     c.trainer.mini_batch_size = 32
-    # ~2k tokens per micro-batch: on a 2-core CPU the update is fastest at 1-2k tokens a call, its data staying
-    # in cache (the tiny model at 32 x 256 rows: 354 ms a mini-batch at micro-batch 32, 288 ms at 8; scoring too)
+    # ~2k tokens per micro-batch: on a CPU the update and the scoring run fastest at 1-2k tokens a call, each op's
+    # data staying in cache (`experiments/profile_steps.py update` shows where a larger call's time goes)
     c.trainer.micro_batch_size = 8
     c.trainer.save_every = 0
     c.diagnostics.every = 5
@@ -100,11 +100,12 @@ def apply_quickstart_rl(c: ml_collections.ConfigDict) -> None:
     c.warmstart.num_demos = 5000
     c.warmstart.steps = 500
     c.warmstart.max_seconds = 0.0
-    c.warmstart.batch_size, c.warmstart.micro_batch_size = 64, 16  # ~1k tokens a step: 152 vs 163 ms at 64
+    # ~1k tokens a micro-batch, in cache on a CPU (`experiments/bench_warmstart.py --batch 64 --micro 16` vs 64)
+    c.warmstart.batch_size, c.warmstart.micro_batch_size = 64, 16
     c.warmstart.lr = 1e-3
     c.env.groups, c.env.group_size = 16, 8
     c.trainer.total_steps = 80
-    c.trainer.mini_batch_size, c.trainer.micro_batch_size = 64, 16  # 64 x 128 rows: 251 vs 351 ms at 64
+    c.trainer.mini_batch_size, c.trainer.micro_batch_size = 64, 16  # ~2k tokens a micro-batch: as :tiny's
     c.trainer.epochs = 1
     c.algo.update(dict(preset="grpo", adv_estimator="grpo", use_critic=False, norm_adv_by_std_in_grpo=True,
                        loss_agg_mode="seq-mean-token-mean", use_kl_loss=True, kl_loss_coef=0.05,

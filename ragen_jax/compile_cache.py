@@ -1,6 +1,6 @@
 """A persistent XLA compilation cache for runs: a rerun, a sweep's next point or an evaluation with the same model
-and shapes reads its compiled programs from disk instead of compiling them again (the tiny quickstart compiles
-for ~45 s of its ~4.5 minutes; docs/performance.md, "Compile time").
+and shapes reads its compiled programs from disk instead of compiling them again (compiling is a visible share of
+a short CPU run: docs/performance.md, "Compile time").
 
 JAX keys each entry by the program's HLO, the compile options, the device kind and the jax/jaxlib versions, so a
 changed model, shape, flag or upgrade compiles afresh; only programs that took at least `MIN_COMPILE_SECONDS` to
@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 ENV_VAR = "RAGEN_JAX_COMPILE_CACHE"  # a folder, or empty to turn the cache off
 JAX_DIR_VAR = "JAX_COMPILATION_CACHE_DIR"  # JAX's own setting: used when ENV_VAR is not set
 JAX_MIN_SECONDS_VAR = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # JAX's own threshold: kept when set
-MIN_COMPILE_SECONDS = 0.1  # the quickstart: 58 of its ~210 programs, 44 of its 48 s of compiling
+# a few large programs hold most of a run's compile time, and the many tiny ones cost more to read than to compile
+MIN_COMPILE_SECONDS = 0.1
 
 
 def default_dir() -> str:

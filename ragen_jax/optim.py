@@ -146,9 +146,9 @@ def guarded_apply(tx: optax.GradientTransformation, params: Any, opt_state: Any,
     then params and opt_state come back exactly as they were. -> (params, opt_state, grad global norm, applied).
     lr [] scales the optimizer's updates (for a `make_optimizer(..., lr_outside=True)` optimizer).
 
-    The pick is one conditional over the whole state. (An isfinite, an all-reduce and a select per leaf compiled
-    to 525 kernels for the tiny model's AdamW step, against 295 now and 151 unguarded: XLA:CPU's compile of the
-    tiny update took 4.7-5.2 s, now 3.5-4.3 s.)"""
+    The pick is one conditional over the whole state: an isfinite, an all-reduce and a select per leaf would
+    compile to about twice the kernels, and XLA:CPU's compile time grows with them (docs/performance.md,
+    "Compile time")."""
     grad_norm = optax.global_norm(grads)
     updates, new_opt = tx.update(grads, opt_state, params)
     if lr is not None:

@@ -205,7 +205,7 @@ def random_player_moves(rng: random.Random, state: list[int], structure: list[in
 def generate_room(seed: int, cfg: GeneratorConfig) -> tuple[np.ndarray, np.ndarray]:
     """One level for `seed`: (room_fixed [H, W] (0/1/2), room_state [H, W] (0..5)) as int8."""
     rng, np_rng = random.Random(seed), _np_rng()
-    np_rng.seed(seed % 2**32)  # = np.random.seed(seed); reseeding is 50x cheaper than a new RandomState
+    np_rng.seed(seed % 2**32)  # = np.random.seed(seed); reseeding skips building a new RandomState
     rows, cols = cfg.dim_room
     for _ in range(_TRIES):
         room = room_topology(rng, cfg.dim_room, cfg.p_change_directions, cfg.walk_steps)

@@ -22,17 +22,17 @@ import numpy as np
 from ragen_jax.models import target
 from ragen_jax.shapes import even_chunk, round_up
 
-# Queries and keys per block (a score block is [G*BLOCK_Q, BLOCK_K] per row and key head). Measured on a 2-core CPU,
-# the tiny model's attention at 4 x 3584, forward+backward wall seconds (min of 3, load ~1.6): 256x256 1.03-1.13,
-# 256x384 1.02, 256x128 1.26, 384x384 1.24, 512x256 1.31, 128x256 1.41, 128x128 1.61, 512x512 1.59. With only
-# one core free 128x128 was best (CPU seconds 1.32-1.38 vs 1.52-1.61): bigger blocks keep both threads busy.
+# Queries and keys per block (a score block is [G*BLOCK_Q, BLOCK_K] per row and key head). Smaller blocks skip more
+# of the causal mask but run more, smaller kernels; larger ones fall out of cache. On a 2-core CPU 256 x 256 was the
+# fastest of the square and mixed sizes tried for forward+backward at 4 x 3584 (`experiments/bench_attention.py
+# --backward --batch 4 --length 3584` with these constants changed); bigger blocks keep both threads busy.
 BLOCK_Q = 256
 BLOCK_K = 256
 # Keys per block when a prefill reads a cache window of at most BLOCK_K slots. Such a window is one block, which
 # the causal skip cannot drop, so every query scored every slot of it, even those past the prompt's end; in
-# 64-slot blocks the skip drops them (the tiny benchmark model's prefill of 64 x 128 tokens into a 192-slot window,
-# in-process, quiet: 94.1 -> 81.6 ms; at load ~1.2, 48- and 32-slot blocks were slower than 64). Longer windows
-# keep BLOCK_K: a 3,072-slot window in 64-slot blocks measured 749 vs 632 ms (load ~1).
+# 64-slot blocks the skip drops them (smaller blocks add more loop steps than they skip). Longer windows keep
+# BLOCK_K, where 64-slot blocks' many small kernels cost more than the skip saves (the tiny case of
+# `experiments/bench_generate.py`, whose prefill writes such a window).
 CACHE_WINDOW_BLOCK_K = 64
 _NEG = float(np.finfo(np.float32).min)  # score of a key the query may not see
 _M0 = _NEG / 2  # running max before any visible key: exp((_NEG - _M0) * scale) is exactly 0
@@ -116,8 +116,8 @@ def _query_positions(b: int, t: int, offset, query_positions) -> jax.Array:
 def block_length(n: int, block: int) -> int:
     """Positions per block for a sequence of n: as few blocks as `block` allows, evened (`shapes.even_chunk`, a
     multiple of 16; a single block a multiple of 8). A 384-token row is 2 x 192, not 2 x 256: the trainer's length
-    buckets above 256 are multiples of 128, and 256-blocks padded 384 to 512 at 1.6x the attention's time
-    (docs/performance.md)."""
+    buckets above 256 are multiples of 128, and 256-blocks would pad 384 to 512, scoring 16/9 of the causal
+    blocks' area (`experiments/bench_train.py --sizes tiny-384`)."""
     return even_chunk(n, block, 8 if n <= block else 16)
 
 

@@ -10,8 +10,7 @@ query heads against them and keeps the block's max, exp-sum and weighted values;
 then combines the blocks with the usual softmax rescaling (flash-decoding over a ragged batch). What a row
 gets depends only on its own query and cache, not on the other rows or the batch size. A cache of at most one
 block is read whole, masked by each row's length: every row's item would be the whole cache, so the list, its
-gathers and the segment reduction would only add ops (a decode step of the tiny benchmark model 2.70-2.77 ->
-2.37-2.43 ms).
+gathers and the segment reduction would only add ops (`experiments/bench_generate.py`, the tiny case).
 """
 
 from __future__ import annotations
@@ -29,10 +28,10 @@ DECODE_ITEMS = 16  # items gathered and scored per loop iteration
 
 
 def uses_ragged_decode(devices: int = 1) -> bool:
-    """Whether a decode step reads each row's own cache length instead of a shared window: on the CPU, where it
-    is faster at every shape measured (one call: 64 rows x 192 slots 2.0 vs 2.9 ms, 128 x 3,600 25.6 vs 199 ms;
-    the tiny generate benchmark 1.35x transformers with it, docs/performance.md), and on one device (the dense
-    form shards by rows). A GPU keeps the dense window, whose few large kernels suit it (not measured there)."""
+    """Whether a decode step reads each row's own cache length instead of a shared window: on the CPU, where
+    reading only what each row holds beat the dense window at every shape measured (docs/performance.md,
+    "Decode"; `experiments/bench_generate.py`), and on one device (the dense form shards by rows). A GPU keeps the
+    dense window, whose few large kernels suit it (not measured there)."""
     return target.backend() == "cpu" and devices == 1
 
 

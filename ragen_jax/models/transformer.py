@@ -323,10 +323,9 @@ def projection_params(config: ModelConfig) -> int:
 
 def decode_weights_pay_off(config: ModelConfig, platform: str) -> bool:
     """Whether decoding on `decode_weights` is faster: on a CPU, once the projections stream from memory every
-    step (>= 128 MiB in the compute dtype). Measured per decode step (docs/performance.md): Qwen2.5-0.5B's shapes
-    1.53x at 8 rows and 1.36x at 32 (load not checked); 8 x 512-wide layers (94 MiB) 1.03x at 8 rows, 1.01x at
-    64; smaller models 0.91-0.92x at 128 rows (their weights stay in cache, and the transposed activations cost more
-    than they save)."""
+    step (>= 128 MiB in the compute dtype). Below that the weights stay in cache, the layout gains nothing and the
+    transposed activations cost more than they save (`experiments/bench_decode_layout.py`; docs/performance.md,
+    "Decode")."""
     return platform == "cpu" and projection_params(config) * config.jnp_dtype.itemsize >= DECODE_WEIGHTS_MIN_BYTES
 
 
@@ -347,7 +346,7 @@ def decode_weights(model: CausalLM) -> dict[str, jax.Array]:
 def with_decode_weights(model: CausalLM, weights: dict[str, jax.Array]) -> CausalLM:
     """Swaps every projection and the output head for an `OutFirstLinear` over `decode_weights(model)`, in place
     (for a model merged inside a traced decode program); returns the model. Same function, other rounding: the
-    sums run in another order. On a CPU this makes a decode step of Qwen2.5-0.5B's shapes 1.5x faster
+    sums run in another order. On a CPU a decode step whose weights stream from memory reads them faster this way
     (`experiments/bench_decode_layout.py`)."""
     dtype = model.config.jnp_dtype
     for key, block, name in _projections(model):

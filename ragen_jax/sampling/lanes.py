@@ -1,10 +1,10 @@
 """Decode lanes: a CPU sampler's rows split into equal parts that decode concurrently, one program call per lane.
 
 On a CPU, a small model's decode step is many small ops (a few-row GEMM, a softmax over a short window), and
-XLA:CPU's split of each op over the cores buys nothing there: the tiny benchmark model's step (64 rows, 192
-cache slots) took as long pinned to one core as on two, and two program calls of 32 rows each, made from two
-threads, ran side by side in about half the time (scratch timings, docs/performance.md; whole generate calls in
-two lanes measured quiet: 1.5-1.7x, `experiments/bench_lanes.py`). A sampler in lanes keeps
+XLA:CPU's split of each op over the cores buys nothing there: such a step takes as long pinned to one core as on
+two, while two program calls of half the rows each, made from two threads, run side by side
+(`experiments/bench_lanes.py` compares whole generate calls in lanes with one program; docs/performance.md,
+"Decode"). A sampler in lanes keeps
 one KV cache per lane (`LaneCaches`; its rows never move between lanes, so no step copies a cache), carries one
 `TurnState` over the whole batch (small; split and merged per call) and runs each lane's begin and decode
 programs on a shared thread pool. Each row's tokens depend only on its own key, prompt and cache, as without
@@ -26,7 +26,8 @@ import numpy as np
 
 from ragen_jax.models import KVCache, ModelConfig
 
-MIN_LANE_ROWS = 8  # rows per lane: 8 rows in two lanes generated 0.91x as fast as in one, 16 rows 1.55x
+# rows per lane: below it a lane's thread and its own program call cost more than the lane saves (bench_lanes.py)
+MIN_LANE_ROWS = 8
 MAX_LANE_WEIGHT_BYTES = 16 * 2**20  # weights one decode step reads (projections + output head); each lane reads all
 
 
@@ -73,10 +74,8 @@ def decode_lanes(config: ModelConfig, platform: str, batch_size: int, *, multi_d
                  cores: int | None = None) -> int:
     """How many lanes a sampler decodes in by default: on a CPU, for a model whose decode step reads at most
     MAX_LANE_WEIGHT_BYTES of weights, as many as there are cores and MIN_LANE_ROWS-row parts of the batch (a
-    divisor of the batch); otherwise 1. Measured on a 2-core CPU (`experiments/bench_lanes.py`, whole generate
-    calls, two lanes against one program): the tiny model (2.0 MiB of weights a step) at 8 / 16 / 32 / 64 / 128
-    rows 0.91 / 1.55 / 1.70 / 1.71 / 1.47x; a 512-wide, 8-layer model (148.5 MiB) 0.94x at 16 rows and 0.99x at 64
-    (each lane streams every weight from memory)."""
+    divisor of the batch); otherwise 1. A model past that bound gains nothing from lanes: each lane streams every
+    weight from memory, so two lanes read them twice (`experiments/bench_lanes.py` compares both model sizes)."""
     if platform != "cpu" or multi_device or decode_step_weight_bytes(config) > MAX_LANE_WEIGHT_BYTES:
         return 1
     lanes = max(1, min(cpu_cores() if cores is None else cores, batch_size // MIN_LANE_ROWS))
