@@ -1,8 +1,9 @@
 """What every config file starts from, and the variants they share.
 
 Every env config starts from `get_base_config()` (RAGEN's `_2_sokoban` defaults, from the schema in
-ragen_jax/config), then applies variants named after the colon: `--config configs/sokoban.py:tiny,grpo`. Keys
-mirror RAGEN's meaning; docs/configuration.md maps the names.
+ragen_jax/config), then applies variants named after the colon: `--config configs/sokoban.py:tiny,grpo`. Every
+config shares the algorithm presets (`:grpo`, ...), the model sizes (`:0.5b`, ...) and `:smoke` (a cheap run
+through the whole pipeline: `:tiny,smoke`). Keys mirror RAGEN's meaning; docs/configuration.md maps the names.
 """
 
 from __future__ import annotations
@@ -27,21 +28,52 @@ def apply_algo_preset(c: ml_collections.ConfigDict, preset: str) -> None:
 
 
 def apply_variants(c: ml_collections.ConfigDict, arg: str | None, variants: dict) -> ml_collections.ConfigDict:
-    """Apply comma-separated variants: algorithm presets, model sizes, and env-specific ones."""
-    for name in filter(None, (arg or "").split(",")):
-        name = name.strip().lower()
-        if name in preset_names():
+    """Apply comma-separated variants: algorithm presets, model sizes, and env-specific ones; `smoke` (every
+    config has it) goes last wherever it is named, so `:smoke,tiny` is `:tiny,smoke`."""
+    names = [name.strip().lower() for name in filter(None, (arg or "").split(","))]
+    for name in [n for n in names if n != "smoke"] + [n for n in names if n == "smoke"]:
+        if name == "smoke":
+            apply_smoke(c)
+        elif name in preset_names():
             apply_algo_preset(c, name)
         elif name in MODEL_PATHS:
             c.model.path = MODEL_PATHS[name]
         elif name in variants:
             variants[name](c)
         else:
-            known = sorted(set(variants) | set(MODEL_PATHS) | set(preset_names()))
+            known = sorted(set(variants) | set(MODEL_PATHS) | set(preset_names()) | {"smoke"})
             close = difflib.get_close_matches(name, known, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ValueError(f"Unknown config variant {name!r}.{hint} Known variants: {known}.")
     return c
+
+
+# The smoke variant's sizes: enough to pass through every part of a run once, nothing to learn from.
+SMOKE_STEPS = 3
+SMOKE_WARMSTART_STEPS = 20
+SMOKE_DEMOS = 200
+SMOKE_VAL_EPISODES = 32
+SMOKE_PAIRS = 32
+
+
+def apply_smoke(c: ml_collections.ConfigDict) -> None:
+    """A smoke run: the config's whole pipeline (its warm start, validations, diagnostics, update, checkpoint and
+    export) at sizes that check it runs, not that it learns: 3 RL steps, a warm start of at most 20 updates on at
+    most 200 demos, validations of about 32 episodes, the MI diagnostics (when on) at step 1 only with at most 32
+    pairs. The filter keeps every group (it still runs and reports): a barely trained policy's groups often all
+    score alike, and a filter that drops them would leave the update stage untried. The model and the step's
+    episodes stay the config's, so the compiled shapes are the real run's."""
+    c.trainer.total_steps = SMOKE_STEPS
+    no_filter(c)
+    c.warmstart.steps = min(c.warmstart.steps, SMOKE_WARMSTART_STEPS)
+    c.warmstart.num_demos = min(c.warmstart.num_demos, SMOKE_DEMOS)
+    c.warmstart.warmup_steps = min(c.warmstart.warmup_steps, c.warmstart.steps // 2)
+    c.warmstart.val_every = 0
+    c.val.groups = max(1, min(c.val.groups, SMOKE_VAL_EPISODES // c.val.group_size))
+    c.val.batch_size = min(c.val.batch_size, c.val.groups * c.val.group_size)
+    if c.diagnostics.every:  # step 1 is always diagnosed; the next would be after the run
+        c.diagnostics.every = max(c.diagnostics.every, SMOKE_STEPS + 1)
+    c.diagnostics.max_pairs = min(c.diagnostics.max_pairs, SMOKE_PAIRS)
 
 
 def apply_tiny(c: ml_collections.ConfigDict) -> None:
