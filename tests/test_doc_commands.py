@@ -70,7 +70,7 @@ def errors(tmp_path_factory) -> dict[tuple[str, ...], str]:
 def test_the_docs_commands_are_found():
     """The extraction sees fenced, indented and inline commands, joined across `\\` and wrapped lines."""
     found = {(c.doc, c.argv[1]) for c in COMMANDS}
-    assert {("README.md", "run.py"), ("README.md", "experiments/sweep.py"), ("README.md", "quickstart"),
+    assert {("README.md", "run.py"), ("docs/running.md", "experiments/sweep.py"), ("README.md", "quickstart"),
             ("README.md", "test"), ("docs/diagnostics.md", "experiments/mi_table.py"),
             ("docs/performance.md", "experiments/bench_train.py"), ("docs/custom_envs.md", "run.py")} <= found
     bandit = next(c for c in PYTHON if "configs/bandit.py:tiny" in c.argv)  # six lines joined

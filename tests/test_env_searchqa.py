@@ -143,7 +143,7 @@ def test_env_wrong_answer_and_fallback_and_invalid():
 
 
 def test_empty_search_is_invalid_and_searches_nothing():
-    """A deliberate difference (README "Where we deliberately differ"): RAGEN sends `search[]`'s empty query to its
+    """A deliberate difference (docs/ragen_differences.md): RAGEN sends `search[]`'s empty query to its
     retriever and counts the action valid; here it reaches no backend (our server answers an empty query 400), is
     invalid and ineffective, and the episode goes on. The reward is RAGEN's: 0."""
 
