@@ -275,7 +275,7 @@ def _algo_contract_errors(run) -> list[str]:
     algo = run.algo
     adv = ADVANTAGE_ESTIMATORS.get(algo.custom_adv_estimator or resolve_adv_estimator(dataclasses_dict(algo)))
     loss = POLICY_LOSSES.get(algo.custom_policy_loss or algo.policy_loss)
-    if all(getattr(fn, "__module__", "").startswith("ragen_jax.") for fn in (adv, loss)):
+    if all((getattr(fn, "__module__", "") or "").startswith("ragen_jax.") for fn in (adv, loss)):
         return []
     from ragen_jax.algos.settings import algo_contract_problems
 
