@@ -144,7 +144,7 @@ def algo_contract_problems(algo: AlgoSettings) -> list[str]:
     from ragen_jax.algos.registry import ADVANTAGE_ESTIMATORS
 
     def custom(fn):
-        return not getattr(fn, "__module__", "").startswith("ragen_jax.")
+        return not (getattr(fn, "__module__", "") or "").startswith("ragen_jax.")
 
     problems = []
     adv_fn, loss_fn = ADVANTAGE_ESTIMATORS.get(algo.adv_estimator), POLICY_LOSSES.get(algo.policy_loss)
