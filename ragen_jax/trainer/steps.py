@@ -9,6 +9,7 @@ divides once). Params and optimizer states are donated. A non-finite gradient sk
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable
 
@@ -189,6 +190,78 @@ def mean_update_metrics(updates: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class ActorLoss:
+    """The update's actor loss for one AlgoSettings, in pieces a diagnostic can reuse one term at a time
+    (diagnostics/gradients.py differentiates each term of `terms` alone).
+
+    corrected(minibatch) -> (minibatch, metrics): the rollout correction, once per mini-batch before the
+        micro-batch split (dropped tokens leave the loss mask, weights scale the policy loss).
+    denominators(minibatch, micro) -> {"agg": [n_micro], "policy": [n_micro]}: what each micro-batch's
+        aggregated numerators are divided by (`loss_denominators`; "policy" with the policy loss's own).
+    terms(model, mb, denom) -> (terms, metrics): one micro-batch's loss terms, each already signed and weighted
+        as it enters the loss: {"task": policy loss, "entropy": -entropy_coeff * entropy, "kl": kl_loss_coef *
+        KL (only with use_kl_loss)}; their sum (`total_actor_loss`) is the loss the update differentiates.
+    """
+
+    terms: Callable
+    corrected: Callable
+    denominators: Callable
+
+
+def total_actor_loss(terms: dict[str, jax.Array]) -> jax.Array:
+    """The actor loss from `ActorLoss.terms`: task + entropy (+ kl), in that order."""
+    total = terms["task"] + terms["entropy"]
+    return total + terms["kl"] if "kl" in terms else total
+
+
+def make_actor_loss(algo: AlgoSettings) -> ActorLoss:
+    """The actor loss of `algo` (checked now: the policy loss's aggregation mode and the rollout correction)."""
+    policy_fn = POLICY_LOSSES.get(algo.policy_loss)
+    agg_problem = required_agg_mode_problem(policy_fn, algo.loss_agg_mode, algo.policy_loss)
+    if agg_problem:
+        raise ValueError(agg_problem)
+    correct = resolve_rollout_correction(algo.rollout_correction, algo.rollout_correction_bound,
+                                         policy_loss=policy_fn, tis_cap=algo.tis_cap)
+    weighs_itself = takes_rollout_weights(policy_fn)
+
+    def pg_denominator(mask, row_valid):
+        return policy_loss_denominator(policy_fn, mask, algo.loss_agg_mode, row_valid, algo.loss_scale_factor)
+
+    def terms(model, mb, denom):
+        logprobs, entropy = policy_logprobs(model, mb["tokens"], mb["attention_mask"], temperature=algo.temperature,
+                                            chunk_size=algo.logprob_chunk, positions=mb.get("positions"))
+        mask = mb["loss_mask"]
+        weights = {ROLLOUT_WEIGHTS_KEY: mb["rollout_weights"]} if weighs_itself else {}
+        pg, metrics = call_with_supported(policy_fn, logprobs, mb["old_logprobs"], mb["advantages"], mask,
+                                          sampler_logprobs=mb["sample_logprobs"], **weights,
+                                          **policy_loss_hparams(algo, policy_fn))
+        pg_loss = agg_numerator(pg if weighs_itself else pg * mb["rollout_weights"], mask, algo.loss_agg_mode)
+        pg_loss = pg_loss / denom["policy"]
+        ent_num = agg_numerator(entropy, mask, algo.loss_agg_mode)
+        out = {"task": pg_loss, "entropy": -(algo.entropy_coeff * ent_num / denom["agg"])}
+        metrics = dict(metrics, pg_loss=pg_loss, entropy_loss=ent_num / denom["agg"])  # RAGEN's in-update name
+        if algo.use_kl_loss:
+            kl_num = agg_numerator(kl_penalty(logprobs, mb["ref_logprobs"], algo.kl_loss_type), mask,
+                                   algo.loss_agg_mode)
+            out["kl"] = algo.kl_loss_coef * kl_num / denom["agg"]
+            metrics["kl_loss"] = kl_num / denom["agg"]
+        return out, metrics
+
+    def corrected(minibatch):
+        mask = minibatch["loss_mask"]
+        weights, keep, metrics = correct(minibatch["old_logprobs"], minibatch["sample_logprobs"], mask)
+        return dict(minibatch, loss_mask=mask * keep.astype(mask.dtype), rollout_weights=weights), metrics
+
+    def denominators(minibatch, micro):
+        mask, row_valid = minibatch["loss_mask"], minibatch.get("row_valid")
+        return {"agg": loss_denominators(mask, algo.loss_agg_mode, algo.loss_scope, micro, algo.loss_scale_factor),
+                "policy": loss_denominators(mask, algo.loss_agg_mode, algo.loss_scope, micro, algo.loss_scale_factor,
+                                            pg_denominator, row_valid, getattr(policy_fn, ALL_ROWS_ATTR, False))}
+
+    return ActorLoss(terms=terms, corrected=corrected, denominators=denominators)
+
+
 def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx, critic_tx,
                   micro_batch_size: int) -> dict[str, Callable]:
     """Jitted scoring / advantage / update functions for one training run."""
@@ -219,53 +292,15 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
                                zero=algo.zero_task_advantage)
         return adv, returns
 
-    policy_fn = POLICY_LOSSES.get(algo.policy_loss)
-    agg_problem = required_agg_mode_problem(policy_fn, algo.loss_agg_mode, algo.policy_loss)
-    if agg_problem:
-        raise ValueError(agg_problem)
-    correct = resolve_rollout_correction(algo.rollout_correction, algo.rollout_correction_bound,
-                                         policy_loss=policy_fn, tis_cap=algo.tis_cap)
-    weighs_itself = takes_rollout_weights(policy_fn)
-
-    def pg_denominator(mask, row_valid):
-        return policy_loss_denominator(policy_fn, mask, algo.loss_agg_mode, row_valid, algo.loss_scale_factor)
+    actor = make_actor_loss(algo)
 
     def actor_loss(trainable, mb, frozen, denom):
-        logprobs, entropy = policy_logprobs(actor_model(trainable, frozen), mb["tokens"], mb["attention_mask"],
-                                            temperature=algo.temperature, chunk_size=algo.logprob_chunk,
-                                            positions=mb.get("positions"))
-        mask = mb["loss_mask"]
-        weights = {ROLLOUT_WEIGHTS_KEY: mb["rollout_weights"]} if weighs_itself else {}
-        pg, metrics = call_with_supported(policy_fn, logprobs, mb["old_logprobs"], mb["advantages"], mask,
-                                          sampler_logprobs=mb["sample_logprobs"], **weights,
-                                          **policy_loss_hparams(algo, policy_fn))
-        pg_loss = agg_numerator(pg if weighs_itself else pg * mb["rollout_weights"], mask, algo.loss_agg_mode)
-        pg_loss = pg_loss / denom["policy"]
-        ent_num = agg_numerator(entropy, mask, algo.loss_agg_mode)
-        total = pg_loss - algo.entropy_coeff * ent_num / denom["agg"]
-        metrics = dict(metrics, pg_loss=pg_loss, entropy_loss=ent_num / denom["agg"])  # RAGEN's in-update name
-        if algo.use_kl_loss:
-            kl_num = agg_numerator(kl_penalty(logprobs, mb["ref_logprobs"], algo.kl_loss_type), mask,
-                                   algo.loss_agg_mode)
-            total = total + algo.kl_loss_coef * kl_num / denom["agg"]
-            metrics["kl_loss"] = kl_num / denom["agg"]
-        return total, metrics
-
-    def _corrected(minibatch):
-        """Rollout correction once per mini-batch, before the micro-batch split: dropped tokens leave the
-        loss mask (so the denominator too), weights scale the policy loss; exact under accumulation."""
-        mask = minibatch["loss_mask"]
-        weights, keep, metrics = correct(minibatch["old_logprobs"], minibatch["sample_logprobs"], mask)
-        return dict(minibatch, loss_mask=mask * keep.astype(mask.dtype), rollout_weights=weights), metrics
+        terms, metrics = actor.terms(actor_model(trainable, frozen), mb, denom)
+        return total_actor_loss(terms), metrics
 
     def _actor_update(trainable, opt_state, frozen, minibatch, lr=None):
-        minibatch, correction_metrics = _corrected(minibatch)
-        mask, row_valid = minibatch["loss_mask"], minibatch.get("row_valid")
-        denoms = {"agg": loss_denominators(mask, algo.loss_agg_mode, algo.loss_scope, micro_batch_size,
-                                           algo.loss_scale_factor),
-                  "policy": loss_denominators(mask, algo.loss_agg_mode, algo.loss_scope, micro_batch_size,
-                                              algo.loss_scale_factor, pg_denominator, row_valid,
-                                              getattr(policy_fn, ALL_ROWS_ATTR, False))}
+        minibatch, correction_metrics = actor.corrected(minibatch)
+        denoms = actor.denominators(minibatch, micro_batch_size)
         loss, grads, metrics = _accumulate(actor_loss, trainable, _micro_batches(minibatch, micro_batch_size),
                                            denoms, frozen)
         trainable, opt_state, grad_norm, finite = guarded_apply(actor_tx, trainable, opt_state, grads, loss, lr)
