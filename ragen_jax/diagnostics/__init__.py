@@ -5,8 +5,13 @@ Trainer use every `compute_freq` steps::
     score = functools.partial(cross_score, graphdef, params, pad_id=pad, batch_size=32)
     if should_compute(step, cfg):
         m, ema = collapse_metrics(RolloutPairs(...token ids from the buffers...), score, cfg, rng, ema)
+
+RAGEN-2's gradient analysis (the task / entropy / KL parts of the gradient norm per reward-variance bucket)
+differentiates the update's own loss, so it lives beside it (ragen_jax/trainer/gradient_split.py); its buckets
+are `variance_buckets` here.
 """
 
+from ragen_jax.diagnostics.buckets import variance_buckets
 from ragen_jax.diagnostics.collapse import (
     FIRST_TURN,
     TRAJECTORY,
@@ -42,4 +47,5 @@ __all__ = [
     "should_compute",
     "token_entropy",
     "trajectory_uniform_pairs",
+    "variance_buckets",
 ]
