@@ -9,7 +9,13 @@ which are read with TensorBoard's own reader (EventAccumulator). `--metrics` tak
 (`val/*/success`), one panel each; one that matches no scalar of any run is an error that lists the known tags.
 `--regime PREFIX` draws instead each run's path on RAGEN-2's (H(Z|X), MI) regime plane from its logged
 `PREFIX/conditional_entropy_est` and `PREFIX/mi_estimate` (the run's own thresholds from its config.json when
-it has one), `--columns` runs a row (3) in one PNG.
+it has one), `--columns` runs a row (3) in one PNG. `--zscore PREFIX` draws each run's RAGEN-2 MI z-scores
+(per token, sequence, and their EMA variants) with retrieval above chance; `--gradients` each run's gradient
+analysis over the steps (task / entropy / KL norm per reward-variance bucket, `grad_norm/*`; `--gradients
+grad_norm_prefilter` for the pre-filter batch).
+
+  python experiments/plot.py runs/a --zscore collapse_first_turn_sample --out zscores.png
+  python experiments/plot.py runs/a runs/b --gradients --out gradients.png
 """
 
 from __future__ import annotations
@@ -126,8 +132,6 @@ def plot_regimes(run_dirs: list[str], out: str, prefix: str, thresholds: dict | 
                  columns: int = 3) -> str:
     """Each run's (H(Z|X), MI) path on the regime plane, `columns` runs a row -> the PNG path. thresholds (the
     regime thresholds' keys) replaces each run's own from its config.json."""
-    import numpy as np
-
     from ragen_jax.diagnostics.offline import run_settings
     from ragen_jax.diagnostics.plots import regime_plane_image
 
@@ -152,6 +156,13 @@ def plot_regimes(run_dirs: list[str], out: str, prefix: str, thresholds: dict | 
     if not images:
         raise ValueError(f"No run of {', '.join(runs)} logged both {tags[0]} and {tags[1]} at the same step: "
                          "nothing to draw (the diagnostics log them every `diagnostics.every` steps).")
+    return save_tiles(images, out, columns)
+
+
+def save_tiles(images: list, out: str, columns: int) -> str:
+    """RGB images [H, W, 3] side by side, `columns` a row, padded white -> the PNG path."""
+    import numpy as np
+
     height, width = max(i.shape[0] for i in images), max(i.shape[1] for i in images)
     tiles = [np.pad(i, ((0, height - i.shape[0]), (0, width - i.shape[1]), (0, 0)), constant_values=255)
              for i in images]
@@ -160,6 +171,24 @@ def plot_regimes(run_dirs: list[str], out: str, prefix: str, thresholds: dict | 
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     plt.imsave(out, grid)
     return out
+
+
+def plot_per_run(run_dirs: list[str], out: str, figure, prefix: str, columns: int = 1) -> str:
+    """One figure per run, `figure(scalars, prefix, title=run)` (plots.zscore_figure, gradient_curves_figure), tiled
+    -> the PNG path; a run that logged none of its scalars is skipped, and none at all is an error."""
+    from ragen_jax.diagnostics.plots import figure_rgb
+
+    images, problems = [], []
+    for name, folder in zip(run_names(run_dirs), run_dirs):
+        try:
+            fig = figure(read_scalars(folder), prefix, title=f"{name}: {prefix}")
+        except ValueError as e:
+            problems.append(f"{name}: {e}")
+            continue
+        images.append(figure_rgb(fig))
+    if not images:
+        raise ValueError("; ".join(problems))
+    return save_tiles(images, out, columns)
 
 
 def load_thresholds(path: str) -> dict:
@@ -188,15 +217,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thresholds", default="", metavar="JSON",
                         help="with --regime: the thresholds of this file (experiments/calibrate_regimes.py --json "
                              "writes one) instead of each run's own")
-    parser.add_argument("--columns", type=int, default=3, help="with --regime: runs per row")
+    parser.add_argument("--columns", type=int, default=None,
+                        help="runs per row (--regime: 3, --zscore / --gradients: 1)")
+    parser.add_argument("--zscore", metavar="PREFIX", default="",
+                        help="draw the MI z-score curves of PREFIX (e.g. collapse_first_turn_sample) instead")
+    parser.add_argument("--gradients", metavar="PREFIX", nargs="?", const="grad_norm", default="",
+                        help="draw the gradient analysis (grad_norm, or grad_norm_prefilter) over the steps instead")
     args = parser.parse_args(argv)
-    if args.columns < 1:
+    if args.columns is not None and args.columns < 1:
         parser.error("--columns must be >= 1")
+    if sum(map(bool, (args.regime, args.zscore, args.gradients))) > 1:
+        parser.error("draw one of --regime, --zscore, --gradients at a time")
     panels = {m: [m] for m in args.metrics.split(",") if m} or None
     try:
+        from ragen_jax.diagnostics.plots import gradient_curves_figure, zscore_figure
+
         thresholds = load_thresholds(args.thresholds) if args.thresholds else None
-        print(plot_regimes(args.runs, args.out, args.regime, thresholds, args.columns) if args.regime
-              else plot_runs(args.runs, args.out, panels))
+        if args.regime:
+            print(plot_regimes(args.runs, args.out, args.regime, thresholds, args.columns or 3))
+        elif args.zscore or args.gradients:
+            figure = zscore_figure if args.zscore else gradient_curves_figure
+            print(plot_per_run(args.runs, args.out, figure, args.zscore or args.gradients, args.columns or 1))
+        else:
+            print(plot_runs(args.runs, args.out, panels))
     except ValueError as e:
         parser.exit(2, f"plot.py: error: {e}\n")
     return 0

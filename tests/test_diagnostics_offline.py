@@ -215,3 +215,20 @@ def test_a_failed_episode_is_left_out_of_the_jsonl_and_pkl_pairs_alike(played):
         rec["metadata"]["error"] = "boom"
     with pytest.raises(ValueError, match=f"{len(records)} of {len(records)} failed in their env"):
         record_pairs(records, tok)
+
+
+def test_a_checkpoint_continues_the_runs_ema_of_the_z_score(played):
+    """The EMA z-scores continue the EMA the trainer saved with the checkpoint (RAGEN keeps it across steps; a
+    Hugging Face folder has none, and test_trainer_metrics_equal_the_offline_report_on_the_pkl sees it start
+    at the call's own std, as the trainer's first diagnostics step)."""
+    from ragen_jax.diagnostics.policy import checkpoint_meta
+
+    saved = checkpoint_meta(str(played.run), STEP - 1)["collapse"]["ema"]["collapse_first_turn_sample"]
+    d = played.cfg.diagnostics
+    kwargs = dict(step=STEP + 1, num_samples=d.max_pairs, batch_size=d.batch_size, sampling="first_turn",
+                  temperature=played.cfg.rollout.temperature, std_eps=d.std_eps)  # another draw: another std
+    m = offline_report(played.pkl, str(played.run), checkpoint_step=STEP - 1, **kwargs)
+    g = lambda k: m[f"collapse_first_turn_sample/{k}"]  # noqa: E731
+    ema = d.ema_decay * saved[0] + (1 - d.ema_decay) * g("marginal_std")
+    assert abs(g("marginal_std") - saved[0]) > 1e-4 and g("marginal_std_ema") == pytest.approx(ema, abs=1e-7)
+    assert g("mi_zscore_ema") * (ema + d.std_eps) == pytest.approx(g("mi_estimate"), abs=1e-6)

@@ -197,3 +197,26 @@ def test_runs_with_the_same_folder_name_keep_apart(tmp_path):
     assert plot.run_names([str(tmp_path / "x"), str(tmp_path / "y")]) == ["x", "y"]
     with pytest.raises(ValueError, match="given twice"):
         plot.run_names([str(tmp_path / "x"), str(tmp_path / "x") + "/"])
+
+
+def test_zscore_and_gradient_curves_of_each_run(tmp_path, capsys):
+    """--zscore and --gradients draw each run's logged RAGEN-2 z-scores / gradient analysis; a run without them is
+    named."""
+    import matplotlib.image
+
+    m = Monitor(str(tmp_path / "a" / "tb"))
+    for step in (1, 51, 101):
+        m.scalars({"collapse_first_turn_sample/mi_zscore": 1.0 / step, "collapse_first_turn_sample/mi_zscore_ema":
+                   0.5, "collapse_first_turn_sample/retrieval_above_chance": 0.2,
+                   **{f"grad_norm/{b}/{c}": step * (i + 1) for i, b in enumerate(("all", "bucket_1", "bucket_2"))
+                      for c in ("task", "kl")}}, step)
+    m.close()
+    Monitor(str(tmp_path / "b" / "tb")).close()
+    runs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert plot.main([*runs, "--zscore", "collapse_first_turn_sample", "--out", str(tmp_path / "z.png")]) == 0
+    assert plot.main([*runs, "--gradients", "--out", str(tmp_path / "g.png")]) == 0
+    z, g = (matplotlib.image.imread(str(tmp_path / f)) for f in ("z.png", "g.png"))
+    assert z.shape[1] < g.shape[1]  # one z-score chart; two gradient panels (task, kl) of the one run with them
+    with pytest.raises(SystemExit):
+        plot.main([runs[1], "--gradients", "--out", str(tmp_path / "x.png")])
+    assert "no gradient analysis" in capsys.readouterr().err

@@ -3,13 +3,14 @@ norm of the gradient of that loss term alone, the parts' gradients add up to the
 
 import dataclasses
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ragen_jax.diagnostics.buckets import variance_buckets
+from ragen_jax.diagnostics.buckets import episode_reward_std, variance_buckets
 from ragen_jax.trainer.gradient_split import component_gradients, gradient_split, loss_components, split_due
 from ragen_jax.trainer.steps import make_step_fns
 from test_algos_step_integration import BASE, TX, make_batch, split_actor
@@ -59,9 +60,15 @@ def _written(trainable, frozen, b, graphdef, algo, micro):
 
 
 def written_norms(rows, algo=ALGO, micro=None):
-    """Each term's gradient norm and value, written out, over `rows` of the batch."""
+    """Each term's gradient norm and value, written out, over `rows` of the batch (token-mean: the other rows'
+    tokens masked out, one program for any rows)."""
     graphdef, trainable, frozen = split_actor()
-    b = {k: jnp.asarray(v[rows]) for k, v in full_batch().items()}
+    b = full_batch()
+    if micro is None:
+        b["loss_mask"] = b["loss_mask"] * np.isin(np.arange(8), rows)[:, None]
+    else:
+        b = {k: v[rows] for k, v in b.items()}
+    b = {k: jnp.asarray(v) for k, v in b.items()}
     return {k: float(v) for k, v in _written(trainable, frozen, b, graphdef, algo, micro).items()}
 
 
@@ -73,7 +80,8 @@ def split_of(algo, micro, rows=np.arange(8)):
 
 @pytest.mark.parametrize("algo,micro,written_micro", [
     (ALGO, 4, None),  # token-mean over the mini-batch, accumulated over 2 micro-batches
-    (dataclasses.replace(ALGO, loss_agg_mode="seq-mean-token-mean", loss_scope="micro_batch"), 2, 2),  # veRL 0.4
+    pytest.param(dataclasses.replace(ALGO, loss_agg_mode="seq-mean-token-mean", loss_scope="micro_batch"), 2, 2,
+                 marks=pytest.mark.slow),  # veRL 0.4's per-micro-batch loss (RAGEN's); its own compile: slow
 ])
 def test_each_part_is_the_norm_of_the_gradient_of_its_term_alone(algo, micro, written_micro):
     split, by_hand = split_of(algo, micro), written_norms(np.arange(8), algo, written_micro)
@@ -141,29 +149,85 @@ def test_fixed_rv_buckets_by_hand():
 
 
 def test_gradient_split_per_bucket_with_padding_and_ragens_names():
-    # 4 groups of 2 rows, std 0.5, 0, 2, 1; rows 6-7 (group 3) do not train: 3 buckets of one group, [1], [0], [2]
+    # 4 groups of 2 rows, std 0.5, 0, 2, 1; row 5 does not train. 3 buckets of 4 groups: [1], [0], then [3, 2], the
+    # remainder last; its rows 4, 6, 7 in batch order make a mini-batch of 4 with one inert row
     graphdef, trainable, frozen = split_actor()
     gids = np.repeat(np.arange(4), 2)
     std = np.repeat([0.5, 0.0, 2.0, 1.0], 2)
-    valid = np.array([1, 1, 1, 1, 1, 1, 0, 0], np.float32)
+    valid = np.array([1, 1, 1, 1, 1, 0, 1, 1], np.float32)
     m = gradient_split(graphdef, trainable, frozen, full_batch(), ALGO, group_ids=gids, reward_std=std,
                        row_valid=valid, mini_batch_size=4, micro_batch_size=2, num_buckets=3)
     by_hand = {name: written_norms(rows) for name, rows in (("bucket_1", np.array([2, 3])),
                                                             ("bucket_2", np.array([0, 1])),
-                                                            ("bucket_3", np.array([4, 5])))}
-    for name, ref in by_hand.items():  # buckets of 2 rows, topped up to a mini-batch of 4 with inert rows
+                                                            ("bucket_3", np.array([4, 6, 7])))}
+    for name, ref in by_hand.items():
         for c in ("task", "entropy", "kl"):
             np.testing.assert_allclose(m[f"grad_norm/{name}/{c}"], ref[c], rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(m[f"grad_norm/{name}/loss/policy"], ref["loss/task"], rtol=1e-5, atol=1e-7)
-        assert m[f"grad_norm/{name}/sample_count"] == 2.0 and m[f"grad_norm/{name}/group_rv_count"] == 1.0
-    # "all": its 6 valid rows as mini-batches [0..3] and [4, 5]; the mean of their norms (reduce_metrics)
-    first, second = written_norms(np.arange(4)), written_norms(np.array([4, 5]))
-    np.testing.assert_allclose(m["grad_norm/all/task"], (first["task"] + second["task"]) / 2, rtol=1e-4, atol=1e-6)
+    assert (m["grad_norm/bucket_3/sample_count"], m["grad_norm/bucket_3/group_rv_count"]) == (3.0, 2.0)
+    # "all": its 7 rows as mini-batches [0..3] and [4, 6, 7]; the mean of their norms (RAGEN's reduce_metrics)
+    first = written_norms(np.arange(4))
+    np.testing.assert_allclose(m["grad_norm/all/task"], (first["task"] + by_hand["bucket_3"]["task"]) / 2, rtol=1e-4,
+                               atol=1e-6)
     assert m["actor/grad_norm/kl"] == m["grad_norm/all/kl"] and m["actor/loss/total"] == m["grad_norm/all/loss/total"]
-    tokens = full_batch()["loss_mask"][:6].sum()
+    tokens = full_batch()["loss_mask"][valid > 0].sum()
     np.testing.assert_allclose(m["grad_norm/all/per_token/task"], m["grad_norm/all/task"] / tokens, rtol=1e-6)
-    np.testing.assert_allclose(m["grad_norm/all/per_sample/entropy"], m["grad_norm/all/entropy"] / 6, rtol=1e-6)
-    assert m["grad_norm/bucket_3/sample_pct"] == pytest.approx(2 / 6)
-    assert m["grad_norm/all/reward_std_mean"] == pytest.approx((0.5 + 0.0 + 2.0) / 3)
-    assert (m["grad_norm/bucket_3/reward_std_min"], m["grad_norm/bucket_3/reward_std_max"]) == (2.0, 2.0)
+    np.testing.assert_allclose(m["grad_norm/all/per_sample/entropy"], m["grad_norm/all/entropy"] / 7, rtol=1e-6)
+    assert m["grad_norm/bucket_3/sample_pct"] == pytest.approx(3 / 7)
+    assert m["grad_norm/all/reward_std_mean"] == pytest.approx((0.5 + 0.0 + 2.0 + 1.0) / 4)
+    assert (m["grad_norm/bucket_3/reward_std_min"], m["grad_norm/bucket_3/reward_std_max"]) == (1.0, 2.0)
     assert "actor/grad_norm/total" not in m and "grad_norm/all/total" in m  # ours, under the bucket prefix only
+
+
+def test_episode_reward_std_is_the_unbiased_std_of_valid_members():
+    rewards = np.array([0.0, 1.0, 1.0, 5.0, 2.0, 2.0, 9.0])
+    gids = np.array([3, 3, 3, 7, 7, 1, 1])  # any ids, any order
+    valid = np.array([1, 1, 1, 0, 1, 1, 1], bool)  # group 7 keeps one valid member: 0, as the filter's rule
+    std = episode_reward_std(rewards, gids, valid)
+    np.testing.assert_allclose(std, [np.sqrt(1 / 3)] * 3 + [0.0, 0.0] + [np.std([2.0, 9.0], ddof=1)] * 2)
+
+
+def _fake_split(steps=(1, 51)):
+    """Metrics of two analysis steps as gradient_split names them (3 buckets)."""
+    out = {}
+    for s in steps:
+        m = {}
+        for i, b in enumerate(["all", "bucket_1", "bucket_2", "bucket_3"]):
+            m.update({f"grad_norm/{b}/{k}": v * (1 + i) / s for k, v in (("task", 2.0), ("entropy", 1e-3),
+                                                                         ("kl", 0.2), ("total", 1.9),
+                                                                         ("regularizer", 0.2))})
+            m.update({f"grad_norm/{b}/reward_std_mean": 0.1 * i, f"grad_norm/{b}/sample_count": 8.0 / (1 + (i > 0)),
+                      f"grad_norm/{b}/group_rv_count": 4.0, f"grad_norm/{b}/cos/task_entropy": 0.1,
+                      f"grad_norm/{b}/cos/task_kl": -0.2, f"grad_norm/{b}/cos/entropy_kl": 0.05})
+        out[s] = m
+    return out
+
+
+def test_gradient_figures_table_and_layout():
+    from ragen_jax.diagnostics.__main__ import gradient_summary
+    from ragen_jax.diagnostics.plots import (bucket_names, gradient_buckets_image, gradient_curves_figure,
+                                             tensorboard_layout, zscore_figure)
+
+    split = _fake_split()
+    assert bucket_names(split[1]) == ["bucket_1", "bucket_2", "bucket_3"]
+    img = gradient_buckets_image(split[1])
+    assert img.dtype == np.uint8 and img.shape[2] == 3 and img.std() > 10
+    scalars = {}
+    for s, m in split.items():
+        for k, v in m.items():
+            scalars.setdefault(k, []).append((s, v))
+    assert len(gradient_curves_figure(scalars).axes) == 3  # task, entropy, kl
+    z = {f"p/{n}": [(1, 0.5), (5, 0.2)] for n in ("mi_zscore", "mi_zscore_ema", "retrieval_above_chance")}
+    assert len(zscore_figure(z, "p").axes) == 2  # z-scores and, on the right, retrieval above chance
+    with pytest.raises(ValueError, match="no MI diagnostics"):
+        zscore_figure({}, "p")
+    with pytest.raises(ValueError, match="gradient analysis"):
+        gradient_buckets_image({})
+    table = gradient_summary(split[1])
+    header = table.splitlines()[1]
+    assert header.index("cos task_entropy") < header.index("cos task_kl") < header.index("cos entropy_kl")
+    row = next(line for line in table.splitlines() if line.startswith("bucket_3"))
+    assert row.split()[1:4] == ["4", "4", "0.3000"] and "cos task_entropy" in table
+    charts = tensorboard_layout()["gradient analysis"]
+    (pattern,) = charts["kl grad norm by bucket"][1]
+    assert re.match(pattern, "grad_norm/bucket_12/kl") and not re.match(pattern, "grad_norm/bucket_1/per_token/kl")

@@ -1,15 +1,19 @@
-"""`python -m ragen_jax.diagnostics ROLLOUTS --checkpoint DIR`: reasoning-collapse report for saved rollouts.
+"""`python -m ragen_jax.diagnostics ROLLOUTS --checkpoint DIR`: reasoning-collapse report for saved rollouts,
+and with `--analysis gradients` (or `both`) RAGEN-2's gradient analysis of them.
 
 ROLLOUTS: `rollouts.pkl` of `run.py --mode=eval` (exact sampled tokens, as the trainer scores them) or a
 JSONL dump (its recorded response tokens; text re-tokenized where it has none). DIR: a Hugging Face model
-folder, or a run folder (its hf_export/, else its latest checkpoint); a run folder also gives the run's
-diagnostics settings (pairs, samplings, thresholds) unless flags override them. `--step N` draws the pairs as
-the trainer does at step N.
+folder, or a run folder (its hf_export/, else its latest checkpoint; `--checkpoint-step N` picks one); a run
+folder also gives the run's diagnostics settings (pairs, samplings, thresholds) unless flags override them.
+`--step N` draws the pairs as the trainer does at step N. The gradient analysis needs a PKL of played episodes
+and a run folder with checkpoints (the run's config, critic and KL reference rebuild what the trainer
+differentiates); it splits the policy gradient norm into task, entropy and KL parts per reward-variance bucket.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -62,6 +66,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--std-eps", type=_number(float, 0, inclusive=False), default=None,
                    help="eps of the MI z-score, gap / (std + eps) (default: the run's diagnostics.std_eps, else 1e-3)")
     p.add_argument("--out", default=None, help="also write all metrics to this JSON file")
+    p.add_argument("--analysis", choices=("collapse", "gradients", "both"), default="collapse",
+                   help="the MI / collapse report (default), RAGEN-2's gradient analysis, or both")
+    p.add_argument("--checkpoint-step", type=_number(int, 0), default=None,
+                   help="the run folder's checkpoint N (default: hf_export/, else the latest; the gradient "
+                        "analysis always reads checkpoints/). Give N-1 with the rollouts of step N for the "
+                        "trainer's numbers")
+    g = p.add_argument_group("gradient analysis")
+    g.add_argument("--buckets", type=_number(int, 1), default=6,
+                   help="reward-variance buckets (RAGEN's gradient_analysis_num_buckets)")
+    g.add_argument("--bucket-mode", choices=("quantile", "fixed_rv"), default="quantile",
+                   help="RAGEN's gradient_analysis_bucket_mode")
+    g.add_argument("--prefilter", action="store_true",
+                   help="split every group (grad_norm_prefilter/*) instead of the filter's kept groups")
+    g.add_argument("--mini-batch-size", type=_number(int, 1), default=None,
+                   help="rows per mini-batch (default: the run's trainer.mini_batch_size)")
+    g.add_argument("--micro-batch-size", type=_number(int, 1), default=None,
+                   help="rows per micro-batch (default: the run's trainer.micro_batch_size)")
+    g.add_argument("--plot", default=None, help="draw the parts per bucket to this PNG")
+    g.add_argument("--rv-table", default=None,
+                   help="write each bucket's groups and their reward std to this CSV (bucket,group_id,reward_std)")
     return p
 
 
@@ -75,7 +99,7 @@ def summary(metrics: dict[str, float]) -> str:
     for prefix in (FIRST_TURN, TRAJECTORY):
         if f"{prefix}/mi_estimate" not in metrics:
             continue
-        g = lambda k: metrics[f"{prefix}/{k}"]  # noqa: E731
+        g = lambda k: metrics.get(f"{prefix}/{k}", math.nan)  # noqa: E731 - a partial report prints nan
         lines += [
             f"[{prefix}] {int(g('num_samples'))} pairs x {int(g('num_prompts'))} prompts",
             f"  MI estimate        {g('mi_estimate'):.4f} nats (bound log N = {g('mi_upper_bound'):.4f})",
@@ -83,7 +107,10 @@ def summary(metrics: dict[str, float]) -> str:
             f"   H(Z) {g('reasoning_entropy_est'):.4f}",
             f"  retrieval_at_1     {g('retrieval_accuracy'):.3f} (chance {g('retrieval_chance_level'):.3f})"
             f"   _at_8 {g('retrieval_accuracy_at_8'):.3f} (chance {g('retrieval_chance_level_at_8'):.3f})",
-            f"  MI z-score         {g('mi_zscore'):.3f}   seq MI {g('mi_seq_estimate'):.3f}",
+            f"  MI z-score         {g('mi_zscore'):.3f}   seq {g('mi_zscore_seq'):.3f}   EMA {g('mi_zscore_ema'):.3f}"
+            f"   EMA seq {g('mi_zscore_ema_seq'):.3f}   (seq MI {g('mi_seq_estimate'):.3f})",
+            f"  above chance       retrieval_at_1 {g('retrieval_above_chance'):+.3f}"
+            f"   _at_8 {g('retrieval_above_chance_at_8'):+.3f}",
             f"  regime             {_regime_name(g('regime'))}",
         ]
     if not lines:
@@ -94,6 +121,37 @@ def summary(metrics: dict[str, float]) -> str:
         if key in metrics:
             lines.append(f"{key}: {metrics[key]:.2f} s")
     return "\n".join(lines)
+
+
+def gradient_summary(metrics: dict[str, float], prefix: str = "grad_norm") -> str:
+    """The printed gradient analysis: per bucket its rows, groups and reward std, each part's norm, the total's and
+    the task part's cosine with the others."""
+    from ragen_jax.diagnostics.plots import GRAD_PARTS, bucket_names
+
+    buckets = [b for b in ["all"] + bucket_names(metrics, prefix) if f"{prefix}/{b}/task" in metrics]
+    parts = [c for c in GRAD_PARTS if f"{prefix}/all/{c}" in metrics]
+    cosines = [f"{a}_{b}" for a, b in itertools.combinations(parts, 2) if f"{prefix}/all/cos/{a}_{b}" in metrics]
+    head = f"{'bucket':<10} {'rows':>5} {'groups':>6} {'RV mean':>8} " + " ".join(
+        f"{c:>10}" for c in parts + ["total"]) + "".join(f" {'cos ' + c:>16}" for c in cosines)
+    lines = [f"[{prefix}] gradient norm by part and reward-variance bucket", head]
+    for b in buckets:
+        g = lambda k: metrics[f"{prefix}/{b}/{k}"]  # noqa: E731
+        lines.append(f"{b:<10} {int(g('sample_count')):>5} {int(g('group_rv_count')):>6} {g('reward_std_mean'):>8.4f} "
+                     + " ".join(f"{g(c):>10.4g}" for c in parts + ["total"])
+                     + "".join(f" {g('cos/' + c):>16.3f}" for c in cosines))
+    lines.append("(the parts' gradients add up to the total's; their norms do not: see the cosines)")
+    return "\n".join(lines)
+
+
+def write_rv_table(path: str, buckets: dict) -> None:
+    """RAGEN's bucket_rv_table as CSV: one row per (bucket, group) with the group's in-group reward std."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["bucket", "group_id", "reward_std"])
+        for name, bucket in buckets.items():
+            writer.writerows([name, int(gid), float(std)] for gid, std in zip(bucket.group_ids, bucket.group_std))
 
 
 def settings_from(args: argparse.Namespace) -> dict:
@@ -115,23 +173,23 @@ def settings_from(args: argparse.Namespace) -> dict:
             "thresholds": thresholds, "temperature": temperature, "std_eps": std_eps}
 
 
-def check_out(out: str, rollouts: str) -> None:
-    """Before any work: --out must be a writable file path that is not the rollout dump (writing the report
-    there would replace the rollouts), in a folder that exists (created if missing)."""
+def check_out(out: str, rollouts: str, flag: str = "--out") -> None:
+    """Before any work: `flag`'s path (--out, --plot, --rv-table) must be a writable file path that is not the
+    rollout dump (writing there would replace the rollouts), in a folder that exists (created if missing)."""
     same = os.path.abspath(out) == os.path.abspath(rollouts) or (
         os.path.exists(out) and os.path.exists(rollouts) and os.path.samefile(out, rollouts))
     if same:
-        raise ValueError(f"--out {out!r} is the rollout dump itself; the report would overwrite the rollouts. "
+        raise ValueError(f"{flag} {out!r} is the rollout dump itself; the report would overwrite the rollouts. "
                          "Name another file, e.g. report.json.")
     if os.path.isdir(out):
-        raise ValueError(f"--out {out!r} is a folder; name a file in it, e.g. {os.path.join(out, 'report.json')}.")
+        raise ValueError(f"{flag} {out!r} is a folder; name a file in it, e.g. {os.path.join(out, 'report.json')}.")
     folder = os.path.dirname(os.path.abspath(out))
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
-        raise ValueError(f"--out {out!r}: its folder cannot be created ({e}).") from e
+        raise ValueError(f"{flag} {out!r}: its folder cannot be created ({e}).") from e
     if not os.access(folder, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
-        raise ValueError(f"--out {out!r} is not writable; name a file in a folder you can write to.")
+        raise ValueError(f"{flag} {out!r} is not writable; name a file in a folder you can write to.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -140,15 +198,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("ragen_jax.diagnostics").setLevel(logging.INFO)
     from ragen_jax.diagnostics.offline import offline_report
 
+    metrics: dict[str, float] = {}
     try:
-        if args.out:
-            check_out(args.out, args.rollouts)
-        metrics = offline_report(args.rollouts, args.checkpoint, seed=args.seed, step=args.step,
-                                 batch_size=args.batch_size, **settings_from(args))
+        for flag, out in (("--out", args.out), ("--plot", args.plot), ("--rv-table", args.rv_table)):
+            if out:
+                check_out(out, args.rollouts, flag)
+        if args.analysis != "collapse":
+            from ragen_jax.diagnostics.offline import load_dump
+
+            if load_dump(args.rollouts)[0] != "episodes":  # before any model loads
+                raise ValueError(f"--analysis {args.analysis} needs played episodes (a .pkl such as run.py "
+                                 f"--mode=eval's rollouts.pkl); {args.rollouts!r} holds text trajectories.")
+        if args.analysis != "gradients":
+            metrics.update(offline_report(args.rollouts, args.checkpoint, seed=args.seed, step=args.step,
+                                          batch_size=args.batch_size, checkpoint_step=args.checkpoint_step,
+                                          **settings_from(args)))
+        if args.analysis != "collapse":
+            from ragen_jax.diagnostics.offline_gradients import offline_gradient_split
+
+            split, buckets = offline_gradient_split(
+                args.rollouts, args.checkpoint, checkpoint_step=args.checkpoint_step, num_buckets=args.buckets,
+                bucket_mode=args.bucket_mode, prefilter=args.prefilter, mini_batch_size=args.mini_batch_size,
+                micro_batch_size=args.micro_batch_size)
+            metrics.update(split)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(summary(metrics))
+    if args.analysis != "gradients":
+        print(summary(metrics))
+    if args.analysis != "collapse":
+        prefix = "grad_norm_prefilter" if args.prefilter else "grad_norm"
+        print(gradient_summary(metrics, prefix))
+        if args.rv_table:
+            write_rv_table(args.rv_table, buckets)
+        if args.plot:
+            from ragen_jax.diagnostics.plots import gradient_buckets_image, save_png
+
+            save_png(gradient_buckets_image(metrics, prefix), args.plot)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(metrics, f, indent=2, sort_keys=True)

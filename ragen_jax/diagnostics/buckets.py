@@ -71,3 +71,21 @@ def variance_buckets(group_ids: np.ndarray, reward_std: np.ndarray, *, num_bucke
         if groups.size:
             out[f"bucket_{i + 1}"] = bucket(groups[np.argsort(group_std[groups], kind="stable")])
     return out
+
+
+def episode_reward_std(rewards: np.ndarray, group_ids: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Each episode's in-group reward std [N] from episode rewards [N] and group ids [N]: the unbiased std
+    (ddof=1, as RAGEN's filter) over the valid members of its group; 0 for a group with fewer than two (the
+    filter's rule for a group that env failures broke). A row's value is its episode's: `std[row_episode_ids]`."""
+    rewards = np.asarray(rewards, np.float64)
+    group_ids = np.asarray(group_ids)
+    valid = np.ones(rewards.shape, bool) if valid is None else np.asarray(valid, bool)
+    if rewards.ndim != 1 or group_ids.shape != rewards.shape or valid.shape != rewards.shape:
+        raise ValueError(f"rewards, group_ids and valid must all be [N]; got {rewards.shape}, {group_ids.shape}, "
+                         f"{valid.shape}.")
+    out = np.zeros(rewards.shape)
+    for gid in np.unique(group_ids):
+        members = (group_ids == gid) & valid
+        if members.sum() >= 2:
+            out[group_ids == gid] = rewards[members].std(ddof=1)
+    return out

@@ -190,9 +190,13 @@ def offline_report(
     thresholds: Mapping[str, Any] | None = None,
     temperature: float = 1.0,
     std_eps: float = 1e-3,
+    checkpoint_step: int | None = None,
 ) -> dict[str, float]:
     """Collapse metrics of saved rollouts under the policy of `checkpoint` (a Hugging Face folder or a run
-    folder). `step` draws the pairs as the trainer does at that step (else a generator seeded by `seed`)."""
+    folder; `checkpoint_step` picks a run folder's checkpoint). `step` draws the pairs as the trainer does at
+    that step (else a generator seeded by `seed`). A policy from a checkpoint brings the trainer's EMA of the
+    marginals' std saved with it, so the *_ema z-scores continue the run's (with checkpoint N-1 and the
+    rollouts of step N, the trainer's numbers); other folders start the EMA at this call's std."""
     from flax import nnx
 
     from ragen_jax.diagnostics.policy import load_policy
@@ -200,7 +204,8 @@ def offline_report(
     if sampling not in ("both", "first_turn", "trajectory"):
         raise ValueError(f"sampling={sampling!r} must be 'both', 'first_turn' or 'trajectory'.")
     kind, items = load_dump(rollouts)  # a bad dump fails before the model loads
-    model, tokenizer, source = load_policy(checkpoint)
+    model, tokenizer, source = load_policy(checkpoint, checkpoint_step)
+    ema = saved_ema(checkpoint, checkpoint_step)
     if kind == "episodes":
         what = "episodes, exact sampled tokens"
     else:
@@ -222,9 +227,24 @@ def offline_report(
         thresholds=thresholds,
     )
     rng = step_rng(step) if step is not None else np.random.default_rng(seed)
-    metrics, _ = collapse_metrics(pairs, score_fn, config, rng)
+    metrics, _ = collapse_metrics(pairs, score_fn, config, rng, ema)
     metrics["collapse/num_trajectories"] = float(len(pairs.group_ids))
     return metrics
+
+
+def saved_ema(checkpoint: str, step: int | None) -> dict[str, tuple[float, float]] | None:
+    """The diagnostics' EMA state (per sampling, the marginals' std and sequence std) saved with the checkpoint
+    the policy comes from; None for a Hugging Face folder (or a checkpoint saved before the diagnostics ran)."""
+    from ragen_jax.diagnostics.policy import checkpoint_meta, pick_checkpoint, resolve_policy
+
+    if step is None and resolve_policy(checkpoint)[0] != "orbax":
+        return None
+    state = checkpoint_meta(checkpoint, pick_checkpoint(checkpoint, step)).get("collapse") or {}
+    ema = {k: (float(v[0]), float(v[1])) for k, v in (state.get("ema") or {}).items()}
+    if ema:
+        logger.info("EMA z-scores continue the EMA saved with the checkpoint: %s",
+                    ", ".join(f"{k} std {v[0]:.4g}" for k, v in ema.items()))
+    return ema or None
 
 
 def run_settings(checkpoint: str) -> dict[str, Any]:

@@ -47,8 +47,15 @@ def _latest_step(directory: str) -> int | None:
     return max(steps) if steps else None
 
 
-def load_policy(path: str) -> tuple[Any, Any, str]:
-    """(model, tokenizer, description of what was loaded) for `--checkpoint path`."""
+def load_policy(path: str, step: int | None = None) -> tuple[Any, Any, str]:
+    """(model, tokenizer, description of what was loaded) for `--checkpoint path`; `step` picks a checkpoint of a
+    run folder (default: its hf_export/, else its latest checkpoint)."""
+    if step is not None:
+        pick_checkpoint(path, step)
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise MissingFileError(f"Run folder {path!r} has checkpoints but no config.json to rebuild the model "
+                                   "from.")
+        return _load_from_orbax(path, step)
     kind, folder = resolve_policy(path)
     if kind == "hf":
         from ragen_jax.models import from_pretrained
@@ -58,8 +65,35 @@ def load_policy(path: str) -> tuple[Any, Any, str]:
     return _load_from_orbax(folder)
 
 
-def _load_from_orbax(run_dir: str) -> tuple[Any, Any, str]:
-    """The policy of the run's latest checkpoint: the config's model with the checkpoint's trainable part."""
+def pick_checkpoint(run_dir: str, step: int | None) -> int:
+    """Checkpoint `step` of a run folder if it holds it, else (None) its latest; a clear error otherwise."""
+    directory = os.path.join(run_dir, "checkpoints")
+    saved = sorted(int(d) for d in os.listdir(directory) if d.isdigit()) if os.path.isdir(directory) else []
+    if not saved:
+        raise MissingFileError(f"{run_dir!r} has no checkpoints/ to load (a run saves every "
+                               "config.trainer.save_every steps).")
+    if step is None:
+        return saved[-1]
+    if step not in saved:
+        raise MissingFileError(f"{run_dir!r} holds no checkpoint {step}; it holds {saved}.")
+    return step
+
+
+def checkpoint_meta(run_dir: str, step: int) -> dict:
+    """The JSON metadata the trainer saved with checkpoint `step` (its state, the diagnostics' EMA, whether the KL
+    reference is saved)."""
+    from ragen_jax.checkpoint import Checkpointer
+
+    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), max_to_keep=None)
+    try:
+        return checkpointer.restore_meta(step)
+    finally:
+        checkpointer.close()
+
+
+def _load_from_orbax(run_dir: str, step: int | None = None) -> tuple[Any, Any, str]:
+    """The policy of a checkpoint of the run (default its latest): the config's model with the checkpoint's
+    trainable part."""
     import jax
     import ml_collections
     import orbax.checkpoint as ocp
@@ -70,7 +104,7 @@ def _load_from_orbax(run_dir: str) -> tuple[Any, Any, str]:
     with open(os.path.join(run_dir, "config.json")) as f:
         cfg = ml_collections.ConfigDict(json.load(f))
     directory = os.path.abspath(os.path.join(run_dir, "checkpoints"))
-    step = _latest_step(directory)
+    step = pick_checkpoint(run_dir, step)
     policy, tokenizer = load_policy_and_tokenizer(cfg.model)
     model = split_model(policy, cfg.model.lora.rank > 0)
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), model.trainable)

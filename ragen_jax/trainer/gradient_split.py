@@ -32,7 +32,8 @@ its figures' "KL+Entropy grad norm" adds two norms (an upper bound of the regula
 `regularizer` measures).
 
 Cost: per bucket ("all" and each variance bucket, so each row twice), one forward pass and one backward pass
-per component for every mini-batch, and one float32 gradient-sized buffer per component held at once.
+per component for every mini-batch, and one float32 gradient-sized buffer per component held at once. A bucket's
+last mini-batch is topped up to `mini_batch_size` rows (one program shape, compiled once per step as the update's).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ragen_jax.diagnostics.buckets import variance_buckets
+from ragen_jax.diagnostics.buckets import episode_reward_std, variance_buckets
 from ragen_jax.algos.settings import AlgoSettings
 from ragen_jax.trainer.steps import _micro_batches, make_actor_loss, take_rows
 
@@ -119,7 +120,8 @@ def component_gradients(graphdef: Any, trainable: Any, frozen: Any, minibatch: M
 
 def _minibatch(batch: Mapping[str, Any], rows: np.ndarray, size: int) -> dict[str, jax.Array]:
     """Rows [n <= size] of the batch as one mini-batch of `size` rows; the extra rows (copies of rows[0]) have no
-    loss mask and row_valid 0, so they add nothing (as the update's padding rows)."""
+    loss mask and row_valid 0, so they add nothing (as the update's padding rows: a micro-batch of them counts for
+    nothing in the denominators either)."""
     idx = np.concatenate([rows, np.full(size - rows.size, rows[0])]).astype(np.int32)
     keep = (np.arange(size) < rows.size).astype(np.float32)
     mb = take_rows(dict(batch), jnp.asarray(idx))
@@ -150,7 +152,7 @@ def gradient_split(graphdef: Any, trainable: Any, frozen: Any, batch: Mapping[st
     rows_total = int(np.asarray(batch["tokens"]).shape[0])
     valid = np.ones(rows_total, bool) if row_valid is None else np.asarray(row_valid) > 0
     keys = REQUIRED_KEYS + tuple(k for k in ("positions", "ref_logprobs") if k in batch)
-    arrays = {k: batch[k] for k in keys}
+    arrays = {k: jnp.asarray(batch[k]) for k in keys}  # once on the device (a no-op for the trainer's arrays)
     arrays["row_valid"] = jnp.asarray(valid, jnp.float32)
     loss_mask = np.asarray(batch["loss_mask"]) > 0
     reward_std = np.asarray(reward_std, np.float64)
@@ -158,9 +160,9 @@ def gradient_split(graphdef: Any, trainable: Any, frozen: Any, batch: Mapping[st
     names = loss_components(algo)
     metrics: dict[str, float] = {}
     for name, bucket in buckets.items():
-        parts = [component_gradients(graphdef, trainable, frozen, _minibatch(arrays, bucket.rows[i:i + mini_batch_size],
-                                                                             mini_batch_size),
-                                     algo, micro_batch_size)
+        parts = [component_gradients(graphdef, trainable, frozen,  # one shape, one compile per step
+                                     _minibatch(arrays, bucket.rows[i:i + mini_batch_size], mini_batch_size), algo,
+                                     micro_batch_size)
                  for i in range(0, bucket.rows.size, mini_batch_size)]
         split = {k: float(np.mean([float(p[k]) for p in parts])) for k in parts[0]}
         count, tokens = int(bucket.rows.size), int(loss_mask[bucket.rows].sum())
@@ -183,3 +185,24 @@ def gradient_split(graphdef: Any, trainable: Any, frozen: Any, batch: Mapping[st
                     bucket.group_ids.size, bucket.group_std.mean(),
                     " ".join(f"{c}={split[c]:.4g}" for c in names + ("total",)))
     return metrics
+
+
+def split_training_batch(models: Any, batch: Any, episodes: list, algo: AlgoSettings, *, mini_batch_size: int,
+                         micro_batch_size: int, num_buckets: int = 6, bucket_mode: str = "quantile",
+                         prefix: str = "grad_norm", mirror_all: bool = True) -> dict[str, float]:
+    """The gradient analysis of a step's training batch, where the trainer runs it: after `stages.advantages`,
+    before `stages.update` (RAGEN: before the actor update). models: the RLModels (its actor at the parameters
+    the update starts from); batch: the TrainingBatch (dev arrays with old / reference log-probs and advantages,
+    host group and episode ids, row_valid); episodes: the step's played episodes, whose rewards give each group's
+    in-group reward std (RAGEN's bucket signal)."""
+    rewards = np.array([ep.total_reward for ep in episodes], np.float64)
+    ok = np.array([not ep.error for ep in episodes], bool)
+    episode_std = episode_reward_std(rewards, np.array([ep.group_id for ep in episodes]), ok)
+    ids = np.asarray(batch.host["episode_ids"])  # padding rows hold negative ids (and row_valid 0)
+    reward_std = np.where(batch.row_valid, episode_std[np.clip(ids, 0, len(episodes) - 1)], 0.0)
+    actor = models.actor
+    return gradient_split(actor.graphdef, actor.trainable, actor.frozen, batch.dev, algo,
+                          group_ids=np.asarray(batch.host["group_ids"]), reward_std=reward_std,
+                          row_valid=batch.row_valid, mini_batch_size=mini_batch_size,
+                          micro_batch_size=micro_batch_size, num_buckets=num_buckets, bucket_mode=bucket_mode,
+                          prefix=prefix, mirror_all=mirror_all)
