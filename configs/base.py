@@ -104,6 +104,7 @@ def apply_tiny(c: ml_collections.ConfigDict) -> None:
     c.diagnostics.every = 5
     c.diagnostics.max_pairs = 32
     c.diagnostics.batch_size = 64
+    c.diagnostics.gradient_every = 0  # an analysis, not training: off in the minutes-long CPU recipes
 
 
 def apply_reasoning(c: ml_collections.ConfigDict) -> None:

@@ -122,3 +122,25 @@ def test_the_stages_one_by_one_are_train_step(tmp_path):
     assert updated.actor_trained and not updated.critic_trained and updated.updates
     for a, b in zip(jax.tree.leaves(whole.models.actor.trainable), jax.tree.leaves(models.actor.trainable)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_gradient_analysis_runs_when_due_and_changes_no_parameter(tmp_path):
+    """diagnostics.gradient_every: RAGEN-2's gradient split on the batch the update starts from, at steps 1, N + 1,
+    ...; an analysis only: the parameters after the step are those of a run without it."""
+    from ragen_jax.trainer import Trainer
+    from test_trainer_e2e import bandit_config
+
+    def trainer(name, every):
+        cfg = bandit_config(tmp_path / name, use_critic=False, adv_estimator="grpo")
+        cfg.trainer.save_every, cfg.val.every, cfg.diagnostics.every = 0, 0, 0
+        cfg.diagnostics.gradient_every, cfg.diagnostics.gradient_buckets = every, 2
+        return Trainer(cfg)
+
+    analysed, plain = trainer("analysed", 2), trainer("plain", 0)
+    first, second = analysed.train_step(0), analysed.train_step(1)
+    plain.train_step(0)
+    plain.train_step(1)
+    assert "actor/grad_norm/task" in first and "timing_s/gradient_analysis" in first  # step 1 is due
+    assert "actor/grad_norm/task" not in second  # step 2 is not (steps 1, 3, 5, ...)
+    for a, b in zip(jax.tree.leaves(analysed.models.actor.trainable), jax.tree.leaves(plain.models.actor.trainable)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -14,6 +14,7 @@ from flax import nnx
 from configs.base import apply_tiny, get_base_config
 from ragen_jax.algos import ppo_clip_loss
 from ragen_jax.algos.settings import AlgoSettings
+from ragen_jax.config import validate_config
 from ragen_jax.optim import all_finite, guarded_apply
 from ragen_jax.trainer.steps import make_step_fns, mean_update_metrics, scored_positions
 from test_algos_step_integration import BASE, ROWS, TX, make_batch, split_actor

@@ -267,6 +267,12 @@ class DiagnosticsSection(Section):
     std_eps: float = setting(1e-3, POSITIVE)  # RAGEN's collapse_detection.std_eps: the MI z-score's (gap / (std + eps))
     batch_size: int = setting(32, POSITIVE)  # pairs per cross-scoring forward pass
     warnings: bool = True  # Echo-Trap early warnings (falling reward std, entropy collapse, grad spikes)
+    # RAGEN-2's gradient analysis (its trainer.gradient_analysis_every): the actor's gradient norm split into its
+    # task / entropy / KL parts per reward-variance bucket at steps 1, N + 1, 2N + 1, ... (0 = off); buckets: how
+    # many; bucket_mode: quantile (equal group counts) | fixed_rv (RAGEN's fixed std intervals). docs/diagnostics.md
+    gradient_every: int = setting(50, AT_LEAST_0)
+    gradient_buckets: int = setting(6, POSITIVE)
+    gradient_bucket_mode: str = setting("quantile", choices=("quantile", "fixed_rv"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import time
 from typing import Any
 
 import jax
@@ -33,6 +34,7 @@ from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer import stages
 from ragen_jax.trainer.collapse_monitor import CollapseMonitor
 from ragen_jax.trainer.early_stop import StepSignals, after_selection, early_stop_reason
+from ragen_jax.trainer.gradient_split import split_due, split_training_batch
 from ragen_jax.trainer.models import RLModels
 from ragen_jax.trainer.state import RunState
 from ragen_jax.trainer.steps import make_step_fns
@@ -111,8 +113,9 @@ class Trainer:
         if warning := truncated_sampling_warning(run):
             logger.warning(warning)
         critic = self.models.critic
+        self.algo = AlgoSettings.of(run)
         self.fns = make_step_fns(self.models.actor.graphdef, critic.graphdef if critic else None,
-                                 AlgoSettings.of(run), self.models.actor_optim.tx,
+                                 self.algo, self.models.actor_optim.tx,
                                  self.models.critic_optim.tx if critic else None, t.micro_batch_size)
         self.base_key = jax.random.PRNGKey(t.seed)
         self.log_dir = log_dir or os.path.join(self.workdir, "tb")
@@ -214,13 +217,29 @@ class Trainer:
         batch, data_metrics, scoring_s = stages.advantages(self.fns, scored, selection.filter.kept_ratio,
                                                            run.filter.loss_scaling, run.algo.use_kl_in_reward,
                                                            models.critic is not None)
+        timing = {**collected.timing, "timing_s/score_and_adv": scoring_s}
+        data_metrics.update(self._gradient_analysis(batch, collected.episodes, step, timing))
         updated = stages.update(models, self.fns, batch, step, run.trainer, models.learning_rates(
             self.state.actor_update_steps, self.state.critic_update_steps))
         self._count_updates(updated, step)
         return stages.step_report(collected.metrics, observed, selection.metrics, counted, data_metrics,
-                                  updated.metrics, timing={**collected.timing, "timing_s/score_and_adv": scoring_s,
-                                                           "timing_s/update": updated.seconds,
+                                  updated.metrics, timing={**timing, "timing_s/update": updated.seconds,
                                                            "perf/trained_tokens": batch.trained_tokens})
+
+    def _gradient_analysis(self, batch: stages.TrainingBatch, episodes: list, step: int, timing: dict) -> dict:
+        """RAGEN-2's gradient analysis when due (diagnostics.gradient_every), on the batch the update starts from
+        (an actor that trains this step only, as RAGEN) -> its metrics; its seconds go to `timing`."""
+        run = self.run
+        if step < run.trainer.critic_warmup or not split_due(step + 1, run.diagnostics.gradient_every):
+            return {}
+        t0 = time.perf_counter()
+        metrics = split_training_batch(self.models, batch, episodes, self.algo,
+                                       mini_batch_size=run.trainer.mini_batch_size,
+                                       micro_batch_size=run.trainer.micro_batch_size,
+                                       num_buckets=run.diagnostics.gradient_buckets,
+                                       bucket_mode=run.diagnostics.gradient_bucket_mode)
+        timing["timing_s/gradient_analysis"] = time.perf_counter() - t0
+        return metrics
 
     def _observe(self, collected: stages.Collected, shown: int) -> dict[str, float]:
         """What a step's rollout shows before it trains: dumps and a sample trajectory when due, env failures on
