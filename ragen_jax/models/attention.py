@@ -171,12 +171,18 @@ def _to_key_blocks(k: jax.Array, bk: int, layout: str = "bskd") -> jax.Array:
     return k.reshape(b, sp // bk, bk, kh, hd).transpose(1, 0, 3, 2, 4)
 
 
-def _valid_blocks(key_valid: jax.Array | None, b: int, s: int, bk: int) -> jax.Array:
-    """[nk, B, bk] bool: real (and, where given, unmasked) key slots; the padding to whole blocks is False."""
-    valid = jnp.ones((b, s), bool) if key_valid is None else key_valid.astype(bool)
+def _valid_blocks(key_valid: jax.Array | None, b: int, s: int, bk: int) -> tuple[jax.Array, jax.Array]:
+    """([nk, B, bk] bool: real (and, where given, unmasked) key slots, the padding to whole blocks False; [nk] bool:
+    key block j has no invalid slot). Without a mask the blocks that are whole are known while tracing: computing
+    them in the program made XLA constant-fold a reduction over the whole key range in every layer, one of a
+    program's slowest compile steps (XLA's slow-operation alarm named it)."""
     sp = round_up(s, bk)
-    valid = jnp.pad(valid, ((0, 0), (0, sp - s)))
-    return valid.reshape(b, sp // bk, bk).transpose(1, 0, 2)
+    if key_valid is None:
+        valid = np.arange(sp) < s
+        return jnp.asarray(np.broadcast_to(valid.reshape(1, sp // bk, bk), (b, sp // bk, bk)).transpose(1, 0, 2)), \
+            jnp.asarray(valid.reshape(sp // bk, bk).all(axis=1))
+    valid = jnp.pad(key_valid.astype(bool), ((0, 0), (0, sp - s))).reshape(b, sp // bk, bk).transpose(1, 0, 2)
+    return valid, jnp.all(valid, axis=(1, 2))
 
 
 def _scores(qi, kj, qpos, key_start, valid_j, unmasked, keys_major: bool = False) -> jax.Array:
@@ -205,14 +211,14 @@ def _unmasked(qmin_i, key_start, bk: int, full_j) -> jax.Array:
 
 
 # -------------------------------------------------------------------------------- flash forward/backward
-def _flash_forward(qb, kb, vb, qpos, valid, q_blocks, scale: float, bq: int):
+def _flash_forward(qb, kb, vb, qpos, valid, full, q_blocks, scale: float, bq: int):
     """(out [nq, B, K, G*bq, hd] in q's dtype, logsumexp [nq, B, K, G*bq] f32); visits only the key blocks
     up to the latest query position of each query block (over rows), and no key block for the query blocks from
-    `q_blocks` on (all padding: their output is 0). qpos [nq, B, G*bq] int32: each query's slot (-1: padding)."""
+    `q_blocks` on (all padding: their output is 0). qpos [nq, B, G*bq] int32: each query's slot (-1: padding);
+    valid, full: `_valid_blocks`."""
     nq, b, kh, gq, hd = qb.shape
     nk, bk = kb.shape[0], kb.shape[3]
     qmax, qmin = _block_bounds(qpos)
-    full = jnp.all(valid, axis=(1, 2))  # [nk]: key block j has no invalid slot
     vb = jnp.concatenate([vb, jnp.ones(vb.shape[:-1] + (1,), vb.dtype)], axis=-1)  # the last column sums P
 
     def query_block(_, xs):
@@ -240,14 +246,14 @@ def _flash_forward(qb, kb, vb, qpos, valid, q_blocks, scale: float, bq: int):
     return out, lse
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
-def _flash(qb, kb, vb, qpos, valid, q_blocks, scale: float, bq: int):
-    return _flash_forward(qb, kb, vb, qpos, valid, q_blocks, scale, bq)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
+def _flash(qb, kb, vb, qpos, valid, full, q_blocks, scale: float, bq: int):
+    return _flash_forward(qb, kb, vb, qpos, valid, full, q_blocks, scale, bq)[0]
 
 
-def _flash_fwd(qb, kb, vb, qpos, valid, q_blocks, scale, bq):
-    out, lse = _flash_forward(qb, kb, vb, qpos, valid, q_blocks, scale, bq)
-    return out, (qb, kb, vb, qpos, valid, q_blocks, out, lse)
+def _flash_fwd(qb, kb, vb, qpos, valid, full, q_blocks, scale, bq):
+    out, lse = _flash_forward(qb, kb, vb, qpos, valid, full, q_blocks, scale, bq)
+    return out, (qb, kb, vb, qpos, valid, full, q_blocks, out, lse)
 
 
 def _flash_bwd(scale, bq, residuals, d_out):
@@ -255,11 +261,10 @@ def _flash_bwd(scale, bq, residuals, d_out):
     dS = P * (dP - rowsum(dO * O))); key heads accumulate over the query heads of their group. Blocks are held
     keys-major ([.., bk, G*bq]) and dQ transposed ([.., hd, G*bq]), so every product contracts a minor axis of
     one operand (XLA:CPU hands those to its GEMM library; the query-major form left dK and dV to its own dot)."""
-    qb, kb, vb, qpos, valid, q_blocks, out, lse = residuals
+    qb, kb, vb, qpos, valid, full, q_blocks, out, lse = residuals
     nq, b, kh, gq, hd = qb.shape
     nk, bk = kb.shape[0], kb.shape[3]
     qmax, qmin = _block_bounds(qpos)
-    full = jnp.all(valid, axis=(1, 2))
     delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)  # [nq, B, K, G*bq]
 
     def key_block(dq_t, xs):
@@ -289,7 +294,7 @@ def _flash_bwd(scale, bq, residuals, d_out):
     xs = (jnp.arange(nk, dtype=jnp.int32), kb, vb, valid, full)
     dq_t, (dk, dv) = jax.lax.scan(key_block, jnp.zeros((nq, b, kh, hd, gq), jnp.float32), xs)
     dq = jnp.swapaxes(dq_t, -1, -2)
-    return dq.astype(qb.dtype), dk.astype(kb.dtype), dv.astype(vb.dtype), None, None, None
+    return dq.astype(qb.dtype), dk.astype(kb.dtype), dv.astype(vb.dtype), None, None, None, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
@@ -318,7 +323,7 @@ def blockwise_attention(q, k, v, offset=None, key_valid=None, query_lengths=None
         seen = seen if key_valid is None else seen & key_valid.astype(bool)
         k, v = zero_unseen(k, seen, k_layout), zero_unseen(v, seen, v_layout)  # fused into the blocks' copies
     out = _flash(_to_query_blocks(q, kh, bq), _to_key_blocks(k, bk, k_layout), _to_key_blocks(v, bk, v_layout),
-                 qpos, _valid_blocks(key_valid, b, s, bk), jnp.asarray(q_blocks, jnp.int32), 1.0 / math.sqrt(hd), bq)
+                 qpos, *_valid_blocks(key_valid, b, s, bk), jnp.asarray(q_blocks, jnp.int32), 1.0 / math.sqrt(hd), bq)
     return _from_query_blocks(out, t, h)
 
 
