@@ -1,4 +1,11 @@
-"""Shared test setup: CPU-only JAX, deterministic and quiet, and one persistent compilation cache per session."""
+"""Shared test setup: CPU-only JAX, deterministic and quiet, and one persistent compilation cache per session.
+
+Float comparisons hold on any x86 CPU: a value compared with another code path (numpy, another XLA program, shape
+or fusion) may move by a few float32 ulps from one CPU to the next, since XLA's vectorized reductions and dot
+kernels and numpy's SIMD exp/log follow the CPU (AVX2 or AVX-512). Such comparisons take an atol at the scale of
+the terms summed (rtol=1e-5, atol=1e-6 for float32 values of order 1), never rtol alone. Exact comparisons stay
+where both sides run the same program (resume, replay, engine equality) or the arithmetic is exact (small
+integers, dyadic fractions, one IEEE operation)."""
 
 import os
 

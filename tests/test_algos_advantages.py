@@ -173,15 +173,15 @@ def test_grpo_and_drgrpo_hand_computed(run, norm):
     std = np.array([np.sqrt(4 / 3)] * 3 + [1.0, 1.0])
     per_row = centred / (std + 1e-6) if norm else centred
     expected = per_row[:, None] * GROUP_MASK
-    np.testing.assert_allclose(adv, expected, rtol=1e-5)
-    np.testing.assert_allclose(ret, expected, rtol=1e-5)
+    np.testing.assert_allclose(adv, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ret, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_rloo_hand_computed(run):
     adv, _ = run(algos.rloo, _group_inputs())
     # row 0: 2 - mean(0, 0) = 2; rows 1, 2: 0 - mean(2, 0) = -1; singletons keep their score.
     expected = np.array([2.0, -1.0, -1.0, 3.0, 5.0])[:, None] * GROUP_MASK
-    np.testing.assert_allclose(adv, expected, rtol=1e-5)
+    np.testing.assert_allclose(adv, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_reinforce_plus_plus_baseline_hand_computed(run):
@@ -218,9 +218,9 @@ def test_grpo_counts_an_episode_once_whatever_its_turn_rows(run):
     inputs = AdvantageInputs(jnp.asarray(rewards), jnp.ones((4, 3)), group_ids=jnp.array([0, 0, 0, 0]),
                              episode_ids=jnp.array([5, 5, 5, 6]))
     adv, _ = run(algos.grpo, inputs)
-    np.testing.assert_allclose(adv[:, 0], [1 / np.sqrt(2)] * 3 + [-1 / np.sqrt(2)], rtol=1e-5)
+    np.testing.assert_allclose(adv[:, 0], [1 / np.sqrt(2)] * 3 + [-1 / np.sqrt(2)], rtol=1e-5, atol=1e-6)
     per_row, _ = run(algos.grpo, inputs.replace(episode_ids=None))  # the rows counted as 4 episodes
-    np.testing.assert_allclose(per_row[:, 0], [0.5, 0.5, 0.5, -1.5], rtol=1e-5)
+    np.testing.assert_allclose(per_row[:, 0], [0.5, 0.5, 0.5, -1.5], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("norm", [True, False])
@@ -247,7 +247,7 @@ def test_rloo_leaves_out_the_rows_whole_episode(run):
                              episode_ids=jnp.array([1, 1, 2, 3, 4]))
     adv, _ = run(algos.rloo, inputs)
     # episode 1: 2 - mean(0, 1); episode 2: 0 - mean(2, 1); episode 3: 1 - mean(2, 0); a lone episode keeps 4
-    np.testing.assert_allclose(adv[:, 0], [1.5, 1.5, -1.5, 0.0, 4.0], rtol=1e-5)
+    np.testing.assert_allclose(adv[:, 0], [1.5, 1.5, -1.5, 0.0, 4.0], rtol=1e-5, atol=1e-6)
 
 
 def test_reinforce_plus_plus_hand_computed(run):

@@ -73,7 +73,7 @@ def test_custom_policy_loss_selected_by_name():
         lp, old = jnp.array([[0.0, -1.0]]), jnp.array([[-1.0, -1.0]])
         loss, _ = algos.call_with_supported(fn, lp, old, jnp.array([[2.0, 1.0]]), jnp.array([[1, 1]]),
                                             temperature=2.0, clip_ratio_low=0.2)
-        np.testing.assert_allclose(loss, [[-2 * np.tanh(0.5), 0.0]], rtol=1e-6)
+        np.testing.assert_allclose(loss, [[-2 * np.tanh(0.5), 0.0]], rtol=1e-6, atol=1e-6)
     finally:
         algos.POLICY_LOSSES.unregister("test_sigmoid_pg")
 

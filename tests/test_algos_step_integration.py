@@ -90,7 +90,7 @@ def update(algo: AlgoSettings, batch: dict, micro: int = ROWS):
 
 
 def assert_same_update(a, b):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=3e-7)  # 2.5 float32 ulps of a weight of 1.0 (a norm scale)
     assert np.abs(a).max() > 1e-4  # a real update, not two zeros
 
 
@@ -109,7 +109,7 @@ def test_micro_batches_give_the_full_batch_update(loss, mode, correction):
     full, full_metrics = update(algo, batch, micro=ROWS)
     split, split_metrics = update(algo, batch, micro=ROWS // 4)
     assert_same_update(split, full)
-    np.testing.assert_allclose(split_metrics["loss"], full_metrics["loss"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(split_metrics["loss"], full_metrics["loss"], rtol=1e-5, atol=1e-6)
 
 
 def drop(batch: dict, keep: np.ndarray) -> dict:
@@ -256,9 +256,9 @@ def test_geo_mean_update_counts_an_empty_row_but_not_a_padding_row(micro):
     padded = update(GMPO, dict(batch, row_valid=(np.arange(ROWS) != 1).astype(np.float32)), micro)
     metrics = update(GMPO, dict(batch, row_valid=np.ones(ROWS, np.float32)), micro)[1]
     no_key = update(GMPO, batch, micro)[1]
-    assert metrics["pg_loss"] == pytest.approx(no_key["pg_loss"])  # no row_valid: every row is real
-    assert metrics["pg_loss"] * ROWS == pytest.approx(padded[1]["pg_loss"] * (ROWS - 1), rel=1e-5)
-    assert metrics["entropy_loss"] == pytest.approx(padded[1]["entropy_loss"], rel=1e-5)
+    assert metrics["pg_loss"] == pytest.approx(no_key["pg_loss"], rel=1e-5, abs=1e-6)  # no row_valid: every row is real
+    assert metrics["pg_loss"] * ROWS == pytest.approx(padded[1]["pg_loss"] * (ROWS - 1), rel=1e-5, abs=1e-5)
+    assert metrics["entropy_loss"] == pytest.approx(padded[1]["entropy_loss"], rel=1e-5, abs=1e-6)
 
 
 @pytest.mark.parametrize("padding", [False, True])
@@ -274,7 +274,7 @@ def test_geo_mean_micro_batch_scope_counts_an_all_empty_micro_batch_as_verl(padd
     micro = dataclasses.replace(GMPO, loss_scope="micro_batch")
     delta, metrics = update(micro, batch, ROWS // 4)
     want_delta, want = update(GMPO, batch, ROWS // 4)
-    assert metrics["pg_loss"] == pytest.approx(want["pg_loss"], rel=1e-5)
+    assert metrics["pg_loss"] == pytest.approx(want["pg_loss"], rel=1e-5, abs=1e-6)
     assert_same_update(delta, want_delta)
 
 
@@ -296,7 +296,7 @@ def test_geo_mean_update_weighs_a_row_by_the_geometric_mean_of_its_rollout_weigh
     arithmetic = algos.agg_numerator(unweighted * weights, mask, "seq-mean-token-mean") / ROWS
     expected = algos.agg_numerator(loss, mask, "seq-mean-token-mean") / ROWS
     assert abs(float(expected) - float(arithmetic)) > 1e-4  # the outlier rows' weights tell them apart
-    assert update(algo, batch)[1]["pg_loss"] == pytest.approx(float(expected), rel=1e-5)
+    assert update(algo, batch)[1]["pg_loss"] == pytest.approx(float(expected), rel=1e-5, abs=1e-6)
 
 
 @pytest.mark.parametrize("scope", ["mini_batch", "micro_batch"])

@@ -115,8 +115,10 @@ def test_hidden_at_equals_the_full_prefill_at_those_tokens_and_writes_the_same_c
                                hidden_at=jnp.asarray(at, jnp.int32), **kw)
     assert kept.shape == (3, 1, CFG.hidden_size)
     np.testing.assert_allclose(kept[:, 0], np.asarray(full)[np.arange(3), at], atol=2e-5, rtol=0)
-    np.testing.assert_array_equal(kept_cache.k, full_cache.k)
-    np.testing.assert_array_equal(kept_cache.v, full_cache.v)
+    # another program (the last layer's other queries cut), so XLA may fuse the layers before it otherwise: the
+    # same cache up to float32 rounding, not bit for bit
+    np.testing.assert_allclose(kept_cache.k, full_cache.k, atol=1e-6, rtol=1e-6)
+    np.testing.assert_allclose(kept_cache.v, full_cache.v, atol=1e-6, rtol=1e-6)
 
 
 def test_hidden_at_without_a_cache_follows_the_attention_mask(model):
@@ -175,7 +177,8 @@ def test_hidden_at_many_positions_gives_the_same_hidden_and_gradients(model, mon
     (full_loss, full_h), full_g = jax.jit(jax.value_and_grad(lambda s: loss(s, None), has_aux=True))(state)
     (kept_loss, kept_h), kept_g = jax.jit(jax.value_and_grad(lambda s: loss(s, jnp.asarray(at)), has_aux=True))(state)
     np.testing.assert_allclose(kept_h, full_h, atol=2e-5, rtol=0)
-    np.testing.assert_allclose(kept_loss, full_loss, rtol=1e-5)
+    # loss = sum(h * weights): each hidden value may move by the 2e-5 just allowed
+    np.testing.assert_allclose(kept_loss, full_loss, rtol=1e-5, atol=2e-5 * float(jnp.abs(weights).sum()))
     for a, b in zip(jax.tree.leaves(full_g), jax.tree.leaves(kept_g)):
         np.testing.assert_allclose(b, a, atol=2e-5, rtol=1e-4)
 
