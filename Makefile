@@ -1,6 +1,7 @@
 # From a fresh clone, each target does its own set-up:
 #   make quickstart   .venv (created if missing) + requirements.txt, then the README's quickstart run
-#   make test         the same .venv + requirements-test.txt, then the README's test command
+#   make test         the same .venv + requirements-test.txt and requirements-test-nodeps.txt (installed with
+#                     --no-deps), then the README's test command
 # An install runs again only when its requirements file (or pyproject.toml) changed since the last one.
 # GPUs: make quickstart REQUIREMENTS=requirements-cuda12.txt
 
@@ -35,6 +36,9 @@ $(INSTALLED): $(REQUIREMENTS) requirements.txt requirements-openenv.txt pyprojec
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-$(TEST_INSTALLED): requirements-test.txt $(INSTALLED)
+# requirements-test-nodeps.txt: test-only packages whose own dependencies must not come along (veRL's would bring
+# a CUDA torch, vLLM and Ray); the tests read their source, they never import them whole.
+$(TEST_INSTALLED): requirements-test.txt requirements-test-nodeps.txt $(INSTALLED)
 	$(PY) -m pip install -q -r requirements-test.txt
+	$(PY) -m pip install -q --no-deps -r requirements-test-nodeps.txt
 	touch $@

@@ -1,5 +1,9 @@
 """Shared test setup: CPU-only JAX, deterministic and quiet, and one persistent compilation cache per session.
 
+Test helpers are imported as top-level modules (`from algos_testlib import run`), never as `tests.<module>`: this
+folder has no __init__.py, and veRL's wheel (requirements-test-nodeps.txt) installs a `tests` package of its own
+into site-packages, which Python prefers to a folder without one.
+
 Float comparisons hold on any x86 CPU: a value compared with another code path (numpy, another XLA program, shape
 or fusion) may move by a few float32 ulps from one CPU to the next, since XLA's vectorized reductions and dot
 kernels and numpy's SIMD exp/log follow the CPU (AVX2 or AVX-512). Such comparisons take an atol at the scale of

@@ -1,5 +1,7 @@
 """veRL's clip_cov, kl_cov, geo_mean (GMPO) and sapo losses: ours against veRL's own functions (their source from
-the veRL mirror, tests/verl_testlib.py) on the same random ragged batches, loss, metrics and gradient."""
+the installed verl package, tests/verl_testlib.py) on the same random ragged batches, loss, metrics and gradient."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +10,7 @@ import pytest
 
 from ragen_jax import algos
 from ragen_jax.algos.policy_loss import geo_mean_loss, policy_loss_denominator, sapo_loss, takes_rollout_weights
-from tests.verl_testlib import actor_config, core_algos
+from verl_testlib import actor_config, core_algos
 
 torch = pytest.importorskip("torch")
 VERL = {"clip_cov": "compute_policy_loss_clip_cov", "kl_cov": "compute_policy_loss_kl_cov",
@@ -45,18 +47,25 @@ def verl_loss(name: str, new, old, adv, mask, mode: str, weights=None, **config)
 def our_loss(name: str, new, old, adv, mask, mode: str, weights=None, **hparams):
     """Ours as the trainer composes it: rollout weights to a loss that takes them, else times its per-token loss;
     the aggregated numerator over policy_loss_denominator."""
-    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-    fn = algos.POLICY_LOSSES.get(name)
-    itself = weights is not None and takes_rollout_weights(fn)
-    kw = dict(hparams, rollout_weights=f32(weights)) if itself else hparams
-
-    def total(logprobs):
-        loss, metrics = jax.jit(lambda *a: fn(*a, **kw))(logprobs, f32(old), f32(adv), f32(mask))
-        loss = loss * f32(weights) if weights is not None and not itself else loss
-        return algos.agg_numerator(loss, f32(mask), mode) / policy_loss_denominator(fn, f32(mask), mode), metrics
-
-    (loss, metrics), grad = jax.value_and_grad(total, has_aux=True)(f32(new))
+    f32 = lambda x: None if x is None else jnp.asarray(x, jnp.float32)  # noqa: E731
+    step = _our_value_and_grad(name, mode, weights is not None, tuple(sorted(hparams.items())))
+    (loss, metrics), grad = step(f32(new), f32(old), f32(adv), f32(mask), f32(weights))
     return float(loss), {k: float(v) for k, v in metrics.items()}, np.asarray(grad)
+
+
+@functools.cache
+def _our_value_and_grad(name: str, mode: str, weighted: bool, hparams: tuple):
+    """One compiled (loss, metrics), d loss / d log pi per configuration: the tests' seeds share it."""
+    fn = algos.POLICY_LOSSES.get(name)
+    itself = weighted and takes_rollout_weights(fn)
+
+    def total(logprobs, old, adv, mask, weights):
+        kw = dict(hparams, rollout_weights=weights) if itself else dict(hparams)
+        loss, metrics = fn(logprobs, old, adv, mask, **kw)
+        loss = loss * weights if weighted and not itself else loss
+        return algos.agg_numerator(loss, mask, mode) / policy_loss_denominator(fn, mask, mode), metrics
+
+    return jax.jit(jax.value_and_grad(total, has_aux=True))
 
 
 def assert_parity(ours, theirs):
@@ -222,7 +231,7 @@ def micro_scope_loss(name: str, new, old, adv, mask, micro: int, **hparams):
         nums = [algos.agg_numerator(loss[i:i + micro], f32(mask[i:i + micro]), mode) for i in range(0, B, micro)]
         return sum(n / d for n, d in zip(nums, den))
 
-    loss, grad = jax.value_and_grad(total)(f32(new))
+    loss, grad = jax.jit(jax.value_and_grad(total))(f32(new))  # one program, not an eager dispatch per op
     return float(loss), np.asarray(grad)
 
 
@@ -248,7 +257,7 @@ def test_geo_mean_under_micro_batch_scope_counts_an_all_empty_micro_batch_as_ver
     np.testing.assert_allclose(grad, v_grad, rtol=1e-4, atol=1e-6)
 
 
-# --- mirror-free checks of the same (hand-computed), so they run where the veRL mirror does not ----------------
+# --- veRL-free checks of the same (hand-computed), so they run where veRL is not installed --------------------
 
 
 def test_geo_mean_counts_every_row_empty_ones_too_but_not_padding():

@@ -16,7 +16,7 @@ from envs.deepcoder.problems import FUNCTIONAL, STDIN, load_problems, parse_test
 from envs.deepcoder.interpreter import SandboxError
 from envs.deepcoder.sandbox import Sandbox, SandboxConfig
 from envs.deepcoder.slots import max_concurrent_sandboxes
-from tests.sandbox_testlib import RecordingSandbox, concurrent_sandboxes, peak_overlap, span_program
+from sandbox_testlib import RecordingSandbox, concurrent_sandboxes, peak_overlap, span_program
 
 pytestmark = pytest.mark.timeout(120)
 BY_ID = {p.problem_id: p for p in BUILTIN_PROBLEMS}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import transformers
 
-from tests.models_testlib import forward, hf_folder, torch_logits
+from models_testlib import forward, hf_folder, torch_logits
 from ragen_jax.models import load_model, make_tiny_model, save_pretrained
 from ragen_jax.models.hf_files import TRAINING_RECORD, CheckpointError, read_training_record
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 import transformers
 
-from tests.models_testlib import greedy, hf_folder, padded_batch
+from models_testlib import greedy, hf_folder, padded_batch
 from ragen_jax.models import load_model
 
 

@@ -8,7 +8,7 @@ import pytest
 import transformers
 from safetensors.numpy import load_file, save_file
 
-from tests.models_testlib import CASES, forward, hf_folder, padded_batch, torch_logits
+from models_testlib import CASES, forward, hf_folder, padded_batch, torch_logits
 from ragen_jax.models import ValueModel, load_model, save_pretrained
 from ragen_jax.models import hf as hf_module
 

@@ -10,7 +10,7 @@ import transformers
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from tests import vision_testlib as V
+import vision_testlib as V
 from ragen_jax.models import CheckpointError, read_config
 from ragen_jax.models.vision import (Qwen25VLModel, image_processor_for, load_vl_model, qwen2_5_vl_3b_config,
                                      read_vl_config, save_vl_pretrained, vl_config_from_hf, vl_config_to_hf)

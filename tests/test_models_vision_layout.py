@@ -9,7 +9,7 @@ import torch
 import transformers
 from transformers.vision_utils import get_vision_position_ids, get_vision_window_index
 
-from tests import vision_testlib as V
+import vision_testlib as V
 from ragen_jax.models.vision import (expand_image_placeholders, place_image_embeds, rope_index, vision_inputs,
                                      vl_config_from_hf)
 from ragen_jax.models.vision.processor import content_with_images

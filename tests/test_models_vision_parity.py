@@ -4,7 +4,7 @@ on prompts with one image, several images of two sizes (window and full attentio
 import numpy as np
 import pytest
 
-from tests import vision_testlib as V
+import vision_testlib as V
 from ragen_jax.models.vision import image_processor_for, load_vl_model
 
 ATOL, RTOL = 1e-5, 1e-5  # both libraries sit ~5e-6 from a float64 run at these logits (|logit| < 4)

@@ -14,7 +14,7 @@ from ragen_jax.models import transformer as transformer_module
 from ragen_jax.sampling import sampler as sampler_module
 from ragen_jax.sampling import Sampler, SamplingConfig, score_tokens
 
-from tests.sampling_testlib import CFG, PAD, prompts as _prompts, sharp_model
+from sampling_testlib import CFG, PAD, prompts as _prompts, sharp_model
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from ragen_jax.models import tiny_config
 from ragen_jax.sampling import Sampler, SamplingConfig
 from ragen_jax.sampling.lanes import LaneCaches, decode_lanes, lane_plan, run_lanes
 
-from tests.sampling_testlib import PAD, prompts as _prompts, sharp_model
+from sampling_testlib import PAD, prompts as _prompts, sharp_model
 
 B = 8
 

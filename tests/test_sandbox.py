@@ -21,7 +21,7 @@ from envs.deepcoder.grading import grade
 from envs.deepcoder.problems import Problem, TestCase
 from envs.deepcoder.sandbox import PROJECT_ROOT, Sandbox, SandboxConfig, _uid_has_processes
 from envs.deepcoder.slots import POOL, uid_of
-from tests.sandbox_testlib import (RecordingSandbox, concurrent_sandboxes, peak_overlap, shared_uid_overlaps,
+from sandbox_testlib import (RecordingSandbox, concurrent_sandboxes, peak_overlap, shared_uid_overlaps,
                                    span_program)
 
 pytestmark = pytest.mark.timeout(60)

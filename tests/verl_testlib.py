@@ -1,29 +1,38 @@
-"""veRL's own functions, run beside ours: their source read from the veRL mirror (git show), exec'd with the few
-stubs they need (veRL itself is not importable here). Tests using it skip when torch or the mirror is missing."""
+"""veRL's own functions, run beside ours: their source read from the installed `verl` package (pinned in
+requirements-test-nodeps.txt, installed with --no-deps) and exec'd with the few stubs they need.
+
+The package is installed without its dependencies (they would pull a CUDA torch, vLLM and Ray), so it cannot be
+imported: `import verl` imports Ray, and core_algos imports omegaconf, tensordict and veRL's config classes. We
+read the installed module files instead (found through the package's metadata, nothing is imported) and exec
+only the top-level functions a test names, so the code under test is exactly the installed release's source."""
 
 from __future__ import annotations
 
 import ast
 import functools
-import os
-import subprocess
+import importlib.metadata
 import types
 from typing import Any, Optional
 
 import pytest
 
-VERL_MIRROR = os.environ.get("RAGEN_JAX_VERL_MIRROR", "/work/.mirror/volcengine+verl/repo")
 CORE_ALGOS = "verl/trainer/ppo/core_algos.py"
 TORCH_FUNCTIONAL = "verl/utils/torch_functional.py"
+INSTALL = "pip install --no-deps -r requirements-test-nodeps.txt (make install-test does it)"
 
 
 @functools.cache
 def _source(path: str) -> str:
+    """The text of `path` (relative to site-packages) from the installed verl distribution."""
     try:
-        return subprocess.run(["git", "-C", VERL_MIRROR, "show", f"HEAD:{path}"], check=True, capture_output=True,
-                              text=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        pytest.skip(f"no veRL mirror at {VERL_MIRROR} ({e}); set RAGEN_JAX_VERL_MIRROR to a clone")
+        dist = importlib.metadata.distribution("verl")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"veRL is not installed: {INSTALL}")
+    located = dist.locate_file(path)
+    try:
+        return located.read_text(encoding="utf-8")
+    except OSError as e:
+        raise FileNotFoundError(f"veRL {dist.version} has no {path} ({e}): reinstall it with {INSTALL}") from e
 
 
 def _functions(path: str, names: tuple[str, ...]) -> str:
@@ -33,7 +42,8 @@ def _functions(path: str, names: tuple[str, ...]) -> str:
              if isinstance(node, ast.FunctionDef) and node.name in names}
     missing = set(names) - set(found)
     if missing:
-        raise LookupError(f"{sorted(missing)} not found in veRL's {path}: the mirror moved them")
+        raise LookupError(f"{sorted(missing)} not found in veRL's {path}: this veRL release moved them "
+                          f"(requirements-test-nodeps.txt pins the one the tests were written against)")
     return "\n\n".join(found[n] for n in names)
 
 
