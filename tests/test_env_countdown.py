@@ -167,7 +167,7 @@ def test_jsonl_and_json_loaders(tmp_path):
 
 
 def test_parquet_loader(tmp_path):
-    pa = pytest.importorskip("pyarrow")
+    pa = pytest.importorskip("pyarrow", reason="pyarrow is in requirements-test.txt: make install-test")
     import pyarrow.parquet as pq
 
     path = tmp_path / "train.parquet"

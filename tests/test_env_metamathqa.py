@@ -148,7 +148,7 @@ def test_loaders_and_seed_choice_match_original(tmp_path):
 
 
 def test_parquet_loader(tmp_path):
-    pa = pytest.importorskip("pyarrow")
+    pa = pytest.importorskip("pyarrow", reason="pyarrow is in requirements-test.txt: make install-test")
     import pyarrow.parquet as pq
 
     path = tmp_path / "mm.parquet"

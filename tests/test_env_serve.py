@@ -354,15 +354,16 @@ def test_cli_server_crash_mid_episode_is_reported():
 
 
 def test_host_batch_records_remote_failures_as_error_episodes():
-    batch_module = pytest.importorskip("envs.batch")
     import numpy as np
+
+    from envs.host_batch import HostEnvBatch
 
     good = EnvServer(TOY, port=0).start_background()
     doomed = EnvServer(TOY, port=0).start_background()
     try:
         envs = [RemoteEnv(good.url, timeout_s=LONG_TIMEOUT_S), RemoteEnv(good.url, timeout_s=LONG_TIMEOUT_S),
                 RemoteEnv(doomed.url, timeout_s=LONG_TIMEOUT_S, retries=0)]
-        batch = batch_module.HostEnvBatch(envs)
+        batch = HostEnvBatch(envs)
         assert batch.reset([0, 1, 2]) == ["Value: 0", "Value: 1", "Value: 2"]
         doomed.stop()  # the server of episode 2 goes away mid-episode
         start = time.monotonic()
