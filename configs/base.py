@@ -98,7 +98,7 @@ def apply_tiny(c: ml_collections.ConfigDict) -> None:
     c.trainer.total_steps = 30
     c.trainer.mini_batch_size = 32
     # ~2k tokens per micro-batch: on a CPU the update and the scoring run fastest at 1-2k tokens a call, each op's
-    # data staying in cache (`experiments/profile_steps.py update` shows where a larger call's time goes)
+    # data staying in cache (`experiments/bench/profile_steps.py update` shows where a larger call's time goes)
     c.trainer.micro_batch_size = 8
     c.trainer.save_every = 0
     c.diagnostics.every = 5
@@ -133,7 +133,7 @@ def apply_quickstart_rl(c: ml_collections.ConfigDict) -> None:
     c.warmstart.num_demos = 5000
     c.warmstart.steps = 500
     c.warmstart.max_seconds = 0.0
-    # ~1k tokens a micro-batch, in cache on a CPU (`experiments/bench_warmstart.py --batch 64 --micro 16` vs 64)
+    # ~1k tokens a micro-batch, in cache on a CPU (`experiments/bench/bench_warmstart.py --batch 64 --micro 16` vs 64)
     c.warmstart.batch_size, c.warmstart.micro_batch_size = 64, 16
     c.warmstart.lr = 1e-3
     c.env.groups, c.env.group_size = 16, 8

@@ -203,7 +203,7 @@ def load_thresholds(path: str) -> dict:
     thresholds = data.get("thresholds", data) if isinstance(data, dict) else None
     if not isinstance(thresholds, dict):
         raise ValueError(f"--thresholds {path}: expected a JSON object of regime thresholds (or one under "
-                         "\"thresholds\", as experiments/calibrate_regimes.py --json writes).")
+                         "\"thresholds\", as experiments/studies/calibrate_regimes.py --json writes).")
     return thresholds_from(thresholds)
 
 
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regime", metavar="PREFIX", default="",
                         help="draw the regime plane of PREFIX (e.g. collapse_first_turn_sample) instead")
     parser.add_argument("--thresholds", default="", metavar="JSON",
-                        help="with --regime: the thresholds of this file (experiments/calibrate_regimes.py --json "
+                        help="with --regime: the thresholds of this file (experiments/studies/calibrate_regimes.py --json "
                              "writes one) instead of each run's own")
     parser.add_argument("--columns", type=int, default=None,
                         help="runs per row (--regime: 3, --zscore / --gradients: 1)")

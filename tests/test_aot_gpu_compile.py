@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(G.plugin_missing() is not None, reason=str(G.plugin_missing())),
               pytest.mark.skipif(os.environ.get("JAX_PLATFORMS") != "cpu",
                                  reason="deviceless compiles run with JAX_PLATFORMS=cpu (the GPU is not there)")]
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "bench"))
 FUSED = "__cudnn$fmhaSoftmax"
 
 

@@ -1,4 +1,4 @@
-"""experiments/bench_gpu.py runs end to end on CPU with --smoke (the GPU numbers need a GPU machine) and its
+"""experiments/bench/bench_gpu.py runs end to end on CPU with --smoke (the GPU numbers need a GPU machine) and its
 figures agree with the times and token counts it measured; bench_kv_window.py compares windowed and
 full-cache decoding on the same tokens."""
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "experiments"))
+sys.path.insert(0, os.path.join(ROOT, "experiments", "bench"))
 
 # --smoke shapes (bench_gpu.main): decode batch 4, prompt 16, 8 new tokens; train 2 micro-batches of 2 rows x 32
 BATCH, PROMPT, NEW, ROWS, SEQ = 4, 16, 8, 4, 32

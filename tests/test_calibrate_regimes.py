@@ -1,4 +1,4 @@
-"""experiments/calibrate_regimes.py --points: calibrate on the saved points of several environments' arms."""
+"""experiments/studies/calibrate_regimes.py --points: calibrate on the saved points of several environments' arms."""
 
 import importlib.util
 import json
@@ -8,7 +8,7 @@ import os
 import pytest
 
 SPEC = importlib.util.spec_from_file_location(
-    "calibrate_regimes", os.path.join(os.path.dirname(__file__), "..", "experiments", "calibrate_regimes.py"))
+    "calibrate_regimes", os.path.join(os.path.dirname(__file__), "..", "experiments", "studies", "calibrate_regimes.py"))
 calibrate_regimes = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(calibrate_regimes)
 

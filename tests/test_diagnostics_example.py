@@ -1,4 +1,4 @@
-"""experiments/diagnostics_example.py draws the offline report beside the regime plane, or says why it cannot."""
+"""experiments/studies/diagnostics_example.py draws the offline report beside the regime plane, or says why it cannot."""
 
 import importlib.util
 import json
@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 SPEC = importlib.util.spec_from_file_location(
-    "diagnostics_example", os.path.join(os.path.dirname(__file__), "..", "experiments", "diagnostics_example.py"))
+    "diagnostics_example", os.path.join(os.path.dirname(__file__), "..", "experiments", "studies", "diagnostics_example.py"))
 example = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(example)
 P = "collapse_first_turn_sample"

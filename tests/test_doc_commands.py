@@ -29,7 +29,7 @@ BROKEN = [
     ("python", "experiments/no_such_script.py"),
     ("python", "-m", "ragen_jax.diagnostic", "RUN"),
     ("python", "experiments/sweep.py", "--config", "configs/sokoban.py:tiny", "--grid", "filter.valeu=1.0,0.9"),
-    ("python", "experiments/filter_ablation.py", "--", "--config.trainer.total_stepz=3"),
+    ("python", "experiments/studies/filter_ablation.py", "--", "--config.trainer.total_stepz=3"),
 ]
 
 
@@ -71,8 +71,8 @@ def test_the_docs_commands_are_found():
     """The extraction sees fenced, indented and inline commands, joined across `\\` and wrapped lines."""
     found = {(c.doc, c.argv[1]) for c in COMMANDS}
     assert {("README.md", "run.py"), ("docs/running.md", "experiments/sweep.py"), ("README.md", "quickstart"),
-            ("README.md", "test"), ("docs/diagnostics.md", "experiments/mi_table.py"),
-            ("docs/performance.md", "experiments/bench_train.py"), ("docs/custom_envs.md", "run.py")} <= found
+            ("README.md", "test"), ("docs/diagnostics.md", "experiments/studies/mi_table.py"),
+            ("docs/performance.md", "experiments/bench/bench_train.py"), ("docs/custom_envs.md", "run.py")} <= found
     bandit = next(c for c in PYTHON if "configs/bandit.py:tiny" in c.argv)  # six lines joined
     assert bandit.argv[-2:] == ("--workdir", "runs/diag") and "--config.warmstart.reasoning_text=pick the arm that " \
         "pays more" in bandit.argv

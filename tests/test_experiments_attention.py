@@ -1,9 +1,9 @@
-"""experiments/bench_attention.py: both sides compute the same output (and gradients with --backward), and the
+"""experiments/bench/bench_attention.py: both sides compute the same output (and gradients with --backward), and the
 printed figures are labelled (medians, load, GEMM bound, ratio direction)."""
 
 import pytest
 
-from experiments import bench_attention
+from experiments.bench import bench_attention
 
 SMALL = ["--batch", "1", "--length", "64", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--repeats", "3"]
 

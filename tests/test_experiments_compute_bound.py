@@ -1,6 +1,6 @@
 """The benchmarks' FLOP and byte counts: what each side of a prefill performs, what a decode step reads."""
 
-from experiments.compute_bound import decode_step_bytes, forward_flops, layer_flops, prefill_flops
+from experiments.bench.compute_bound import decode_step_bytes, forward_flops, layer_flops, prefill_flops
 from ragen_jax.models import tiny_config
 
 

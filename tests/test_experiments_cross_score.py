@@ -1,9 +1,9 @@
-"""experiments/bench_cross_score.py: both scorers agree at the smallest setting, and a disagreement exits non-zero."""
+"""experiments/bench/bench_cross_score.py: both scorers agree at the smallest setting, and a disagreement exits non-zero."""
 
 import numpy as np
 import pytest
 
-from experiments import bench_cross_score as bench
+from experiments.bench import bench_cross_score as bench
 
 SMALL = ["--pairs", "2", "--prompt-len", "5", "--reason-len", "3", "--batch-size", "4", "--repeats", "1"]
 

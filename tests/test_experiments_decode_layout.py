@@ -1,8 +1,8 @@
-"""experiments/bench_decode_layout.py: the gemm part labels its ratio and stops when the layouts disagree."""
+"""experiments/bench/bench_decode_layout.py: the gemm part labels its ratio and stops when the layouts disagree."""
 
 import pytest
 
-from experiments import bench_decode_layout as bench
+from experiments.bench import bench_decode_layout as bench
 from ragen_jax.models import tiny_config
 
 

@@ -1,7 +1,7 @@
-"""experiments/bench_deepcoder.py: the load and other processes' CPU are printed and each ratio says which side it
+"""experiments/bench/bench_deepcoder.py: the load and other processes' CPU are printed and each ratio says which side it
 favours."""
 
-from experiments import bench_deepcoder as bench
+from experiments.bench import bench_deepcoder as bench
 
 
 def test_output_names_the_load_and_the_ratios_direction(monkeypatch, capsys):

@@ -1,9 +1,9 @@
-"""experiments/bench_env_server.py: the server and the in-process baseline alternate block by block, >= 3 blocks
+"""experiments/bench/bench_env_server.py: the server and the in-process baseline alternate block by block, >= 3 blocks
 each by default, medians reported with the load line."""
 
 import pytest
 
-from experiments import bench_env_server
+from experiments.bench import bench_env_server
 
 
 def test_small_run_alternates_blocks_and_reports_medians(capsys):

@@ -1,4 +1,4 @@
-"""experiments/bench_envs.py: every measurement repeated and interleaved, the load printed, the ratios labelled,
+"""experiments/bench/bench_envs.py: every measurement repeated and interleaved, the load printed, the ratios labelled,
 and both sides' steps checked to agree on the same levels and actions."""
 
 import re
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from envs.sokoban.env import _state_from_level, step_level
-from experiments import bench_envs as bench
+from experiments.bench import bench_envs as bench
 
 
 class _FakeSokobanEnv:

@@ -1,4 +1,4 @@
-"""experiments/gpu_aot.py's arithmetic: the paper lower bounds follow from a compiled program's bytes and FLOPs,
+"""experiments/bench/gpu_aot.py's arithmetic: the paper lower bounds follow from a compiled program's bytes and FLOPs,
 and a GPU session's measured figures are printed beside them (the compiles themselves: tests/test_aot_gpu_compile.py,
 slow, with the CUDA plugin)."""
 
@@ -14,7 +14,7 @@ import pytest
 from ragen_jax.aot import gpu as G
 from ragen_jax.aot.programs import Program
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "bench"))
 
 
 def _decode_program(rows: int) -> Program:

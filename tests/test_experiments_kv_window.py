@@ -1,9 +1,9 @@
-"""experiments/bench_kv_window.py: both sides interleaved and repeated, medians, the load line, the same greedy
+"""experiments/bench/bench_kv_window.py: both sides interleaved and repeated, medians, the load line, the same greedy
 tokens checked before timing, and the labelled ratio (windowed/baseline)."""
 
 import pytest
 
-from experiments import bench_kv_window
+from experiments.bench import bench_kv_window
 
 SMALL = ["--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "16", "--vocab", "64",
          "--batch", "2", "--prompt", "8", "--new", "4", "--cache", "600"]

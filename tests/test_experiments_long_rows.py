@@ -1,4 +1,4 @@
-"""experiments/long_rows_step.py: this checkout and a baseline alternate run by run, each run's step 1 (which
+"""experiments/bench/long_rows_step.py: this checkout and a baseline alternate run by run, each run's step 1 (which
 compiles) is left out, medians over runs, the load printed, the ratios baseline / ours labelled."""
 
 import os
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from experiments import long_rows_step as bench
+from experiments.bench import long_rows_step as bench
 
 
 def _fake_scalars(seconds: float) -> dict:
@@ -47,7 +47,7 @@ def test_runs_alternate_and_the_ratios_leave_the_compiling_step_out(tmp_path, mo
 def test_a_baseline_revision_is_unpacked_and_a_bad_one_named(tmp_path):
     folder = bench.baseline_checkout("HEAD", str(tmp_path / "base"))
     assert os.path.isfile(os.path.join(folder, "run.py"))
-    assert os.path.isfile(os.path.join(folder, "experiments", "long_rows_step.py"))
+    assert os.path.isfile(os.path.join(folder, "experiments", "bench", "long_rows_step.py"))
     with pytest.raises(SystemExit, match="neither a folder nor a git revision"):
         bench.baseline_checkout("no-such-revision", str(tmp_path / "bad"))
     with pytest.raises(SystemExit, match="without run.py"):

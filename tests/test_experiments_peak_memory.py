@@ -1,8 +1,8 @@
-"""experiments/peak_memory.py: a call's own peak, even after the process peaked higher."""
+"""experiments/bench/peak_memory.py: a call's own peak, even after the process peaked higher."""
 
 import numpy as np
 
-from experiments.peak_memory import peak_growth_bytes
+from experiments.bench.peak_memory import peak_growth_bytes
 
 
 def test_a_calls_peak_shows_after_a_bigger_earlier_one():

@@ -1,9 +1,9 @@
-"""experiments/profile_steps.py: the decode loop's own op counts are printed, whatever XLA names the loop body."""
+"""experiments/bench/profile_steps.py: the decode loop's own op counts are printed, whatever XLA names the loop body."""
 
 import jax
 import jax.numpy as jnp
 
-from experiments.profile_steps import hlo_histogram, print_profile, while_body
+from experiments.bench.profile_steps import hlo_histogram, print_profile, while_body
 
 
 def _loop_hlo() -> str:

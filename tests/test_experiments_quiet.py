@@ -1,10 +1,10 @@
-"""experiments/quiet.py counts the CPU other processes take while a benchmark times itself."""
+"""experiments/bench/quiet.py counts the CPU other processes take while a benchmark times itself."""
 
 import subprocess
 import sys
 import time
 
-from experiments.quiet import BUSY_CORES, OtherCpu
+from experiments.bench.quiet import BUSY_CORES, OtherCpu
 
 
 def test_a_busy_neighbour_is_seen():

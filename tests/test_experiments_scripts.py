@@ -1,7 +1,8 @@
 """Every script in experiments/ answers `--help` when run by path from any folder (no PYTHONPATH), and every
-command experiments/gpu_session.sh runs parses its flags on CPU, so a lent GPU's minutes are not lost to a typo."""
+command experiments/bench/gpu_session.sh runs parses its flags on CPU, so a lent GPU's minutes are not lost to a typo."""
 
 import argparse
+import glob
 import importlib.util
 import os
 import re
@@ -12,8 +13,14 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = sorted(name for name in os.listdir(os.path.join(ROOT, "experiments"))
-                 if name.endswith(".py") and "__main__" in open(os.path.join(ROOT, "experiments", name)).read())
+SCRIPTS = sorted(os.path.relpath(path, os.path.join(ROOT, "experiments"))
+                 for path in glob.glob(os.path.join(ROOT, "experiments", "**", "*.py"), recursive=True)
+                 if "__main__" in open(path).read())
+
+
+def _module(script: str) -> str:
+    """experiments/bench/x.py's module name, experiments.bench.x."""
+    return "experiments." + script[:-3].replace(os.sep, ".")
 
 
 def _clean_env() -> dict:
@@ -72,7 +79,7 @@ def test_session_commands_are_read_from_the_script():
 
 @pytest.mark.slow
 def test_every_gpu_session_command_parses_its_flags(monkeypatch, tmp_path):
-    with open(os.path.join(ROOT, "experiments", "gpu_session.sh")) as f:
+    with open(os.path.join(ROOT, "experiments", "bench", "gpu_session.sh")) as f:
         commands = session_commands(f.read())
     checked = []
     for command in commands:
@@ -92,8 +99,8 @@ def test_every_gpu_session_command_parses_its_flags(monkeypatch, tmp_path):
             continue
         assert out.returncode == 0, (command, out.stderr[-2000:])
         checked.append(command[0])
-    assert checked == ["-c", "experiments/bench_gpu.py", "experiments/gpu_aot.py", "experiments/bench_kv_window.py",
-                       "run.py"], checked
+    assert checked == ["-c", "experiments/bench/bench_gpu.py", "experiments/bench/gpu_aot.py",
+                       "experiments/bench/bench_kv_window.py", "run.py"], checked
 
 
 def _run(script: str, *args: str) -> str:
@@ -107,7 +114,7 @@ def _run(script: str, *args: str) -> str:
 def _main(script: str, argv: list[str], capsys) -> str:
     """`script`'s stdout from its main(argv) run in this process (no fresh JAX import); timings vary, so callers
     check the structure only."""
-    module = importlib.import_module(f"experiments.{script[:-3]}")
+    module = importlib.import_module(_module(script))
     capsys.readouterr()
     module.main(argv)
     return capsys.readouterr().out
@@ -123,14 +130,14 @@ class _UnreadArgv(list):
         return super().__getitem__(index)
 
 
-@pytest.mark.parametrize("script", ["bench_decode_layout.py", "bench_diagnostics.py", "bench_draw.py",
-                                    "bench_generate.py", "bench_lanes.py", "bench_rollout.py", "bench_serve.py",
-                                    "bench_train.py",
-                                    "filter_ablation.py", "profile_steps.py"])
+@pytest.mark.parametrize("script", ["bench/bench_decode_layout.py", "bench/bench_diagnostics.py",
+                                    "bench/bench_draw.py", "bench/bench_generate.py", "bench/bench_lanes.py",
+                                    "bench/bench_rollout.py", "bench/bench_serve.py", "bench/bench_train.py",
+                                    "studies/filter_ablation.py", "bench/profile_steps.py"])
 def test_main_reads_the_arguments_it_is_given(script, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", _UnreadArgv([script]))
     with pytest.raises(SystemExit) as exit_:
-        importlib.import_module(f"experiments.{script[:-3]}").main(["--help"])
+        importlib.import_module(_module(script)).main(["--help"])
     assert exit_.value.code == 0
     assert "usage:" in capsys.readouterr().out
 
@@ -141,7 +148,7 @@ NUMBER = r"\d+\.\d+"
 
 @pytest.mark.slow
 def test_bench_generate_at_its_tiny_case_matches_transformers_and_prints_the_ratio():
-    out = _run("bench_generate.py", "--cases", "tiny", "--repeats", "1")
+    out = _run("bench/bench_generate.py", "--cases", "tiny", "--repeats", "1")
     assert re.search(LOAD, out), out
     assert "[tiny] batch 64" in out and "greedy tokens identical: 100.0%" in out, out
     assert "other processes used" in out and "of the measured GEMM bound" in out, out
@@ -150,7 +157,7 @@ def test_bench_generate_at_its_tiny_case_matches_transformers_and_prints_the_rat
 
 @pytest.mark.slow
 def test_bench_train_at_its_tiny_size_agrees_with_torch_and_prints_the_ratio():
-    out = _run("bench_train.py", "--sizes", "tiny", "--warmup", "1", "--steps", "1")
+    out = _run("bench/bench_train.py", "--sizes", "tiny", "--warmup", "1", "--steps", "1")
     assert re.search(LOAD, out), out
     first = re.search(r"first update +ours loss (\S+) grad_norm (\S+) \| torch loss (\S+) grad_norm (\S+)", out)
     assert first and first[1] == first[3] and first[2] == first[4], out
@@ -160,7 +167,7 @@ def test_bench_train_at_its_tiny_size_agrees_with_torch_and_prints_the_ratio():
 
 @pytest.mark.slow
 def test_bench_rollout_at_its_tiny_workload_keeps_the_trajectories_and_prints_the_ratio():
-    out = _run("bench_rollout.py", "--workloads", "tiny", "--repeats", "1", "--slots", "0")
+    out = _run("bench/bench_rollout.py", "--workloads", "tiny", "--repeats", "1", "--slots", "0")
     assert re.search(LOAD, out), out
     rows = re.findall(r"same trajectories as lockstep: (\w+)", out)
     assert rows == ["True", "True"] and "WARNING: tiny" not in out, out
@@ -169,14 +176,14 @@ def test_bench_rollout_at_its_tiny_workload_keeps_the_trajectories_and_prints_th
 
 
 def test_bench_lanes_at_one_small_case_decodes_the_same_tokens_and_prints_the_ratio(capsys):
-    out = _main("bench_lanes.py", ["--cases", "tiny:8", "--repeats", "1"], capsys)
+    out = _main("bench/bench_lanes.py", ["--cases", "tiny:8", "--repeats", "1"], capsys)
     assert re.search(LOAD, out), out
     assert re.search(r"\[tiny:8\] .*medians of 1: .*greedy tokens identical: 100\.0%; other processes used", out), out
     assert re.fullmatch(rf"RATIO lanes/one program: tiny:8={NUMBER}x", out.strip().splitlines()[-1]), out
 
 
 def test_bench_diagnostics_at_eight_pairs_prints_its_token_shares(capsys):
-    out = _main("bench_diagnostics.py", ["--models", "tiny", "--pairs", "8", "--batch-size", "8", "--repeats", "1"],
+    out = _main("bench/bench_diagnostics.py", ["--models", "tiny", "--pairs", "8", "--batch-size", "8", "--repeats", "1"],
                 capsys)
     assert re.search(LOAD, out), out
     assert re.search(r"\[tiny\] .*8 pairs per sampling; first call \(compiling\) .*medians of 1: first-turn", out), out
@@ -185,7 +192,7 @@ def test_bench_diagnostics_at_eight_pairs_prints_its_token_shares(capsys):
 
 
 def test_bench_draw_with_one_repeat_prints_ratios_and_exact_distances(capsys):
-    out = _main("bench_draw.py", ["--repeats", "1"], capsys)
+    out = _main("bench/bench_draw.py", ["--repeats", "1"], capsys)
     assert re.search(LOAD, out), out
     cases = re.findall(rf"^(\d+) x ([\d,]+): .*ours / single draw {NUMBER}x, ours / categorical {NUMBER}x  "
                        r"\(other processes used", out, flags=re.M)

@@ -1,4 +1,4 @@
-"""experiments/bench_warmstart.py: its documented commands parse; --compare_prefix times both layouts of the same
+"""experiments/bench/bench_warmstart.py: its documented commands parse; --compare_prefix times both layouts of the same
 rows and stops when their losses differ."""
 
 import shlex
@@ -6,12 +6,12 @@ import types
 
 import pytest
 
-from experiments import bench_warmstart as bench
+from experiments.bench import bench_warmstart as bench
 
 
 def test_the_docstrings_commands_parse():
     commands = [line.strip() for line in bench.__doc__.splitlines()
-                if line.strip().startswith("python experiments/bench_warmstart.py")]
+                if line.strip().startswith("python experiments/bench/bench_warmstart.py")]
     assert len(commands) >= 2
     for command in commands:
         bench.parser().parse_args(shlex.split(command)[2:])  # argparse exits 2 on an unknown flag

@@ -1,10 +1,10 @@
-"""experiments/filter_ablation.py reports each arm as docs/quickstart.md does: mean +- sample std over seeds."""
+"""experiments/studies/filter_ablation.py reports each arm as docs/quickstart.md does: mean +- sample std over seeds."""
 
 import importlib.util
 import os
 
 SPEC = importlib.util.spec_from_file_location(
-    "filter_ablation", os.path.join(os.path.dirname(__file__), "..", "experiments", "filter_ablation.py"))
+    "filter_ablation", os.path.join(os.path.dirname(__file__), "..", "experiments", "studies", "filter_ablation.py"))
 filter_ablation = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(filter_ablation)
 

@@ -1,5 +1,5 @@
 """The planner's XLA:GPU working set against the bytes XLA:GPU compiled the actor update into, for an H100 that was
-not there (experiments/gpu_aot.py; docs/performance_gpu.md records each compile): within 10% on one GPU at the
+not there (experiments/bench/gpu_aot.py; docs/performance_gpu.md records each compile): within 10% on one GPU at the
 Qwen2.5 0.5B/3B/7B widths and on 8 GPUs (fsdp 4 x tensor 2), with the update's outputs kept sharded."""
 
 from __future__ import annotations

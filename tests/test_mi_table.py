@@ -1,4 +1,4 @@
-"""experiments/mi_table.py lists a run's collapse diagnostics step by step and names template collapse."""
+"""experiments/studies/mi_table.py lists a run's collapse diagnostics step by step and names template collapse."""
 
 import importlib.util
 import os
@@ -8,7 +8,7 @@ import pytest
 from ragen_jax.monitoring import Monitor
 
 SPEC = importlib.util.spec_from_file_location(
-    "mi_table", os.path.join(os.path.dirname(__file__), "..", "experiments", "mi_table.py"))
+    "mi_table", os.path.join(os.path.dirname(__file__), "..", "experiments", "studies", "mi_table.py"))
 mi_table = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(mi_table)
 P = "collapse_first_turn_sample"

@@ -155,14 +155,15 @@ def test_a_runs_eval_outputs_stay_out_of_its_curves(tmp_path):
 
 
 def test_calibrate_regimes_reads_labelled_runs_and_classifies_others(tmp_path, capsys):
-    """experiments/calibrate_regimes.py with --reuse: no run is started; the thresholds come from the points the
+    """experiments/studies/calibrate_regimes.py with --reuse: no run is started; the thresholds come from the points the
     four arms logged, and another run's points are classified with them."""
     import json
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments"))
     spec = importlib.util.spec_from_file_location(
-        "calibrate_regimes", os.path.join(os.path.dirname(__file__), "..", "experiments", "calibrate_regimes.py"))
+        "calibrate_regimes", os.path.join(os.path.dirname(__file__), "..", "experiments", "studies",
+                                          "calibrate_regimes.py"))
     calib = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(calib)
     points = {"fixed": (0.004, 0.01), "state": (0.03, 1.6), "filler": (1.9, -0.02), "state_filler": (0.9, 1.3)}

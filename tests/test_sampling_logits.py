@@ -9,7 +9,7 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.bench_draw import UNIFORMS, grid_probabilities, two_stage_grid_probabilities
+from experiments.bench.bench_draw import UNIFORMS, grid_probabilities, two_stage_grid_probabilities
 
 from ragen_jax.models import CausalLM, ModelConfig
 from ragen_jax.sampling import Sampler, SamplingConfig, process_logits, sample_step, score_tokens

@@ -5,7 +5,7 @@ High H(Z|X) + high MI: diverse reasoning (healthy). High H(Z|X) + low MI: templa
 input-specific). Low + low: low-entropy collapse. The thresholds come from the config; MI is compared as a
 fraction of its log N bound (mi_relative) so runs with different sample counts share one threshold.
 
-The defaults are calibrated (experiments/calibrate_regimes.py, docs/diagnostics.md): the tiny Sokoban and
+The defaults are calibrated (experiments/studies/calibrate_regimes.py, docs/diagnostics.md): the tiny Sokoban and
 FrozenLake policies warm-started to sit in each regime by construction, two seeds each, 96 points. H(Z|X)
 separated at 0.386 (input-tied thinking, FrozenLake) vs 0.962 nats/token (the same plus random words, Sokoban);
 MI / log N at 0.004 (one text, or random words) vs 0.044. Each default lies in the middle of its gap (the

@@ -24,7 +24,7 @@ from ragen_jax.shapes import even_chunk, round_up
 
 # Queries and keys per block (a score block is [G*BLOCK_Q, BLOCK_K] per row and key head). Smaller blocks skip more
 # of the causal mask but run more, smaller kernels; larger ones fall out of cache. On a 2-core CPU 256 x 256 was the
-# fastest of the square and mixed sizes tried for forward+backward at 4 x 3584 (`experiments/bench_attention.py
+# fastest of the square and mixed sizes tried for forward+backward at 4 x 3584 (`experiments/bench/bench_attention.py
 # --backward --batch 4 --length 3584` with these constants changed); bigger blocks keep both threads busy.
 BLOCK_Q = 256
 BLOCK_K = 256
@@ -32,7 +32,7 @@ BLOCK_K = 256
 # the causal skip cannot drop, so every query scored every slot of it, even those past the prompt's end; in
 # 64-slot blocks the skip drops them (smaller blocks add more loop steps than they skip). Longer windows keep
 # BLOCK_K, where 64-slot blocks' many small kernels cost more than the skip saves (the tiny case of
-# `experiments/bench_generate.py`, whose prefill writes such a window).
+# `experiments/bench/bench_generate.py`, whose prefill writes such a window).
 CACHE_WINDOW_BLOCK_K = 64
 _NEG = float(np.finfo(np.float32).min)  # score of a key the query may not see
 _M0 = _NEG / 2  # running max before any visible key: exp((_NEG - _M0) * scale) is exactly 0
@@ -117,7 +117,7 @@ def block_length(n: int, block: int) -> int:
     """Positions per block for a sequence of n: as few blocks as `block` allows, evened (`shapes.even_chunk`, a
     multiple of 16; a single block a multiple of 8). A 384-token row is 2 x 192, not 2 x 256: the trainer's length
     buckets above 256 are multiples of 128, and 256-blocks would pad 384 to 512, scoring 16/9 of the causal
-    blocks' area (`experiments/bench_train.py --sizes tiny-384`)."""
+    blocks' area (`experiments/bench/bench_train.py --sizes tiny-384`)."""
     return even_chunk(n, block, 8 if n <= block else 16)
 
 

@@ -20,7 +20,7 @@ class KVCache:
     once per step that way). Keys are kept transposed (slots last), values slots-major, so a decode step's two
     products are plain GEMMs per row and key head: scores q [G, hd] @ K^T [hd, S], then probabilities [G, S] @ V
     [S, hd]; with keys slots-major the scores contract both operands' last axis, which XLA:CPU runs as a slower
-    kernel at decode shapes (`experiments/profile_steps.py generate`; docs/performance.md, "Decode")."""
+    kernel at decode shapes (`experiments/bench/profile_steps.py generate`; docs/performance.md, "Decode")."""
 
     k: tuple[jax.Array, ...]  # per layer [B, num_kv_heads, head_dim, S]
     v: tuple[jax.Array, ...]  # per layer [B, num_kv_heads, S, head_dim]

@@ -10,7 +10,7 @@ query heads against them and keeps the block's max, exp-sum and weighted values;
 then combines the blocks with the usual softmax rescaling (flash-decoding over a ragged batch). What a row
 gets depends only on its own query and cache, not on the other rows or the batch size. A cache of at most one
 block is read whole, masked by each row's length: every row's item would be the whole cache, so the list, its
-gathers and the segment reduction would only add ops (`experiments/bench_generate.py`, the tiny case).
+gathers and the segment reduction would only add ops (`experiments/bench/bench_generate.py`, the tiny case).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ DECODE_ITEMS = 16  # items gathered and scored per loop iteration
 def uses_ragged_decode(devices: int = 1) -> bool:
     """Whether a decode step reads each row's own cache length instead of a shared window: on the CPU, where
     reading only what each row holds beat the dense window at every shape measured (docs/performance.md,
-    "Decode"; `experiments/bench_generate.py`), and on one device (the dense form shards by rows). A GPU keeps the
+    "Decode"; `experiments/bench/bench_generate.py`), and on one device (the dense form shards by rows). A GPU keeps the
     dense window, whose few large kernels suit it (not measured there)."""
     return target.backend() == "cpu" and devices == 1
 

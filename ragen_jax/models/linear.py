@@ -2,14 +2,14 @@
 
 A projection of `x [B, T, in]` written as one dot over the last axis has a weight gradient that contracts two
 axes (B and T). XLA:CPU lowers that contraction by first copying the incoming [B, T, out] gradient into a
-transposed layout, a copy the size of the activations per projection (`experiments/profile_steps.py update
+transposed layout, a copy the size of the activations per projection (`experiments/bench/profile_steps.py update
 --size medium` shows it). On [B*T, in] rows the weight gradient is a single GEMM over one contracting axis and
-no copy is made (`experiments/bench_train.py`; docs/performance.md, "Update"). The reshape is free (a bitcast)
+no copy is made (`experiments/bench/bench_train.py`; docs/performance.md, "Update"). The reshape is free (a bitcast)
 and the values are identical.
 
 A decode step is the opposite case: a few rows against weights that stream from memory every step. There the
 GEMM runs fastest as weight [out, in] @ x^T [in, rows], both operands laid out that way: XLA:CPU's kernel then
-reads each weight row contiguously (`out_first_matmul`, `OutFirstLinear`; `experiments/bench_decode_layout.py`).
+reads each weight row contiguously (`out_first_matmul`, `OutFirstLinear`; `experiments/bench/bench_decode_layout.py`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def out_first_matmul(x: jax.Array, w_t: jax.Array, *, preferred_element_type=Non
     """x [..., D] against a weight laid out [N, D] -> [..., N], computed as the GEMM w_t [N, D] @ x^T [D, M].
 
     With few rows M (a decode step) and a weight that does not stay in cache, this form streams the weight faster
-    than x @ w, its rows read contiguously (`experiments/bench_decode_layout.py`). Both operands are materialised in that
+    than x @ w, its rows read contiguously (`experiments/bench/bench_decode_layout.py`). Both operands are materialised in that
     layout (optimization barriers): otherwise XLA folds the transposes into the dot's dimension numbers and the
     slow form comes back."""
     d = x.shape[-1]

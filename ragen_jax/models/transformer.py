@@ -324,7 +324,7 @@ def projection_params(config: ModelConfig) -> int:
 def decode_weights_pay_off(config: ModelConfig, platform: str) -> bool:
     """Whether decoding on `decode_weights` is faster: on a CPU, once the projections stream from memory every
     step (>= 128 MiB in the compute dtype). Below that the weights stay in cache, the layout gains nothing and the
-    transposed activations cost more than they save (`experiments/bench_decode_layout.py`; docs/performance.md,
+    transposed activations cost more than they save (`experiments/bench/bench_decode_layout.py`; docs/performance.md,
     "Decode")."""
     return platform == "cpu" and projection_params(config) * config.jnp_dtype.itemsize >= DECODE_WEIGHTS_MIN_BYTES
 
@@ -347,7 +347,7 @@ def with_decode_weights(model: CausalLM, weights: dict[str, jax.Array]) -> Causa
     """Swaps every projection and the output head for an `OutFirstLinear` over `decode_weights(model)`, in place
     (for a model merged inside a traced decode program); returns the model. Same function, other rounding: the
     sums run in another order. On a CPU a decode step whose weights stream from memory reads them faster this way
-    (`experiments/bench_decode_layout.py`)."""
+    (`experiments/bench/bench_decode_layout.py`)."""
     dtype = model.config.jnp_dtype
     for key, block, name in _projections(model):
         bias = getattr(getattr(block, name), "bias", None)

@@ -3,7 +3,7 @@
 On a CPU, a small model's decode step is many small ops (a few-row GEMM, a softmax over a short window), and
 XLA:CPU's split of each op over the cores buys nothing there: such a step takes as long pinned to one core as on
 two, while two program calls of half the rows each, made from two threads, run side by side
-(`experiments/bench_lanes.py` compares whole generate calls in lanes with one program; docs/performance.md,
+(`experiments/bench/bench_lanes.py` compares whole generate calls in lanes with one program; docs/performance.md,
 "Decode"). A sampler in lanes keeps
 one KV cache per lane (`LaneCaches`; its rows never move between lanes, so no step copies a cache), carries one
 `TurnState` over the whole batch (small; split and merged per call) and runs each lane's begin and decode
@@ -75,7 +75,7 @@ def decode_lanes(config: ModelConfig, platform: str, batch_size: int, *, multi_d
     """How many lanes a sampler decodes in by default: on a CPU, for a model whose decode step reads at most
     MAX_LANE_WEIGHT_BYTES of weights, as many as there are cores and MIN_LANE_ROWS-row parts of the batch (a
     divisor of the batch); otherwise 1. A model past that bound gains nothing from lanes: each lane streams every
-    weight from memory, so two lanes read them twice (`experiments/bench_lanes.py` compares both model sizes)."""
+    weight from memory, so two lanes read them twice (`experiments/bench/bench_lanes.py` compares both model sizes)."""
     if platform != "cpu" or multi_device or decode_step_weight_bytes(config) > MAX_LANE_WEIGHT_BYTES:
         return 1
     lanes = max(1, min(cpu_cores() if cores is None else cores, batch_size // MIN_LANE_ROWS))

@@ -44,7 +44,7 @@ def _nucleus_threshold_unsorted(x: jax.Array, top_p: float) -> jax.Array:
     The threshold is the smallest logit v whose strictly larger logits hold < top_p of the mass (the first of a
     run of ties is the one sorted first). That mass only falls as v rises, so a bisection over the float order
     (32 halvings of the int32 range, each a masked sum over the vocabulary) finds it exactly. XLA:CPU's sort of
-    the vocabulary is a slow kernel, far slower than these sums (`experiments/bench_generate.py --top-p 0.9`).
+    the vocabulary is a slow kernel, far slower than these sums (`experiments/bench/bench_generate.py --top-p 0.9`).
     """
     keys = _order_keys(x)
     probs = jax.nn.softmax(x, axis=-1)
@@ -99,7 +99,7 @@ def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
 def first_argmax(x: jax.Array) -> jax.Array:
     """jnp.argmax over the last axis (the first index of the maximum) as two plain reductions: x [B, V] -> [B]
     int32. XLA:CPU's fused value-and-index reduction is slower than the two on decode-step logits
-    (`experiments/bench_draw.py` times the draws beside it). A row holding NaN gives its last index."""
+    (`experiments/bench/bench_draw.py` times the draws beside it). A row holding NaN gives its last index."""
     v = x.shape[-1]
     first = jnp.min(jnp.where(x == jnp.max(x, axis=-1, keepdims=True), jnp.arange(v, dtype=jnp.int32), v), axis=-1)
     return jnp.minimum(first, v - 1)
@@ -132,7 +132,7 @@ def inverse_cdf_categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
     running sum of all V weights is off softmax by a total variation of 3.3e-3 at 151,936 tokens (a float32 uniform
     has 2^23 values and a float32 sum over V terms drifts); the two stages sum ~sqrt(V) terms each and are off by
     1.4e-5 there (1.5e-6 at 1,119), and faster too (fewer terms per prefix sum). `jax.random.categorical` draws V
-    Gumbel variates per row instead, far more work on the CPU. Timings: experiments/bench_draw.py; the learning
+    Gumbel variates per row instead, far more work on the CPU. Timings: experiments/bench/bench_draw.py; the learning
     evidence for the switch: docs/performance.md, "The token draw"."""
     chex.assert_rank(logits, 2)
     b, v = logits.shape

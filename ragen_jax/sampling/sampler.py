@@ -57,7 +57,7 @@ class Sampler:
     of two >= the longest row's end, instead of all `cache_size` slots.
     `out_first_weights` decodes with the projections' weights transposed to [out, in] (`decode_weights`; made
     once per parameter version and kept while those parameters live): on a CPU, once the weights stream from
-    memory each step, few-row GEMMs read them faster (`experiments/bench_decode_layout.py`), at the cost of one more
+    memory each step, few-row GEMMs read them faster (`experiments/bench/bench_decode_layout.py`), at the cost of one more
     copy of the projection weights in memory. Default: `decode_weights_pay_off` (a CPU and >= 128 MiB of projections); GPUs pick their own GEMM
     layouts.
     `lanes` splits the rows into that many equal parts, each with its own cache (`LaneCaches`), whose begin and

@@ -46,7 +46,7 @@ _BLOCK_COPIES = 2  # [H, BLOCK_Q, BLOCK_K] f32 score blocks alive at once (one l
 _LOGIT_COPIES = 4  # [chunk, V] f32 logits, softmax, and gradients per log-prob chunk (chunks rematerialised)
 _KEPT_LOGIT_COPIES = 3.5  # [T, V] f32 logits kept for the backward pass when small (algos.logprobs)
 # XLA:GPU keeps fewer copies (its fusions write gate * silu(up) and the norms in one pass; cuDNN's attention has no
-# score blocks). Fitted to deviceless H100 compiles of the actor update (experiments/gpu_aot.py) at Qwen2.5
+# score blocks). Fitted to deviceless H100 compiles of the actor update (experiments/bench/gpu_aot.py) at Qwen2.5
 # 0.5B/3B/7B widths, 2 and 4 layers, 8 x 3600-token bf16 micro-batches: the per-layer bytes of 3B and 7B within
 # 0.3%, 0.5B's 9% under (docs/performance_gpu.md).
 _GPU_HIDDEN_COPIES = 4  # [D] per layer: its input, both norms' outputs, the residual after attention

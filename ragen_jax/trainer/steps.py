@@ -336,7 +336,7 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
 class StateKeepingJit:
     """jax.jit of an update `fn(params, opt_state, ...) -> (params, opt_state, metrics)` whose new params and optimizer
     state keep their inputs' shardings (both donated). Without out_shardings XLA:GPU returned an fsdp-sharded update's
-    params and Adam state whole on every device (a deviceless 8-GPU compile, experiments/gpu_aot.py); XLA:CPU kept
+    params and Adam state whole on every device (a deviceless 8-GPU compile, experiments/bench/gpu_aot.py); XLA:CPU kept
     them sharded. One jit per layout of the inputs; `lower` is jax.jit's, for ahead-of-time compiles."""
 
     def __init__(self, fn: Callable):

@@ -59,7 +59,7 @@ def score_rows(fn: Callable, a: Any, b: Any, dev: dict, micro: int, *, with_posi
                output: int | None = 0) -> Any:
     """Apply a scoring function micro-batch by micro-batch: the rows an update holds at once, so memory stays
     bounded by the update's; on a CPU, calls of ~1-2k tokens also keep each op's data in cache
-    (experiments/profile_steps.py). `output` picks the array of a function returning several (the policy's
+    (experiments/bench/profile_steps.py). `output` picks the array of a function returning several (the policy's
     scoring: 0 log-probs, 1 entropies; None: all of them)."""
     outs = []
     for i in range(0, dev["tokens"].shape[0], micro):

@@ -1,13 +1,13 @@
 """RAGEN-2's collapse diagnostics of finished runs, step by step, next to their success (from the event files).
 
-  python experiments/mi_table.py runs/reasoning_ablation/* [--prefix collapse_first_turn_sample]
+  python experiments/studies/mi_table.py runs/reasoning_ablation/* [--prefix collapse_first_turn_sample]
 
 For every diagnostics step of each run: the MI estimate (and its log N bound), H(Z|X) per token, retrieval
 accuracy against its chance level, the regime, the training success of that step and the latest validation
 success. Then, per run, whether MI fell while H(Z|X) held (template collapse) and which moved first (MI by more than
 10% of log N, or validation success by more than 5 points). `--markdown` prints one table row per run instead:
 
-  python experiments/mi_table.py runs/reasoning_sokoban/*_seed* --markdown
+  python experiments/studies/mi_table.py runs/reasoning_sokoban/*_seed* --markdown
 
 The regime is the one the run logged (with the thresholds of its config) unless `--thresholds FILE` (a JSON of
 thresholds, or calibrate_regimes.py's --json) re-classifies every step's (H(Z|X), MI, log N).
@@ -22,7 +22,7 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # experiments/plot.py
 import plot  # noqa: E402
 
 from ragen_jax.diagnostics.regimes import REGIMES, classify  # noqa: E402

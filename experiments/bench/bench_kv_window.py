@@ -5,11 +5,11 @@ turns fill a few hundred; with the window (Sampler's default) attention reads on
 >= the longest row's end. Same model, prompts and greedy tokens (checked on the untimed first calls, before
 timing); the two sides alternate call by call over --repeats calls (a full call and a 1-token call each:
 decode time = median full - median 1-token) and medians are printed with the 1-minute load average, the CPU
-other processes used while timing (`experiments/quiet.py`) and, on a CPU, each side's matmul FLOP/s against
+other processes used while timing (`experiments/bench/quiet.py`) and, on a CPU, each side's matmul FLOP/s against
 the measured GEMM bound. Last line: decode tokens/s of both and the ratio windowed/baseline.
 
-    python experiments/bench_kv_window.py                       # CPU-sized model, cache 3600
-    python experiments/bench_kv_window.py --hidden 896 --layers 24 --heads 14 --head-dim 64 --dtype bfloat16  # GPU
+    python experiments/bench/bench_kv_window.py                       # CPU-sized model, cache 3600
+    python experiments/bench/bench_kv_window.py --hidden 896 --layers 24 --heads 14 --head-dim 64 --dtype bfloat16  # GPU
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import jax
 import numpy as np
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from experiments.compute_bound import bound_line, forward_flops  # noqa: E402
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.compute_bound import bound_line, forward_flops  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models import CausalLM, ModelConfig  # noqa: E402
 from ragen_jax.sampling import SamplingConfig, Sampler  # noqa: E402
 

@@ -5,7 +5,7 @@ their reference solutions, which must all pass) through HostEnvBatch, in consecu
 configuration's size; the process-wide sandbox bound is the same for all. Configurations are
 interleaved and repeated; the median is reported, with the ratios of tests/s batch 128 / batch 8 and 4 / 1
 (above 1: the first is faster), the load at the start and the CPU other processes used meanwhile.
-Usage: python experiments/bench_deepcoder.py [--episodes 128] [--repeats 3]
+Usage: python experiments/bench/bench_deepcoder.py [--episodes 128] [--repeats 3]
     [--max-concurrent-sandboxes N]
 """
 
@@ -17,14 +17,14 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 
 from envs.batch import HostEnvBatch  # noqa: E402
 from envs.deepcoder.env import DeepCoderEnv  # noqa: E402
 from envs.deepcoder.slots import max_concurrent_sandboxes, set_max_concurrent_sandboxes  # noqa: E402
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 
 BATCHES = (8, 128)
 TESTS_AT_ONCE = (1, 4)

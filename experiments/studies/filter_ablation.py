@@ -1,6 +1,6 @@
 """No filter vs RAGEN-2's SNR-adaptive filter (top_p 0.9, linear, include_zero False), several seeds.
 
-  python experiments/filter_ablation.py --config configs/sokoban.py:tiny --seeds 0,1,2 --out runs/ablation
+  python experiments/studies/filter_ablation.py --config configs/sokoban.py:tiny --seeds 0,1,2 --out runs/ablation
 
 Each (arm, seed) is a run of run.py (its own workdir); the script then prints the final validation
 success of each arm as mean +- sample std over seeds (as docs/quickstart.md reports it) and writes curves.png
@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # experiments/plot.py
+sys.path.insert(1, HERE)
 import plot  # noqa: E402
 
 ARMS = {
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     for arm, flags in ARMS.items():
         for seed in seeds:
             workdir = os.path.join(args.out, f"{arm}_seed{seed}")
-            argv = [sys.executable, os.path.join(os.path.dirname(HERE), "run.py"), f"--config={args.config}",
+            argv = [sys.executable, os.path.join(os.path.dirname(os.path.dirname(HERE)), "run.py"), f"--config={args.config}",
                     f"--workdir={workdir}", f"--config.trainer.seed={seed}", f"--config.model.seed={seed}",
                     *flags, *extra]
             jobs.append((arm, seed, workdir, argv))

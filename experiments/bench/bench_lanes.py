@@ -1,8 +1,8 @@
 """Decode lanes against one program over the whole batch: `Sampler.generate` with lanes=1 and with lanes=N, same
 model, prompts and keys, interleaved call by call, medians; greedy tokens compared. Cases: model x batch.
 
-    python experiments/bench_lanes.py                      # tiny at 8 / 16 / 32 / 64 / 128 rows, medium at 16 / 64
-    python experiments/bench_lanes.py --cases tiny:64 --lanes 2 --repeats 7
+    python experiments/bench/bench_lanes.py                      # tiny at 8 / 16 / 32 / 64 / 128 rows, medium at 16 / 64
+    python experiments/bench/bench_lanes.py --cases tiny:64 --lanes 2 --repeats 7
 
 The default rule (`sampling.lanes.decode_lanes`) is set from these figures; the last line prints each ratio.
 """
@@ -15,13 +15,13 @@ import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models import CausalLM, tiny_config  # noqa: E402
 from ragen_jax.sampling import Sampler, SamplingConfig  # noqa: E402
 from ragen_jax.sampling.lanes import decode_lanes, decode_step_weight_bytes  # noqa: E402

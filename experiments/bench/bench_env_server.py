@@ -4,7 +4,7 @@ and the same random policy run in-process (one thread, no HTTP) as the baseline.
 by block (--repeats blocks each, the server started once); steps/s are medians over the blocks, latencies pooled;
 the 1-minute load average is printed at the start (a warning above 0.5).
 
-    python experiments/bench_env_server.py --env WebShop --episodes 256 --duration 20
+    python experiments/bench/bench_env_server.py --env WebShop --episodes 256 --duration 20
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from envs.protocols import HostEnv  # noqa: E402
 from envs.registry import make  # noqa: E402
 from envs.serve.client import RemoteEnv, RemoteEnvError  # noqa: E402
-from experiments.quiet import load_line  # noqa: E402
+from experiments.bench.quiet import load_line  # noqa: E402
 
 
 def choose_action(obs: str, info: dict[str, Any], env: HostEnv, rng: random.Random) -> str:
@@ -67,7 +67,7 @@ def run_episodes(env: HostEnv, rng: random.Random, deadline: float, max_steps: i
 def start_server(env: str, env_kwargs: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "envs.serve", "--env", env, "--port", "0",
                              "--env-kwargs", env_kwargs],
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                             stdout=subprocess.PIPE, text=True)
     line: list[str] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)

@@ -3,8 +3,8 @@
 The naive scorer runs every (reasoning, prompt) pair as one right-padded [x_j | z_i] sequence (what RAGEN
 does); ours prefills each prompt once and runs only the reasoning tokens per pair. Prints the median seconds
 per R x C matrix of both (interleaved call by call after one untimed call), the speed-up, the load and the CPU
-other processes used (`experiments/quiet.py`), and exits 1 when the two scores differ by more than --atol.
-Usage: python experiments/bench_cross_score.py [--pairs 16] [--prompt-len 192] [--reason-len 48]
+other processes used (`experiments/bench/quiet.py`), and exits 1 when the two scores differ by more than --atol.
+Usage: python experiments/bench/bench_cross_score.py [--pairs 16] [--prompt-len 192] [--reason-len 48]
     [--repeats 3]
 """
 
@@ -16,14 +16,14 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.diagnostics.cross_score import cross_score  # noqa: E402
 from ragen_jax.models import make_tiny_model  # noqa: E402
 

@@ -13,9 +13,9 @@ latency  The continuous engine's rollout wall with a host env that sleeps `--lat
          env without the sleep (the same episodes: 64 x up to 5 turns, the tiny model): env steps off the critical
          path keep the ratio near 1.
 
-    .venv/bin/python experiments/bench_async.py [--repeats 3] [--steps 14] [--parts steps,latency]
+    .venv/bin/python experiments/bench/bench_async.py [--repeats 3] [--steps 14] [--parts steps,latency]
 
-Measure on a quiet machine (experiments/quiet.py): nothing else running, load below 0.5.
+Measure on a quiet machine (experiments/bench/quiet.py): nothing else running, load below 0.5.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from experiments.quiet import load_line  # noqa: E402
+from experiments.bench.quiet import load_line  # noqa: E402
 
 SCHEDULES = {
     "sync": ([], 1),

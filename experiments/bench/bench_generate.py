@@ -7,14 +7,14 @@ excluded by one untimed full-size call per side. Cases: (a) the built-in tiny co
 shapes at batch 8, (c) `prefill-long`: the tiny config at batch 8 with 3072-token prompts and one new token,
 i.e. the prefill (its tokens/s counts prompt tokens). The two sides alternate call by call over --repeats
 calls and medians are reported, with the 1-minute load average at the start and the CPU other processes used
-during the timed calls (`experiments/quiet.py`; a warning when the machine was not quiet), and peak memory:
+during the timed calls (`experiments/bench/quiet.py`; a warning when the machine was not quiet), and peak memory:
 ours is XLA's compiled bytes of the prefill forward into the KV cache (`memory_analysis`), transformers' the
-growth of the peak resident set over one generate call in a fresh subprocess (`experiments/peak_memory.py`: the
+growth of the peak resident set over one generate call in a fresh subprocess (`experiments/bench/peak_memory.py`: the
 peak reset first). `--top-p P` samples instead (temperature 1, nucleus P, no top-k, on both sides: ours a
 bisection over the float order, transformers a sort of the vocabulary); the tokens then differ by construction
 and are not compared. Prints per-case figures and, on the last line, the ratios ours/theirs.
 
-    python experiments/bench_generate.py [--cases tiny,qwen2.5-0.5b,prefill-long] [--repeats 3] [--top-p 0.9]
+    python experiments/bench/bench_generate.py [--cases tiny,qwen2.5-0.5b,prefill-long] [--repeats 3] [--top-p 0.9]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -36,10 +36,10 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from experiments.compute_bound import (  # noqa: E402
+from experiments.bench.compute_bound import (  # noqa: E402
     bound_line, decode_step_bytes, forward_flops, prefill_flops, stream_bytes_per_s)
-from experiments.peak_memory import peak_growth_bytes  # noqa: E402
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.peak_memory import peak_growth_bytes  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models import init_cache, load_model, tiny_config  # noqa: E402
 from ragen_jax.sampling import Sampler, SamplingConfig  # noqa: E402
 from ragen_jax.sampling.turn import model_config_of  # noqa: E402

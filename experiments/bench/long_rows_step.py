@@ -15,7 +15,7 @@ Prints the load at the start, the CPU other processes used meanwhile, both sides
 baseline / ours of the seconds (above 1: ours faster). The two codes may sample different tokens (trained tokens
 are printed for both), so the rows they time are alike, not identical.
 
-    .venv/bin/python experiments/long_rows_step.py [--steps 3] [--repeats 3] [--baseline REV_OR_PATH] [--repo PATH]
+    .venv/bin/python experiments/bench/long_rows_step.py [--steps 3] [--repeats 3] [--baseline REV_OR_PATH] [--repo PATH]
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 
 TAGS = ("timing_s/rollout", "timing_s/score_and_adv", "timing_s/update", "timing_s/step", "perf/trained_tokens")
 SECONDS = TAGS[:4]

@@ -6,10 +6,10 @@ query heads) on both sides, causal, no padding. Ours is `ragen_jax.models.attent
 scaled_dot_product_attention(is_causal=True, enable_gqa=True)` (its fused flash kernel on CPU). With --backward
 both sides also take the gradients of q, k and v for a fixed output cotangent. The two sides alternate call by
 call over --repeats calls after one untimed call each; medians are printed with the load average, the CPU other
-processes used while timing (`experiments/quiet.py`), the largest differences of the output (and with --backward
+processes used while timing (`experiments/bench/quiet.py`), the largest differences of the output (and with --backward
 of dq, dk, dv), each side's attention matmul FLOP/s against the measured GEMM bound, and the ratio.
 
-    python experiments/bench_attention.py [--batch 8] [--length 3072] [--heads 4] [--kv-heads 2] [--head-dim 32]
+    python experiments/bench/bench_attention.py [--batch 8] [--length 3072] [--heads 4] [--kv-heads 2] [--head-dim 32]
         [--backward] [--repeats 5]
 """
 
@@ -21,15 +21,15 @@ import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from experiments.compute_bound import bound_line  # noqa: E402
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.compute_bound import bound_line  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models.attention import blockwise_attention  # noqa: E402
 
 

@@ -4,7 +4,7 @@
       --config.trainer.dump_rollouts_every=1 --config.diagnostics.every=1 --config.warmstart.steps=40 \\
       --config.warmstart.reasoning_text="pick the arm that pays more" --config.rollout.response_length=32 \\
       --workdir runs/diag
-  python experiments/diagnostics_example.py runs/diag/rollouts/train_step2.jsonl --checkpoint runs/diag \\
+  python experiments/studies/diagnostics_example.py runs/diag/rollouts/train_step2.jsonl --checkpoint runs/diag \\
       --step 2 --out docs/img/diagnostics_example.png
 
 The plane shows the run's own path (its logged first-turn H(Z|X) and MI per diagnostics step, read
@@ -27,7 +27,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from ragen_jax.diagnostics import FIRST_TURN  # noqa: E402
 from ragen_jax.diagnostics.__main__ import main as diagnostics_main  # noqa: E402
 from ragen_jax.diagnostics.offline import run_settings  # noqa: E402

@@ -1,6 +1,6 @@
 """Sokoban throughput: our vmapped JAX steps and host level generation vs gym-sokoban, same process.
 
-    python experiments/bench_envs.py [--batch 1024] [--steps 100] [--levels 400] [--baseline-episodes 30]
+    python experiments/bench/bench_envs.py [--batch 1024] [--steps 100] [--levels 400] [--baseline-episodes 30]
                                      [--repeats 3]
 
 Step throughput: both sides play the levels of seeds 0, 1, ... (RAGEN's level of each seed, from our generator)
@@ -31,11 +31,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from envs.sokoban import Sokoban  # noqa: E402
 from envs.sokoban.env import step_level  # noqa: E402
 from envs.sokoban.generator import GeneratorConfig, generate_level  # noqa: E402
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 
 
 def import_gym_sokoban():

@@ -5,8 +5,8 @@ bench_train.py size) a few times under `jax.profiler.trace`, then prints (1) the
 HLO (copies, scatters, dots, fusions... in the decode loop body and overall) and (2) the time per XLA op from
 the trace, largest first, with each op's share. Shares are meaningful on a busy machine; seconds are not.
 
-    python experiments/profile_steps.py generate --case tiny
-    python experiments/profile_steps.py update --size medium
+    python experiments/bench/profile_steps.py generate --case tiny
+    python experiments/bench/profile_steps.py update --size medium
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

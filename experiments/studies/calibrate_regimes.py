@@ -1,6 +1,6 @@
 """Calibrate the thresholds of RAGEN-2's four reasoning regimes from runs whose regime is known by construction.
 
-  python experiments/calibrate_regimes.py --config configs/sokoban.py:tiny_reasoning --seeds 0,1 \
+  python experiments/studies/calibrate_regimes.py --config configs/sokoban.py:tiny_reasoning --seeds 0,1 \
       --out runs/regime_calibration [--classify runs/reasoning_ablation/*]
 
 Each arm warm-starts the tiny model on oracle play that thinks in one regime on purpose
@@ -15,7 +15,7 @@ calibrated thresholds and with the config's defaults. `--json` writes the thresh
 `--points A.json B.json ...` runs nothing: it calibrates on the union of the points earlier `--json` files hold
 (for example one per environment), printing each file's arms:
 
-  python experiments/calibrate_regimes.py --points runs/regime_calibration.json runs/regime_calibration_fl.json \
+  python experiments/studies/calibrate_regimes.py --points runs/regime_calibration.json runs/regime_calibration_fl.json \
       --json docs/regime_calibration.json
 """
 
@@ -29,7 +29,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # experiments/plot.py
+sys.path.insert(1, HERE)
 import plot  # noqa: E402
 from filter_ablation import run_all  # noqa: E402
 
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     for arm, (flags, regime) in ARMS.items():
         for seed in seeds:
             workdir = os.path.join(args.out, f"{arm}_seed{seed}")
-            argv_run = [sys.executable, os.path.join(os.path.dirname(HERE), "run.py"), f"--config={args.config}",
+            argv_run = [sys.executable, os.path.join(os.path.dirname(os.path.dirname(HERE)), "run.py"), f"--config={args.config}",
                         f"--workdir={workdir}", f"--config.trainer.seed={seed}", f"--config.model.seed={seed}",
                         f"--config.trainer.total_steps={args.steps}", f"--config.diagnostics.every={args.every}",
                         "--config.val.groups=128", f"--config.val.every={args.steps}", *flags, *extra]

@@ -2,10 +2,10 @@
 program beside the memory planner's estimate and the paper roofline (no GPU needed).
 
     pip install -r requirements-gpu-aot.txt      # in a separate virtual environment (the CUDA plugin, ~3 GB)
-    JAX_PLATFORMS=cpu python experiments/gpu_aot.py                          # 0.5B/3B/7B, 1 and 8 GPUs, H100+H200
-    JAX_PLATFORMS=cpu python experiments/gpu_aot.py --models 0.5b --meshes 1 --programs all
-    JAX_PLATFORMS=cpu python experiments/gpu_aot.py --smoke                  # tiny model and sizes: the script runs
-    python experiments/gpu_aot.py --on-device --shapes bench --measured OUT/bench_gpu.txt   # on a GPU (gpu_session.sh)
+    JAX_PLATFORMS=cpu python experiments/bench/gpu_aot.py                          # 0.5B/3B/7B, 1 and 8 GPUs, H100+H200
+    JAX_PLATFORMS=cpu python experiments/bench/gpu_aot.py --models 0.5b --meshes 1 --programs all
+    JAX_PLATFORMS=cpu python experiments/bench/gpu_aot.py --smoke                  # tiny model and sizes: the script runs
+    python experiments/bench/gpu_aot.py --on-device --shapes bench --measured OUT/bench_gpu.txt   # on a GPU (gpu_session.sh)
 
 Shapes: Qwen2.5-0.5B/3B/7B-Instruct from their published config.json (ragen_jax.models.known), bf16 weights with
 float32 Adam state (configs/base.py's optim), RAGEN's Sokoban sizes (configs/base.py: micro-batch 8, mini-batch
@@ -27,7 +27,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from ragen_jax.aot import gpu as G  # noqa: E402
 from ragen_jax.aot import programs as P  # noqa: E402
@@ -47,7 +47,7 @@ PHASES = {"training": ("training_peak", ("update/actor",)),
 
 
 def bench_sizes() -> P.Sizes:
-    """experiments/bench_gpu.py's default shapes: decode 32 rows of a 256-token prompt + 256 new tokens, train 2
+    """experiments/bench/bench_gpu.py's default shapes: decode 32 rows of a 256-token prompt + 256 new tokens, train 2
     micro-batches of 4 x 1024 tokens (remat "dots", set on the model), so the bounds sit beside its figures."""
     return P.Sizes(micro_batch=4, mini_batch=8, seq_len=1024, scored=1024, rollout_rows=32, slots=32, begin_rows=32,
                    cache_len=512, window=512, prefill=256, new_tokens=256, chunk=8)
@@ -185,12 +185,12 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--smoke", action="store_true", help="the tiny model at tiny sizes (checks the script)")
     p.add_argument("--shapes", default="run", choices=("run", "bench"),
-                   help="run: RAGEN's Sokoban sizes; bench: experiments/bench_gpu.py's (with --measured)")
+                   help="run: RAGEN's Sokoban sizes; bench: experiments/bench/bench_gpu.py's (with --measured)")
     p.add_argument("--on-device", action="store_true", help="compile for the attached GPU(s) instead")
     p.add_argument("--measured", help="bench_gpu.py's output: print its figures beside the bounds")
     args = p.parse_args(argv)
     if not args.on_device and (why := G.plugin_missing()):
-        sys.exit(f"experiments/gpu_aot.py: {why}")
+        sys.exit(f"experiments/bench/gpu_aot.py: {why}")
     cfg = P.default_run_config()
     names = list(P.PROGRAMS) if args.programs == "all" else list(CORE) if args.programs == "core" else \
         args.programs.split(",")

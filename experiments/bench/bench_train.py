@@ -8,7 +8,7 @@ dual-clip) token-mean loss with the entropy bonus, the same micro-batches (loss 
 token count, backward per micro-batch), `clip_grad_norm_` and `torch.optim.AdamW`. Same config, weights and
 batch; the first update's loss and grad norm are printed for both as a check that they compute the same thing.
 
-    python experiments/bench_train.py [--sizes tiny,medium,long,tiny-384] [--steps 3] [--remat none]
+    python experiments/bench/bench_train.py [--sizes tiny,medium,long,tiny-384] [--steps 3] [--remat none]
 
 Tokens/s counts every position of the [B, T] mini-batch; ours and PyTorch alternate update by update and
 times are medians of --steps interleaved repeats. `long` is RAGEN's row length (mini-batch 8 x 3584,
@@ -17,7 +17,7 @@ Peak memory: ours is XLA's compiled bytes of the update (arguments + outputs - a
 `memory_analysis`); PyTorch's is the growth of the peak resident set (reset first: peak_memory.py) over one update
 in a fresh subprocess (so it counts gradients, AdamW state and activations, not the loaded
 weights). The 1-minute load average at the start and the CPU other processes used during the timed updates are
-printed (`experiments/quiet.py`), with a warning when the machine was not quiet. Last line: ours/PyTorch per size.
+printed (`experiments/bench/quiet.py`), with a warning when the machine was not quiet. Last line: ours/PyTorch per size.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -37,9 +37,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from experiments.compute_bound import bound_line, forward_flops  # noqa: E402
-from experiments.peak_memory import peak_growth_bytes  # noqa: E402
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.compute_bound import bound_line, forward_flops  # noqa: E402
+from experiments.bench.peak_memory import peak_growth_bytes  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.algos.presets import get_preset  # noqa: E402
 from ragen_jax.models import CausalLM, save_pretrained  # noqa: E402
 from ragen_jax.models.tiny import tiny_config  # noqa: E402

@@ -6,8 +6,8 @@ land on a masked token where XLA's running sum dips) and `jax.random.categorical
 by call, medians. Also prints both inverse-CDF draws' exact error: the total variation between softmax and the
 distribution each draw implies over every float32 uniform it can get.
 
-    python experiments/bench_draw.py                  # 64 x 1,119 (tiny) and 8 x 151,936 (Qwen's vocabulary)
-    python experiments/bench_draw.py --repeats 101
+    python experiments/bench/bench_draw.py                  # 64 x 1,119 (tiny) and 8 x 151,936 (Qwen's vocabulary)
+    python experiments/bench/bench_draw.py --repeats 101
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.sampling.logits import draw_block_size, draw_index, inverse_cdf_categorical  # noqa: E402
 
 CASES = ((64, 1_119), (8, 151_936))

@@ -2,7 +2,7 @@
 
 A decode step multiplies a few rows (the batch) by every weight, and the weights stream from memory each step.
 Two measurements, each side alternating call by call after one untimed call, medians printed with the load and
-the CPU other processes used (`experiments/quiet.py`):
+the CPU other processes used (`experiments/bench/quiet.py`):
 
 1. `--part gemm`: a stack of SwiGLU MLPs of Qwen2.5-0.5B's shapes (24 x [896 -> 2 x 4864 -> 896], 1.25 GB in
    float32) at `--rows` rows, as `x @ w` (the model's layout) and as `out_first_matmul` (weights [out, in]);
@@ -14,7 +14,7 @@ the CPU other processes used (`experiments/quiet.py`):
 
 The script exits 1 when either check fails (the timings would compare different computations).
 
-    python experiments/bench_decode_layout.py [--part gemm,decode] [--rows 8] [--repeats 5]
+    python experiments/bench/bench_decode_layout.py [--part gemm,decode] [--rows 8] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from experiments.compute_bound import stream_bytes_per_s  # noqa: E402
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.compute_bound import stream_bytes_per_s  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models import CausalLM, ModelConfig  # noqa: E402
 from ragen_jax.models.linear import out_first_matmul  # noqa: E402
 from ragen_jax.sampling import Sampler, SamplingConfig  # noqa: E402

@@ -11,7 +11,7 @@ the share of a step holds on any machine where both are compute-bound; `--step-s
 With fewer than 64 pairs (a 0.5B call at 64 takes on the order of an hour on a 2-core CPU) it also prints the
 cost at 64 pairs, from the tokens that call would score and the rate measured.
 
-    python experiments/bench_diagnostics.py [--models tiny,qwen2.5-0.5b] [--pairs 64] [--repeats 3]
+    python experiments/bench/bench_diagnostics.py [--models tiny,qwen2.5-0.5b] [--pairs 64] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.diagnostics import CollapseConfig, collapse_metrics, cross_score  # noqa: E402
 from ragen_jax.diagnostics.collapse import RolloutPairs  # noqa: E402
 from ragen_jax.diagnostics.pairs import step_rng  # noqa: E402

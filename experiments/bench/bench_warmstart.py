@@ -1,7 +1,7 @@
 """Warm-start learning curve: validation success of the tiny policy vs SFT time, and SFT throughput.
 
-  python experiments/bench_warmstart.py --config configs/sokoban.py:tiny --checkpoints 60,120,240
-  python experiments/bench_warmstart.py --lr 2e-3 --batch 64 --micro 16 --demos 2000 --compare_prefix
+  python experiments/bench/bench_warmstart.py --config configs/sokoban.py:tiny --checkpoints 60,120,240
+  python experiments/bench/bench_warmstart.py --lr 2e-3 --batch 64 --micro 16 --demos 2000 --compare_prefix
 
 Validation (config.val: 512 episodes at temperature 0.5 for `configs/sokoban.py:tiny`) runs when the SFT step time
 passes each checkpoint; its own time is not counted. With --compare_prefix, also prints the step time
@@ -17,13 +17,13 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 
 
 def _load_config(spec: str):

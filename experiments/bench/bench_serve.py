@@ -9,9 +9,9 @@ max_tokens --new, temperature 1 and `ignore_eos` (every choice generates exactly
 same work). tok/s = completion tokens / wall seconds of the round. The engine compiles its programs first
 (`Engine.warm_up`: a begin per power-of-two batch of arrivals, a decode per chunk length), each (case, C) runs one
 untimed round per side, then --repeats rounds alternating side by side; medians are reported with the machine's
-load (`experiments/quiet.py`).
+load (`experiments/bench/quiet.py`).
 
-    python experiments/bench_serve.py [--cases tiny,qwen2.5-0.5b] [--concurrency 1,8,64] [--repeats 3]
+    python experiments/bench/bench_serve.py [--cases tiny,qwen2.5-0.5b] [--concurrency 1,8,64] [--repeats 3]
         [--slots 64] [--prompt-words 48] [--new 32] [--smoke]
 """
 
@@ -27,14 +27,14 @@ import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from envs.serve.asgi import AsgiServer  # noqa: E402
-from experiments.bench_decode_layout import QWEN25_05B  # noqa: E402
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.bench_decode_layout import QWEN25_05B  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.models import CausalLM, load_tiny_tokenizer, make_tiny_model  # noqa: E402
 from ragen_jax.serve.app import create_app  # noqa: E402
 from ragen_jax.serve.engine import Engine, Job, Sampling, choice_keys  # noqa: E402

@@ -19,7 +19,7 @@ the lockstep engine's token for token. The continuous engine runs with each `--s
 episode, the default) and each `--lanes` value (0 = the sampler's default decode lanes); the lockstep engine, the
 reference, decodes in one lane.
 
-    .venv/bin/python experiments/bench_rollout.py [--repeats 3] [--slots 0,32] [--lanes 1,0] [--chunk 8] \
+    .venv/bin/python experiments/bench/bench_rollout.py [--repeats 3] [--slots 0,32] [--lanes 1,0] [--chunk 8] \
         [--workloads ragen_shaped,tiny]
 
 Last line: RATIO continuous/lockstep wall: ragen_shaped=N.NNx tiny=N.NNx (lockstep seconds / continuous seconds,
@@ -36,14 +36,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from experiments.quiet import OtherCpu, load_line  # noqa: E402
+from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.rollout import RolloutConfig, LockstepEngine, group_seeds  # noqa: E402
 from ragen_jax.rollout.continuous import ContinuousEngine  # noqa: E402
 from ragen_jax.trainer import setup as setup_lib  # noqa: E402

@@ -1,9 +1,9 @@
 """GPU benchmark with random weights in Qwen2.5-0.5B/1.5B/3B shapes (bf16): decode tokens/s against the
 HBM-bandwidth bound, and training-step model FLOPs utilisation (MFU) of the trainer's actor update.
 
-    python experiments/bench_gpu.py                      # all three sizes, ~5 minutes on one H100/H200
-    python experiments/bench_gpu.py --sizes 0.5b --batch 64
-    python experiments/bench_gpu.py --smoke              # tiny model on CPU: checks the script runs
+    python experiments/bench/bench_gpu.py                      # all three sizes, ~5 minutes on one H100/H200
+    python experiments/bench/bench_gpu.py --sizes 0.5b --batch 64
+    python experiments/bench/bench_gpu.py --smoke              # tiny model on CPU: checks the script runs
 
 Decode bound: every step reads all weights and the live KV cache once, so
 tokens/s <= batch * HBM_bandwidth / (param_bytes + mean KV bytes). MFU = (6 N + 12 L H hd T) flops per
@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from ragen_jax.models import CausalLM, ModelConfig  # noqa: E402
 from ragen_jax.models.tiny import tiny_config  # noqa: E402
