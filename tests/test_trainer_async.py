@@ -198,3 +198,24 @@ def test_host_envs_step_while_the_other_slots_decode(tmp_path):
                                 tag="t")
     assert Blocking.released_by_others is True  # the others decoded and stepped on while it waited
     assert all(ep.num_turns == 3 and not ep.error for ep in result.episodes)
+
+
+@pytest.mark.slow
+def test_an_asynchronous_run_resumes_where_its_checkpoint_left(tmp_path):
+    """A checkpoint keeps the learner's state and the next rollout to take; the rollouts in flight are dropped and
+    played again on resume. At max_staleness 0 (the synchronous run) the resumed run's parameters are the straight
+    run's, bit for bit."""
+    def config(workdir, steps, resume=False):
+        cfg = _config(workdir, schedule="async", max_staleness=0, total_steps=steps, save_every=1, resume=resume)
+        cfg.trainer.export_hf = False
+        return cfg
+
+    straight = Trainer(config(tmp_path / "straight", 3))
+    straight.train()
+    first = Trainer(config(tmp_path / "stopped", 2))
+    first.train()
+    resumed = Trainer(config(tmp_path / "stopped", 3, resume=True))
+    assert resumed.state.start_step == 2 and resumed.state.rollout_index == 2
+    resumed.train()
+    assert resumed.state.rollout_index == 3
+    assert all(np.array_equal(a, b) for a, b in zip(_leaves(straight), _leaves(resumed)))
