@@ -14,7 +14,8 @@ from flax import nnx
 import sharding_testlib as L
 from ragen_jax.models import CausalLM, ModelConfig, init_cache
 from ragen_jax.models.tiny import tiny_config
-from ragen_jax.sharding.memory import MemoryPlanError, check_plan, estimate_memory, measured_bytes
+from ragen_jax.sharding.memory import MemoryPlanError, estimate_memory
+from ragen_jax.sharding.planning import check_plan, measured_bytes
 from ragen_jax.trainer.setup import split_model
 from ragen_jax.trainer.steps import make_step_fns
 

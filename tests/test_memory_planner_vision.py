@@ -59,7 +59,8 @@ def test_vision_activation_estimate_within_20_percent_of_compiled():
     """The tower's training working set against XLA's bytes for the gradient of 8 images of 12 x 12 patches (a
     6 x 6 board at 28-pixel tiles): arguments, outputs and temporaries, less the parameters and their gradients."""
     from ragen_jax.models.vision import VisionConfig, VisionTower, vision_inputs
-    from ragen_jax.sharding.memory import _vision_activation_bytes, measured_bytes
+    from ragen_jax.sharding.memory import _vision_activation_bytes
+    from ragen_jax.sharding.planning import measured_bytes
 
     v = VisionConfig(depth=2, hidden_size=128, intermediate_size=352, num_heads=2, out_hidden_size=128,
                      fullatt_block_indexes=(1,))

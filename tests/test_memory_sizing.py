@@ -12,8 +12,8 @@ import pytest
 from configs.base import get_base_config
 from ragen_jax.models import CausalLM, config_to_hf, read_config
 from ragen_jax.models.known import KNOWN_HF_CONFIGS, known_config
-from ragen_jax.sharding.memory import (CARD_BYTES, GiB, MemoryPlan, abstract_split, card_verdicts, plan_model_config,
-                                       plan_report)
+from ragen_jax.sharding.memory import GiB, MemoryPlan, abstract_split
+from ragen_jax.sharding.planning import CARD_BYTES, card_verdicts, plan_model_config, plan_report
 
 # parameters of each checkpoint as its model card / safetensors index counts them (tied heads counted once)
 PUBLISHED_PARAMS = {"Qwen/Qwen2.5-0.5B-Instruct": 494_032_768, "Qwen/Qwen2.5-1.5B-Instruct": 1_543_714_304,

@@ -338,7 +338,7 @@ def test_tokens_trained_in_a_shortened_context_leave_the_sampler_comparison():
     """A "full" row that dropped old turns trains its earlier turns in a shorter context than they were sampled in;
     their sampler log-probs measure that change, so they take the trainer's and read as no mismatch."""
     from ragen_jax.algos import ROLLOUT_CORRECTIONS
-    from ragen_jax.trainer.steps import in_row_context, sampler_agreement
+    from ragen_jax.trainer.batch_stats import in_row_context, sampler_agreement
 
     batch = make_batch()
     mask, old = batch["loss_mask"], batch["old_logprobs"]

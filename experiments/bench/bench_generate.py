@@ -44,7 +44,7 @@ from ragen_jax.models import init_cache, load_model, tiny_config  # noqa: E402
 from ragen_jax.sampling import Sampler, SamplingConfig  # noqa: E402
 from ragen_jax.sampling.turn import model_config_of  # noqa: E402
 from ragen_jax.shapes import bucket_length  # noqa: E402
-from ragen_jax.sharding.memory import measured_bytes  # noqa: E402
+from ragen_jax.sharding.planning import measured_bytes  # noqa: E402
 
 PAD = 0
 LENGTHS = {"prefill-long": (3072, 1)}  # case -> (prompt length, new tokens); others: 128 prompt, 64 new

@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from ragen_jax.models import CausalLM, ModelConfig  # noqa: E402
 from ragen_jax.models.tiny import tiny_config  # noqa: E402
 from ragen_jax.sampling import SamplingConfig, Sampler  # noqa: E402
-from ragen_jax.sharding.memory import estimate_memory, measured_bytes  # noqa: E402
+from ragen_jax.sharding.memory import estimate_memory  # noqa: E402
+from ragen_jax.sharding.planning import measured_bytes  # noqa: E402
 from ragen_jax.optim import make_optimizer  # noqa: E402
 from ragen_jax.trainer.setup import split_model  # noqa: E402
 from ragen_jax.algos.settings import AlgoSettings

@@ -43,7 +43,7 @@ from experiments.bench.quiet import OtherCpu, load_line  # noqa: E402
 from ragen_jax.algos.presets import get_preset  # noqa: E402
 from ragen_jax.models import CausalLM, save_pretrained  # noqa: E402
 from ragen_jax.models.tiny import tiny_config  # noqa: E402
-from ragen_jax.sharding.memory import measured_bytes  # noqa: E402
+from ragen_jax.sharding.planning import measured_bytes  # noqa: E402
 from ragen_jax.optim import make_optimizer  # noqa: E402
 from ragen_jax.trainer.setup import split_model  # noqa: E402
 from ragen_jax.algos.settings import AlgoSettings
@@ -96,7 +96,7 @@ def ours_runner(model: CausalLM, batch: dict, micro: int, chunk: int, score_all:
     `score_all` (every position, as the PyTorch side does)."""
     split = split_model(model, lora=False)
     tx, _ = make_optimizer(OPTIM, 1000)
-    fns = make_step_fns(split.graphdef, None, AlgoSettings.of(validate_config(chunk)), tx, None, micro)
+    fns = make_step_fns(split.graphdef, None, algo_settings(chunk), tx, None, micro)
     update = fns["actor_update"]
     state = {"params": jax.tree.map(jnp.copy, split.trainable), "frozen": split.frozen}
     state["opt"] = tx.init(state["params"])
@@ -134,7 +134,7 @@ def torch_runner(folder: str, batch: dict, micro: int):
 
     model = Qwen2ForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model.train()
-    algo = AlgoSettings.of(validate_config(0))
+    algo = algo_settings(0)
     opt = torch.optim.AdamW(model.parameters(), lr=OPTIM["lr"], betas=(OPTIM["b1"], OPTIM["b2"]),
                             eps=OPTIM["eps"], weight_decay=OPTIM["weight_decay"])
     t = {k: torch.from_numpy(np.asarray(v)) for k, v in batch.items()}

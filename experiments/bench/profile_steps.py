@@ -169,7 +169,7 @@ def profile_update(size: str, runs: int, top: int) -> None:
 
     split = split_model(model, lora=False)
     tx, _ = make_optimizer(bt.OPTIM, 1000)
-    fns = make_step_fns(split.graphdef, None, bt.AlgoSettings.of(validate_config(256)), tx, None, micro)
+    fns = make_step_fns(split.graphdef, None, bt.algo_settings(256), tx, None, micro)
     mb = dict(jax.tree.map(jnp.asarray, batch))
     mb["sample_logprobs"] = mb["old_logprobs"]
     mb["positions"] = jnp.asarray(scored_positions(batch["loss_mask"]))  # as bench_train.ours_runner

@@ -22,7 +22,7 @@ import jax
 
 from ragen_jax.aot.programs import Program
 from ragen_jax.models import target
-from ragen_jax.sharding.memory import CARD_BYTES
+from ragen_jax.sharding.planning import CARD_BYTES
 
 # cuDNN's version the plugin-less lowering assumes: the lowest jax-cuda12-plugin 0.10.2 accepts (nvidia-cudnn-cu12
 # >= 9.8). Tracing cuDNN attention asks the plugin for the version; the lowered custom call only records checks.

@@ -23,8 +23,8 @@ __all__ = [
 from ragen_jax.sharding.distributed import (agree_any, agree_max, allgather_objects, barrier, broadcast_from_main,
                                             gather_to_host, is_main_process, maybe_initialize_distributed, on_main,
                                             settle)
-from ragen_jax.sharding.memory import (MemoryPlan, MemoryPlanError, check_plan, device_memory_bytes, estimate_memory,
-                                       plan_from_config)
+from ragen_jax.sharding.memory import MemoryPlan, MemoryPlanError, estimate_memory
+from ragen_jax.sharding.planning import check_plan, device_memory_bytes, plan_from_config
 
 __all__ += [
     "agree_any", "agree_max", "allgather_objects", "barrier", "broadcast_from_main", "gather_to_host",

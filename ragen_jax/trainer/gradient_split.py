@@ -51,7 +51,8 @@ from flax import nnx
 
 from ragen_jax.diagnostics.buckets import episode_reward_std, variance_buckets
 from ragen_jax.algos.settings import AlgoSettings
-from ragen_jax.trainer.steps import _micro_batches, make_actor_loss, take_rows
+from ragen_jax.trainer.batch_stats import take_rows
+from ragen_jax.trainer.steps import _micro_batches, make_actor_loss
 
 logger = logging.getLogger(__name__)
 

@@ -77,7 +77,7 @@ def banner(trainer, config_file: str | None, eval_target=None) -> str:
 
 
 def _model_line(trainer) -> str:
-    from ragen_jax.trainer.steps import param_count
+    from ragen_jax.trainer.batch_stats import param_count
 
     cfg, actor = trainer.run, trainer.models.actor
     model = f"tiny preset (seed {cfg.model.seed})" if cfg.model.preset == "tiny" else cfg.model.path
@@ -220,7 +220,7 @@ def config_report(run) -> str:
     """`--print_config` of a RunConfig: the resolved config, the custom functions in use and the memory plan per
     device."""
     from ragen_jax import sharding
-    from ragen_jax.sharding.memory import plan_model_config, plan_report
+    from ragen_jax.sharding.planning import plan_model_config, plan_report
 
     cfg = run
     parts = [resolved_config(run)]

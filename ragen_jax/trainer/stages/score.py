@@ -18,8 +18,9 @@ from ragen_jax import sharding
 from ragen_jax.algos.kl import apply_kl_penalty, init_kl_controller, update_kl_controller
 from ragen_jax.filtering import advantage_scale, compact
 from ragen_jax.rollout.types import TrajectoryBatch
-from ragen_jax.trainer.steps import (batch_entropy, explained_variance, in_row_context, row_total_stats,
-                                     sampler_agreement, scored_positions, token_stats)
+from ragen_jax.trainer.batch_stats import (batch_entropy, explained_variance, in_row_context, row_total_stats,
+                                           sampler_agreement, token_stats)
+from ragen_jax.trainer.steps import scored_positions
 
 # what the update reads of a rollout's batch
 BATCH_KEYS = ("tokens", "attention_mask", "loss_mask", "sample_logprobs", "token_rewards", "group_ids",

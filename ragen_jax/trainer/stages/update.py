@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ragen_jax import sharding
-from ragen_jax.trainer.steps import mean_update_metrics, take_rows
+from ragen_jax.trainer.batch_stats import take_rows
+from ragen_jax.trainer.steps import mean_update_metrics
 from ragen_jax.trainer.stages.score import TrainingBatch
 
 ACTOR_KEYS = ("tokens", "attention_mask", "loss_mask", "old_logprobs", "sample_logprobs", "advantages", "positions",
