@@ -187,7 +187,7 @@ def test_greedy_validation_at_a_positive_temperature_is_valid():
     ("trainer.logprob_chunk", 0, r"config.trainer.logprob_chunk must be >= 1"),
     ("rollout.context_window", 0, r"config.rollout.context_window must be >= 1"),
     ("rollout.chunk", 0, r"config.rollout.chunk must be >= 1"),
-    ("rollout.slots", -1, r"config.rollout.slots must be >= 0 \(0 = one per episode\)"),
+    ("rollout.slots", -1, r"config.rollout.slots must be >= 0 \(0 = chosen from the batch and response length\)"),
     ("rollout.lanes", -1, r"config.rollout.lanes must be >= 0 \(0 = the sampler's default\)"),
     ("val.groups", 0, r"config.val.groups must be >= 1 \(to turn validation off set config.val.every=0\)"),
     ("trainer.keep_checkpoints", 0, r"config.trainer.keep_checkpoints must be >= 1"),

@@ -159,3 +159,26 @@ def test_run_samples_with_the_top_p_and_top_k_it_is_given(tiny, ragged_turns, lo
         assert_same_trajectories(play(engine, tok, params, top_p=1.0, top_k=0), reference)
     tokens = [[r.response_tokens for r in ep.history] for ep in reference.episodes]
     assert [[r.response_tokens for r in ep.history] for ep in play(lockstep, tok, params).episodes] != tokens
+
+
+@pytest.mark.parametrize("batch, response_length, devices, platform, slots", [
+    (128, 400, 1, "cpu", 32),    # RAGEN-shaped: long, spread responses queue through 32 slots
+    (128, 24, 1, "cpu", 128),    # the tiny quickstart: short responses keep one slot per episode
+    (128, 200, 1, "cpu", 41),    # in between: batch x 64 / response_length
+    (16, 400, 1, "cpu", 16),     # never more slots than episodes
+    (128, 400, 4, "cpu", 128),   # 32 per device
+    (128, 100, 3, "cpu", 96),    # 32 per device over 82
+    (512, 100, 3, "cpu", 330),   # 328 rounded up to a multiple of the devices
+    (128, 400, 1, "gpu", 128),   # an accelerator reads the weights once per step: one per episode
+])
+def test_default_slots_follow_the_workload(batch, response_length, devices, platform, slots):
+    from ragen_jax.rollout.continuous import default_slots
+    assert default_slots(batch, response_length, devices, platform) == slots
+
+
+def test_engine_takes_the_default_slots_for_zero(tiny):
+    graphdef, _, tokenizer = tiny
+    config = RolloutConfig(max_turn=2, response_length=256, max_model_len=512)
+    assert ContinuousEngine(graphdef, tokenizer, config, 64, slots=0).slots == 32
+    assert ContinuousEngine(graphdef, tokenizer, config, 64, slots=8).slots == 8
+    assert ContinuousEngine(graphdef, tokenizer, config, 4, slots=0).slots == 4

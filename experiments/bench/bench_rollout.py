@@ -128,7 +128,7 @@ def bench_workload(name: str, args) -> dict:
     for slots in args.slots:
         for lanes in args.lanes:
             engine = ContinuousEngine(graphdef, tokenizer, rollout, batch, slots=slots, chunk=args.chunk, lanes=lanes)
-            engines[f"continuous[slots={slots or batch},lanes={engine.sampler.lanes}]"] = engine
+            engines[f"continuous[slots={engine.slots},lanes={engine.sampler.lanes}]"] = engine
     key = jax.random.key(0)
     reference, out = None, {}
     for label, engine in engines.items():  # warm-up: compile every program, record the trajectories
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="ragen_shaped,tiny")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--slots", default="0,32", help="continuous engine slot counts to try (0 = one per episode)")
+    parser.add_argument("--slots", default="0,32", help="continuous engine slot counts to try (0 = the default: rollout.continuous.default_slots)")
     parser.add_argument("--chunk", type=int, default=8, help="continuous engine decode steps per chunk")
     parser.add_argument("--lanes", default="0", help="continuous engine decode lanes to try (0 = the sampler's "
                         "default); the lockstep reference decodes in one")

@@ -157,9 +157,10 @@ class RolloutSection(Section):
     # continuous (episodes advance on their own) | lockstep (the reference) | auto: continuous on one process,
     # lockstep across hosts; both give the same trajectories
     engine: str = setting("auto", choices=("auto", "continuous", "lockstep"))
-    # continuous: decode slots (0 = one per episode; fewer slots queue the episodes: experiments/bench/bench_rollout.py
-    # compares slot counts on a RAGEN-shaped and a tiny workload)
-    slots: int = setting(0, Rule(lambda v: v >= 0, "must be >= 0 (0 = one per episode)"))
+    # continuous: decode slots; fewer slots than episodes queue them (0 = chosen from the workload: one per episode
+    # on an accelerator, on a CPU max(32, batch x 64 / response_length); rollout.continuous.default_slots;
+    # experiments/bench/bench_rollout.py compares slot counts on a RAGEN-shaped and a tiny workload)
+    slots: int = setting(0, Rule(lambda v: v >= 0, "must be >= 0 (0 = chosen from the batch and response length)"))
     chunk: int = setting(8, AT_LEAST_1)  # continuous: decode steps per jitted chunk between the host's bookkeeping
     # decode lanes: rows split into parts decoded side by side in threads, one cache each (0 = the sampler's
     # choice: on a CPU with a small model one lane per core of >= 8 rows; experiments/bench/bench_lanes.py)

@@ -29,7 +29,7 @@ from ragen_jax.rollout.config import RolloutConfig
 from ragen_jax.rollout.episodes import EpisodeBook, finish_rollout
 from ragen_jax.rollout.types import RolloutResult
 from ragen_jax.sampling import Sampler, episode_turn_keys
-from ragen_jax.shapes import pad_rows
+from ragen_jax.shapes import pad_rows, round_up
 
 
 @jax.jit
@@ -45,8 +45,22 @@ def finished_rows(state, slots) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(x)[:len(slots)] for x in _rows_of(state, pad_rows(slots)))
 
 
+def default_slots(batch_size: int, response_length: int, devices: int = 1, platform: str | None = None) -> int:
+    """The decode slots for `rollout.slots=0`. On an accelerator, one per episode: a decode step reads the weights
+    once for every row, so rows are nearly free. On a CPU a step's cost grows with its rows, and slots whose episode
+    ended idle while the longest ones play on, the more so the longer and more spread the responses: queue the
+    episodes through max(32 per device, batch x 64 / response_length) slots (RAGEN-shaped rollouts, 128 x 400
+    tokens: 32; the tiny quickstart, 128 x 24: one per episode; experiments/bench/bench_rollout.py measures both).
+    A multiple of `devices`, so every device decodes as many slots."""
+    platform = platform or jax.default_backend()
+    if platform != "cpu":
+        return batch_size
+    wanted = max(32 * devices, -(-batch_size * 64 // max(response_length, 1)))
+    return min(batch_size, round_up(wanted, devices))
+
+
 class ContinuousEngine:
-    """Plays `batch_size` episodes through `slots` decode slots (default: one per episode), K steps a chunk."""
+    """Plays `batch_size` episodes through `slots` decode slots (default: `default_slots`), K steps a chunk."""
 
     def __init__(self, graphdef, tokenizer, config: RolloutConfig, batch_size: int, *, slots: int = 0,
                  chunk: int = 8, share_prompts: bool = True, lanes: int = 0, mesh=None):
@@ -59,7 +73,8 @@ class ContinuousEngine:
         self.config, self.tokenizer = config, tokenizer
         self.batch_size = self.local_batch_size = batch_size
         self.rows = slice(0, batch_size)
-        self.slots = min(slots or batch_size, batch_size)
+        devices = 1 if mesh is None else mesh.devices.size
+        self.slots = min(slots or default_slots(batch_size, config.response_length, devices), batch_size)
         self.chunk, self.share_prompts = int(chunk), share_prompts
         self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
         self.stop_sequences = config.stop_sequences(tokenizer)
