@@ -77,7 +77,7 @@ def test_no_correction_is_the_identity(run):
 
 
 def test_default_bounds():
-    assert algos.rollout_correction.DEFAULT_BOUNDS == {"tis": 2.0, "icepop": 2.0, "seq_geo_mask": 1.001}
+    assert algos.rollout_correction.DEFAULT_BOUNDS == {"tis": 2.0, "icepop": 2.0, "seq_geo_mask": 1.001, "decoupled": 5.0}
     weights, _, _ = _correct(lambda f, *a, **k: f(*a, **k), "tis")  # bound None -> 2.0
     np.testing.assert_allclose(weights, np.minimum(RHO, 2.0), rtol=1e-5, atol=1e-6)
 

@@ -109,7 +109,7 @@ def test_bad_values_are_all_reported_at_once(tmp_path):
     proc = run_cli("--config=configs/sudoku.py:tiny", "--config.rollout.context_mode=bogus",
                    "--config.env.name=NoSuchEnv", "--config.rollout.response_length=4096", workdir=wd)
     assert_fails_cleanly(proc, wd, "config.rollout.context_mode='bogus'", "'single_turn'",
-                         "Unknown environment 'NoSuchEnv'", "response_length must be < config.rollout.max_model_len")
+                         "Unknown environment 'NoSuchEnv'", "config.rollout.response_length (4096) must be < rollout.max_model_len (2048)")
 
 
 def test_an_oracle_warm_start_on_a_host_env_is_one_fatal_line(tmp_path):

@@ -82,7 +82,7 @@ def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
     assert_bitwise(straight.models.critic.trainable, resumed.models.critic.trainable, "critic parameters")
     assert_bitwise(straight.models.critic_optim.state, resumed.models.critic_optim.state, "critic optimizer state")
     assert_bitwise(straight.models.ref_params, resumed.models.ref_params, "KL reference")
-    assert not resumed.ref_is_initial  # the warm-started policy, restored from the checkpoint
+    assert not resumed.models.ref_is_initial  # the warm-started policy, restored from the checkpoint
 
     joined = {**first_log, **resumed_log}
     for step in range(1, 5):
@@ -172,11 +172,11 @@ def test_resuming_the_warm_start_of_mode_sft_is_refused_with_the_way_to_rl_from_
     with pytest.raises(FileExistsError,
                        match=r"checkpoints/0 is the warm start of `--mode=sft`, not an RL step: "
                              r".*--config.model.path=.*/sft/hf_export --config.warmstart.enabled=False"):
-        Trainer._maybe_restore(trainer)
+        Trainer._restore_latest(trainer)
     assert restored == []
     Checkpointer(folder).save(1, {"w": jnp.ones(3)}, {"step": 1, "counters": {"steps_run": 2}})  # an RL run's
     trainer.checkpointer = Checkpointer(folder)
-    Trainer._maybe_restore(trainer)
+    Trainer._restore_latest(trainer)
     assert restored == [1]
 
 
@@ -313,7 +313,7 @@ def test_a_checkpoint_the_disk_refuses_is_reported_and_the_run_goes_on(tmp_path,
     assert "File too large" in errors[0] and f"latest complete checkpoint is {folder}/0" in errors[0]
     assert "The run goes on" in errors[0] and "Traceback" not in caplog.text
     cfg.trainer.resume = True
-    assert Trainer(cfg).start_step == 3
+    assert Trainer(cfg).state.start_step == 3
 
 
 def test_a_final_checkpoint_the_disk_refuses_ends_the_run_with_the_reason(tmp_path, monkeypatch):
@@ -521,7 +521,7 @@ def test_a_bfloat16_checkpoint_without_the_float32_master_resumes_with_the_maste
     old = Trainer(config(tmp_path / "old"))
     old.train()
     assert isinstance(old.models.actor_optim.state, MasterWeights) and isinstance(old.models.critic_optim.state, MasterWeights)
-    legacy = dict(old._state(False), actor_opt=old.models.actor_optim.state.inner, critic_opt=old.models.critic_optim.state.inner)
+    legacy = dict(old.models.state(False), actor_opt=old.models.actor_optim.state.inner, critic_opt=old.models.critic_optim.state.inner)
     meta = old.checkpointer.restore_meta(0)
     Checkpointer(str(tmp_path / "legacy" / "checkpoints")).save(0, legacy, meta)
 
@@ -531,10 +531,10 @@ def test_a_bfloat16_checkpoint_without_the_float32_master_resumes_with_the_maste
         resumed = Trainer(cfg)
     assert resumed.state.start_step == 1
     for model in ("actor", "critic"):
-        params, opt = getattr(resumed, model).trainable, getattr(resumed, f"{model}_opt")
+        params, opt = getattr(resumed.models, model).trainable, getattr(resumed.models, f"{model}_optim").state
         assert isinstance(opt, MasterWeights)
-        assert_bitwise(getattr(old, model).trainable, params, f"{model} parameters")
-        assert_bitwise(getattr(old, f"{model}_opt").inner, opt.inner, f"{model} optimizer state")
+        assert_bitwise(getattr(old.models, model).trainable, params, f"{model} parameters")
+        assert_bitwise(getattr(old.models, f"{model}_optim").state.inner, opt.inner, f"{model} optimizer state")
         assert_bitwise(jax.tree.map(lambda p: p.astype(jnp.float32), params), opt.master, f"{model} master")
         for m, p in zip(jax.tree.leaves(opt.master), jax.tree.leaves(params)):
             assert m.sharding == p.sharding
@@ -551,6 +551,7 @@ def test_only_a_bfloat16_checkpoint_without_the_master_gets_one_rebuilt(tmp_path
     from ragen_jax.checkpoint import Checkpointer
     from ragen_jax.models import CheckpointError
     from ragen_jax.optim import MasterWeights
+    from ragen_jax.trainer.models import restore_state as restore_checkpoint_state
 
     spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)  # noqa: E731
     params = {"w": jnp.arange(3, dtype=jnp.bfloat16)}
@@ -558,13 +559,13 @@ def test_only_a_bfloat16_checkpoint_without_the_master_gets_one_rebuilt(tmp_path
     abstract = jax.tree.map(spec, {"actor": params, "actor_opt": MasterWeights(
         {"w": jnp.zeros(3)}, inner)})
     Checkpointer(str(tmp_path / "bf16")).save(0, {"actor": params, "actor_opt": inner}, {"step": 0})
-    state, meta = Trainer._restore_state(Checkpointer(str(tmp_path / "bf16")), 0, abstract)
+    state, meta = restore_checkpoint_state(Checkpointer(str(tmp_path / "bf16")), 0, abstract)
     assert meta == {"step": 0} and isinstance(state["actor_opt"], MasterWeights)
     assert_bitwise(state["actor_opt"], MasterWeights({"w": jnp.arange(3, dtype=jnp.float32)}, inner), "state")
     wide = {"w": jnp.arange(3, dtype=jnp.float32)}
     Checkpointer(str(tmp_path / "f32")).save(0, {"actor": wide, "actor_opt": inner}, {"step": 0})
     with pytest.raises(CheckpointError, match="actor_opt.master.w: this config builds it, the checkpoint lacks it"):
-        Trainer._restore_state(Checkpointer(str(tmp_path / "f32")), 0, abstract)
+        restore_checkpoint_state(Checkpointer(str(tmp_path / "f32")), 0, abstract)
 
 
 def test_the_checkpoint_barrier_timeout_reaches_every_checkpointer_the_trainer_builds(tmp_path, monkeypatch):

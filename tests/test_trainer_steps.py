@@ -448,11 +448,22 @@ def test_algo_kwargs_reach_the_functions_that_name_them():
 def test_the_config_gives_algo_kwargs_as_sorted_pairs():
     from ragen_jax.algos.settings import parse_algo_kwargs
 
+    from ragen_jax.algos import ADVANTAGE_ESTIMATORS
+
+    def binned_outcome(inputs, *, scale=1.0, bins=(), mode="a"):
+        adv = scale * inputs.token_level_rewards.sum(-1, keepdims=True) * inputs.response_mask
+        return adv, adv
+
     cfg = get_base_config()
     assert cfg.algo.kwargs == "" and AlgoSettings.of(validate_config(cfg)).kwargs == ()
-    cfg.algo.kwargs = '{"scale": 2.0, "bins": [1, 2], "mode": "x"}'
-    assert AlgoSettings.of(validate_config(cfg)).kwargs == (("bins", (1, 2)), ("mode", "x"), ("scale", 2.0))
-    hash(AlgoSettings.of(validate_config(cfg)))  # static under jit
+    ADVANTAGE_ESTIMATORS.register("test_binned_outcome", binned_outcome)
+    try:
+        cfg.algo.adv_estimator = "test_binned_outcome"
+        cfg.algo.kwargs = '{"scale": 2.0, "bins": [1, 2], "mode": "x"}'
+        assert AlgoSettings.of(validate_config(cfg)).kwargs == (("bins", (1, 2)), ("mode", "x"), ("scale", 2.0))
+        hash(AlgoSettings.of(validate_config(cfg)))  # static under jit
+    finally:
+        ADVANTAGE_ESTIMATORS.unregister("test_binned_outcome")
     with pytest.raises(ValueError, match="is not JSON"):
         parse_algo_kwargs("{scale: 2}")
 

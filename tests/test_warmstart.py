@@ -307,6 +307,7 @@ def _bandit_config():
     c.env.max_turn = 1
     c.env.max_actions_per_turn = 1
     c.env.groups, c.env.group_size = 4, 2
+    c.trainer.mini_batch_size = 8  # a step's 8 rows (tiny's 32 is for its larger batches)
     c.val.groups = c.val.batch_size = 32
     c.val.temperature = 0.5
     c.model.tiny = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128)

@@ -124,7 +124,7 @@ class RLModels:
         rebuilds the master from the restored parameters, as init would."""
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                                 self.state(with_reference))
-        state, meta = _restore_state(checkpointer, step, abstract)
+        state, meta = restore_state(checkpointer, step, abstract)
         self.actor.trainable, self.actor_optim.state = state["actor"], state["actor_opt"]
         if self.critic is not None:
             self.critic.trainable, self.critic_optim.state = state["critic"], state["critic_opt"]
@@ -150,7 +150,7 @@ class RLModels:
         return folder
 
 
-def _restore_state(checkpointer, step: int, abstract: dict) -> tuple[dict, dict]:
+def restore_state(checkpointer, step: int, abstract: dict) -> tuple[dict, dict]:
     """Checkpoint `step` into `abstract` -> (state, meta), a checkpoint from before the float32 master copy
     included (see `RLModels.restore`)."""
     from ragen_jax.checkpoint import leaf_dtypes, leaf_shapes
