@@ -15,6 +15,7 @@ import numpy as np
 
 from envs.errors import EnvSetupError
 from envs.host_checks import describe_value
+from envs.observation import IMAGE_FORMATS
 from envs.protocols import Action, EnvBatch, JaxEnv, TurnResult
 
 
@@ -152,6 +153,10 @@ class JaxEnvBatch(EnvBatch):
         self._done = np.zeros(self._batch_size, bool)
         self._success = np.zeros(self._batch_size, bool)
         self.reset_errors = [""] * self._batch_size  # why an episode's first observation could not be rendered
+        # image formats: every observation's picture, drawn for the whole batch by one jitted program
+        self.draws_images = getattr(env, "observation_format", None) in IMAGE_FORMATS
+        self._draw = jax.jit(jax.vmap(env.render_rgb)) if self.draws_images else None
+        self.last_images: list[tuple] | None = None  # the pictures of the last reset's / step's observations
 
     @property
     def batch_size(self) -> int:
@@ -173,6 +178,9 @@ class JaxEnvBatch(EnvBatch):
         host = jax.device_get(self.state)
         pairs = [checked_render(self.env, jax.tree.map(lambda x: x[i], host), self.params) if rows[i] else ("", "")
                  for i in range(self._batch_size)]
+        if self.draws_images:
+            pictures = np.asarray(self._draw(self.state))
+            self.last_images = [(pictures[i],) if rows[i] and not pairs[i][1] else () for i in range(self._batch_size)]
         return [text for text, _ in pairs], [error for _, error in pairs]
 
     def reset(self, seeds: Sequence[int], instances: Sequence[int] | None = None) -> list[str]:
@@ -217,7 +225,7 @@ class JaxEnvBatch(EnvBatch):
             observations=observations, rewards=out["rewards"].astype(np.float32),
             terminated=out["terminated"] | failed, truncated=out["truncated"], success=self._success & ~failed,
             actions_executed=out["actions_executed"].astype(np.int32),
-            action_is_effective=out["action_is_effective"], errors=errors, infos=infos,
+            action_is_effective=out["action_is_effective"], errors=errors, infos=infos, images=self.last_images,
         )
 
 

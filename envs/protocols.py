@@ -157,6 +157,7 @@ class TurnResult:
     action_is_effective: np.ndarray
     errors: list[str]
     infos: list[dict[str, Any]]
+    images: list[tuple] | None = None  # per episode, the new observation's pictures (image formats; None: text)
 
 
 class EnvBatch(abc.ABC):

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 
 from ragen_jax.rollout.context import ContextBuilder
+from ragen_jax.rollout.images import ImagePrompts, RowImages, empty_row_images, shown_images
 from ragen_jax.rollout.prompts import build_messages, turn_score
 from ragen_jax.rollout.rewards import normalize_scores
 from ragen_jax.rollout.types import Episode, TrajectoryBatch
@@ -22,11 +23,13 @@ class _Sample:
     episode: int
     reward_turn: int | None  # history index carrying the episode score (None: turn scores)
     start: int  # the oldest history turn in the sample's context
+    images: RowImages | None = None  # the context's pictures (a VL policy's rows)
 
 
 def _episode_samples(builder: ContextBuilder, ep: Episode, ep_idx: int, *, mode: str, window: int,
                      max_tokens: int, enable_think: bool, format_penalty: float,
-                     use_turn_scores: bool, history_starts: list[int]) -> list[_Sample]:
+                     use_turn_scores: bool, history_starts: list[int],
+                     image_prompts: ImagePrompts | None = None) -> list[_Sample]:
     responded = [i for i, r in enumerate(ep.history) if r.response_tokens is not None]
     if not responded:
         return []
@@ -40,11 +43,16 @@ def _episode_samples(builder: ContextBuilder, ep: Episode, ep_idx: int, *, mode:
         for m in messages:
             if m["role"] == "assistant":
                 m["tokens"] = m["record"].response_tokens
-        tokens, turn_map = builder.assemble(messages, add_generation_prompt=False)
+        images = None
+        if image_prompts is None:
+            tokens, turn_map = builder.assemble(messages, add_generation_prompt=False)
+        else:
+            tokens, turn_map, images = image_prompts.assemble(builder, messages, shown_images(ep.history, start, t),
+                                                              add_generation_prompt=False)
         turn_indices = [ep.history.index(m["record"]) for m in messages if m["role"] == "assistant"]
         trained = set(turn_indices) if mode == "full" else {t}
         samples.append(_Sample(tokens, turn_map, turn_indices, trained, ep_idx,
-                               None if use_turn_scores else t, start))
+                               None if use_turn_scores else t, start, images))
     return samples
 
 
@@ -62,7 +70,8 @@ def sampled_in_row_context(row_tokens: np.ndarray, first: int, record, row_start
 def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, window: int,
                 max_tokens: int, enable_think: bool, format_penalty: float, use_turn_scores: bool,
                 norm_method: str, norm_grouping: str, logprobs: dict, pad_id: int,
-                row_multiple: int = 1, versions: dict | None = None) -> TrajectoryBatch:
+                row_multiple: int = 1, versions: dict | None = None,
+                image_prompts: ImagePrompts | None = None) -> TrajectoryBatch:
     """Assemble samples from the episodes' exact sampled tokens.
 
     logprobs: {(episode, turn): (sample_logprobs [n], raw_logprobs [n])} per response; versions: {(episode, turn):
@@ -71,6 +80,8 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
     tokens sampled in exactly their row's context: the trainer replaces the others' sampler log-probs by its own.
     An episode whose env failed keeps its rows (dumps, diagnostics) with an all-zero loss mask, reward and score:
     it never trains. Turn scores train only in the "full" mode (RolloutConfig refuses them elsewhere).
+    With image_prompts (a VL policy), the rows' contexts show their turns' pictures as image tokens (never in a
+    loss mask) and the batch keeps each row's images (`TrajectoryBatch.images`).
     """
     raw_scores = np.array([ep.total_reward for ep in episodes], np.float32)
     group_ids = np.array([ep.group_id for ep in episodes])
@@ -83,7 +94,8 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
         samples.extend(_episode_samples(builder, ep, idx, mode=mode, window=window,
                                         max_tokens=max_tokens, enable_think=enable_think,
                                         format_penalty=format_penalty,
-                                        use_turn_scores=use_turn_scores, history_starts=starts))
+                                        use_turn_scores=use_turn_scores, history_starts=starts,
+                                        image_prompts=image_prompts))
     n_rows = max(len(samples), 1)
     n_rows = -(-n_rows // row_multiple) * row_multiple
     length = bucket_length(max((len(s.tokens) for s in samples), default=1), **ROW_BUCKETS)
@@ -129,4 +141,7 @@ def build_batch(builder: ContextBuilder, episodes: list[Episode], *, mode: str, 
             trained_pos = np.nonzero(out["loss_mask"][row] > 0)[0]
             if len(trained_pos):
                 out["token_rewards"][row, trained_pos[-1]] += scores[s.episode]
+    if image_prompts is not None:
+        empty = empty_row_images(image_prompts.features)
+        out["images"] = [s.images for s in samples] + [empty] * (n_rows - len(samples))
     return TrajectoryBatch(**out)

@@ -19,23 +19,28 @@ from ragen_jax.rollout import metrics as metrics_lib
 from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.config import RolloutConfig
 from ragen_jax.rollout.context import ContextBuilder, common_prefix_length
+from ragen_jax.rollout.images import ImagePrompts, RowImages, cached_prefix_length, shown_images
 from ragen_jax.rollout.parsing import case_insensitive_lookup, parse_response, recorded_response
 from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
 from ragen_jax.rollout.types import Episode, RolloutResult
 
 
-def open_episodes(env: EnvBatch, cfg: RolloutConfig, tag: str, seeds, group_ids, observations) -> list[Episode]:
+def open_episodes(env: EnvBatch, cfg: RolloutConfig, tag: str, seeds, group_ids, observations,
+                  images=None) -> list[Episode]:
     """Episodes at their first turn: RAGEN's system prompt of `env`, and the "Max response length" the prompts
-    state: `cfg.prompt_max_tokens`, else the env variant's (RAGEN's envs.yaml `max_tokens`), else response_length."""
+    state: `cfg.prompt_max_tokens`, else the env variant's (RAGEN's envs.yaml `max_tokens`), else response_length.
+    images: per episode, the first observation's pictures (an image-format env's `last_images`; None: text)."""
     names = getattr(env, "prompt_action_names", env.action_names)
     # The legend in every observation_format, as in RAGEN's runs: its ctx_manager gates it on a format read from
     # the custom_envs entry, while its configs set the format in env_config (docs/custom_envs.md).
     system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj, cfg.action_sep,
                            style=cfg.prompt_style)
     shown = cfg.prompt_max_tokens or getattr(env, "prompt_max_tokens", None) or cfg.response_length
+    images = images or [()] * len(observations)
     return [Episode(env_tag=tag, seed=int(s), group_id=int(g), system=system, prompt_style=cfg.prompt_style,
-                    prompt_max_tokens=int(shown), history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj)])
-            for s, g, o in zip(seeds, group_ids, observations)]
+                    prompt_max_tokens=int(shown),
+                    history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj, images=tuple(im))])
+            for s, g, o, im in zip(seeds, group_ids, observations, images)]
 
 
 class ContextOverflowError(RagenError, ValueError):
@@ -48,6 +53,13 @@ def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.
     Records the first turn shown on the turn's record (and on the episode in "full" mode).
     Raises ContextOverflowError when the current turn alone does not fit.
     """
+    return fit_image_context(builder, cfg, ep, None)[0]
+
+
+def fit_image_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode,
+                      image_prompts: ImagePrompts | None) -> tuple[np.ndarray, RowImages | None]:
+    """`fit_context` with the shown turns' pictures as image tokens (`rollout.images`; image_prompts None: text,
+    no images) -> (tokens, their RowImages or None)."""
     record = ep.history[-1]
     turn = len(ep.history) - 1
     if cfg.context_mode == "full":
@@ -61,7 +73,11 @@ def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.
         for m in messages:
             if m["role"] == "assistant":
                 m["tokens"] = m["record"].response_tokens
-        tokens, _ = builder.assemble(messages, add_generation_prompt=True)
+        if image_prompts is None:
+            (tokens, _), images = builder.assemble(messages, add_generation_prompt=True), None
+        else:
+            tokens, _, images = image_prompts.assemble(builder, messages, shown_images(ep.history, start, turn),
+                                                       add_generation_prompt=True)
         if len(tokens) + cfg.response_length <= cfg.max_model_len:
             break
         if start >= turn:
@@ -73,7 +89,7 @@ def fit_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode) -> np.
     if cfg.context_mode == "full":
         ep.history_start = start
     record.history_start = start
-    return tokens
+    return tokens, images
 
 
 class EpisodeBook:
@@ -82,6 +98,7 @@ class EpisodeBook:
 
     def __init__(self, engine, env: EnvBatch, episodes: list[Episode], first_episode: int):
         self.cfg, self.builder, self.tokenizer = engine.config, engine.builder, engine.tokenizer
+        self.image_prompts: ImagePrompts | None = getattr(engine, "image_prompts", None)  # a VL policy's
         self.env = env
         self.episodes = episodes
         self.first_episode = first_episode  # global index of episodes[0] (for keys and env instances)
@@ -89,6 +106,10 @@ class EpisodeBook:
         self.fed = [np.zeros(0, np.int32) for _ in episodes]  # each episode's tokens as last fed + sampled
         self.contexts: list[np.ndarray | None] = [None] * len(episodes)
         self.ready: list[np.ndarray | None] = [None] * len(episodes)  # each open turn's fitted context
+        # with image_prompts: each open turn's context images, and the images of what each row's cache was fed
+        self.ready_images: list[RowImages | None] = [None] * len(episodes)
+        self.context_images: list[RowImages | None] = [None] * len(episodes)
+        self.fed_keys: list[tuple[str, ...]] = [() for _ in episodes]
         self.opened = np.ones(len(episodes), bool)  # episodes whose first turn fits (the others ended at start)
         self.logprobs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.versions: dict[tuple[int, int], np.ndarray] = {}  # the policy version of each response token
@@ -113,7 +134,7 @@ class EpisodeBook:
         # an episode's position in the whole batch; an env may fold it into its randomness (RAGEN's Bandit)
         observations = env.reset(list(map(int, seeds)), instances=list(range(first_episode, first_episode + B)))
         spent = time.perf_counter() - t0
-        episodes = open_episodes(env, cfg, tag, seeds, group_ids, observations)
+        episodes = open_episodes(env, cfg, tag, seeds, group_ids, observations, getattr(env, "last_images", None))
         book = cls(engine, env, episodes, first_episode)
         book.timing["env"] += spent
         reset_errors = list(getattr(env, "reset_errors", None) or [""] * B)  # HostEnvBatch reports them there
@@ -137,7 +158,7 @@ class EpisodeBook:
         only that episode, with the error recorded, so it is never trained on. -> whether the turn is open."""
         ep = self.episodes[b]
         try:
-            self.ready[b] = fit_context(self.builder, self.cfg, ep)
+            self.ready[b], self.ready_images[b] = fit_image_context(self.builder, self.cfg, ep, self.image_prompts)
             return True
         except ContextOverflowError as e:
             ep.error = f"ContextOverflowError: the env's observation is too long: {e}"
@@ -154,11 +175,16 @@ class EpisodeBook:
 
     def next_context(self, b: int, cache_len: int) -> tuple[int, np.ndarray]:
         """Episode b's context for its current turn -> (tokens the cache keeps, the new tokens to feed)."""
-        ctx = self.ready[b] if self.ready[b] is not None else fit_context(self.builder, self.cfg, self.episodes[b])
-        self.ready[b] = None
+        if self.ready[b] is None:
+            self.ready[b], self.ready_images[b] = fit_image_context(self.builder, self.cfg, self.episodes[b],
+                                                                    self.image_prompts)
+        ctx, images = self.ready[b], self.ready_images[b]
+        self.ready[b] = self.ready_images[b] = None
         # re-feed at least the last token: a context may equal the previous one (unchanged state)
         start = min(cache_len, common_prefix_length(self.fed[b], ctx), len(ctx) - 1)
-        self.contexts[b] = ctx
+        if images is not None:  # an image whose tokens match but whose picture differs is fed again
+            start = cached_prefix_length(start, ctx, images.keys, self.fed_keys[b], self.image_prompts.image_pad_id)
+        self.contexts[b], self.context_images[b] = ctx, images
         return start, ctx[start:]
 
     def record_response(self, b: int, response: np.ndarray, sample_lp: np.ndarray, raw_lp: np.ndarray,
@@ -184,6 +210,8 @@ class EpisodeBook:
         if versions is not None:
             self.versions[(b, len(ep.history) - 1)] = np.asarray(versions, np.int32)
         self.fed[b] = np.concatenate([self.contexts[b], response])
+        if self.context_images[b] is not None:
+            self.fed_keys[b] = self.context_images[b].keys
         return list(parsed.actions)[: cfg.max_actions_per_traj - ep.num_actions]
 
     def step_envs(self, rows: np.ndarray, actions: list, active: np.ndarray) -> list[int]:
@@ -252,21 +280,24 @@ def book_turn(ep: Episode, result, b: int, actions: Sequence, cfg: RolloutConfig
         ep.success = bool(result.success[b]) and ep.terminated
         ep.final_state = None if error else result.observations[b]
         return True
+    images = tuple(result.images[b]) if getattr(result, "images", None) is not None else ()
     ep.history.append(TurnRecord(state=result.observations[b], actions_left=cfg.max_actions_per_traj - ep.num_actions,
-                                 warn_invalid=not actions or missed_lookup))
+                                 warn_invalid=not actions or missed_lookup, images=images))
     return False
 
 
 def finish_rollout(builder: ContextBuilder, cfg: RolloutConfig, tokenizer, episodes: list[Episode], logprobs: dict,
-                   tag: str, timing: dict, row_multiple: int, versions: dict | None = None) -> RolloutResult:
+                   tag: str, timing: dict, row_multiple: int, versions: dict | None = None,
+                   image_prompts: ImagePrompts | None = None) -> RolloutResult:
     """The training batch and metrics of played episodes (versions: each response's token policy versions,
-    {(episode, turn): [n]}; none: every token version 0)."""
+    {(episode, turn): [n]}; none: every token version 0; image_prompts: a VL policy's, the rows keep their
+    images)."""
     batch = build_batch(builder, episodes, mode=cfg.context_mode, window=cfg.context_window,
                         max_tokens=cfg.response_length, enable_think=cfg.enable_think,
                         format_penalty=cfg.format_penalty, use_turn_scores=cfg.use_turn_scores,
                         norm_method=cfg.reward_norm_method, norm_grouping=cfg.reward_norm_grouping,
                         logprobs=logprobs, pad_id=tokenizer.pad_token_id, row_multiple=row_multiple,
-                        versions=versions)
+                        versions=versions, image_prompts=image_prompts)
     metrics = metrics_lib.episode_metrics(episodes, tag)
     metrics["response_length"] = metrics_lib.response_length(episodes, cfg.context_mode)
     metrics["response_length_per_turn"] = metrics_lib.response_length_per_turn(episodes)

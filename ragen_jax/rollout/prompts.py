@@ -47,6 +47,7 @@ class TurnRecord:
     history_start: int = 0  # oldest turn shown in this turn's context
     context_tokens: Any = None  # the exact tokens the response was sampled after (np.int32 [L])
     recorded_text: str | None = None  # the response as single_turn summaries show it (RAGEN's llm_response)
+    images: tuple = ()  # the state's pictures (RGB [H, W, 3] uint8), one per IMAGE_MARKER in `state`
 
 
 def system_prompt(

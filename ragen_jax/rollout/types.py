@@ -61,6 +61,8 @@ class TrajectoryBatch:
     same_context [N, L] bool: True on response tokens whose row holds exactly the context they were sampled
     in (False where a "full" row dropped old turns that the token's sampling context still showed);
     token_versions [N, L] int32: the policy version that drew each response token (asynchronous training).
+    images: a VL policy's rows, each row's pictures (`rollout.images.RowImages`, in order of their image tokens);
+    None for text.
     """
 
     tokens: np.ndarray
@@ -75,6 +77,7 @@ class TrajectoryBatch:
     scores: np.ndarray
     same_context: np.ndarray
     token_versions: np.ndarray
+    images: list | None = None
 
     @property
     def num_samples(self) -> int:
@@ -86,10 +89,13 @@ class TrajectoryBatch:
 
     def select(self, rows: np.ndarray) -> "TrajectoryBatch":
         """The samples at `rows` (a gather over the leading axis)."""
-        return TrajectoryBatch(**{f.name: getattr(self, f.name)[rows] for f in dataclasses.fields(self)})
+        picked = {f.name: getattr(self, f.name)[rows] for f in dataclasses.fields(self) if f.name != "images"}
+        images = None if self.images is None else [self.images[int(r)] for r in np.arange(self.num_samples)[rows]]
+        return TrajectoryBatch(**picked, images=images)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The token-aligned and per-row arrays (not the images)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "images"}
 
 
 @dataclasses.dataclass
