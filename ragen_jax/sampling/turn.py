@@ -132,14 +132,17 @@ def _token_keys(keys: jax.Array, step: jax.Array) -> jax.Array:
 
 
 def begin_turn(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_place: bool, params, cache,
-           state: TurnState, rows, source, prefill_rows, tokens, cache_index, new_lens, keys, temperature):
+           state: TurnState, rows, source, prefill_rows, tokens, cache_index, new_lens, keys, temperature,
+           positions=None, image_embeds=None):
     """Starts a turn for rows [R] (an entry B is padding, ignored).
 
     Prefills U sequences: new tokens [U, Tb] from cache_index [U] into the cache rows prefill_rows [U] (a copy of
     their first kv_len slots); row r then takes prefill source[r]'s cache slots and last hidden state (rows that
     start from the same prompt share one prefill) and samples token 0 with fold_in(keys[r], 0) (keys [R, k] raw).
     `in_place` (static): rows and prefills are every row in order (the lockstep case), so the cache is written
-    in place. temperature: f32 scalar (config's own temperature is not read). -> (cache, state)."""
+    in place. temperature: f32 scalar (config's own temperature is not read). A vision-language model
+    (`sampling.vision`) passes its M-RoPE positions [3, U, Tb] and the new tokens' image embeddings [N, D] (None:
+    no image in the chunk). -> (cache, state)."""
     model = nnx.merge(graphdef, params)
     batch = state.lengths.shape[0]
     if in_place:
@@ -147,10 +150,12 @@ def begin_turn(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_pl
     else:
         safe = jnp.minimum(prefill_rows, batch - 1)
         sub = cache.take_rows(safe).first_slots(kv_len)
-    positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+    if positions is None:
+        positions = cache_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
     last_token = jnp.maximum(new_lens - 1, 0)
+    images = {} if image_embeds is None else {"image_embeds": image_embeds}
     hidden, sub = model.hidden(tokens, positions, cache=sub, cache_index=cache_index, kv_len=kv_len,
-                               query_lengths=new_lens, hidden_at=last_token)  # the bucket's padded tail is skipped
+                               query_lengths=new_lens, hidden_at=last_token, **images)  # padded tail skipped
     if in_place:
         cache = sub
     else:
@@ -167,13 +172,14 @@ def begin_turn(graphdef, config: SamplingConfig, pad_id: int, kv_len: int, in_pl
 
 
 def decode_turn(graphdef, config: SamplingConfig, kv_len: int, steps: int, params, weights, cache, state: TurnState,
-            temperature):
+            temperature, rope_deltas=None):
     """Advances every unfinished row by up to `steps` tokens (stops early once all rows are done).
 
     Row b feeds its last token into slot base + length - 1 and samples token `length` with fold_in(key, length);
     finished rows rewrite a slot past their end. Attention reads the first kv_len cache slots. weights: the
     model's `decode_weights` (projections laid out [out, in]), or None to use params' own layout. temperature: f32
-    scalar (config's own temperature is not read)."""
+    scalar (config's own temperature is not read). rope_deltas [B] int32 (a vision-language model's): the token
+    at slot s of row b has position s + rope_deltas[b] (M-RoPE's text position after images)."""
     model = nnx.merge(graphdef, params)
     if weights is not None:
         model = with_decode_weights(model, weights)
@@ -187,7 +193,8 @@ def decode_turn(graphdef, config: SamplingConfig, kv_len: int, steps: int, param
     def body(carry):
         i, cache, s = carry
         index = s.cache_lens
-        logits, cache = model(s.last[:, None], index[:, None], cache=cache, cache_index=index, kv_len=kv_len)
+        positions = index[:, None] if rope_deltas is None else (index + rope_deltas)[:, None]
+        logits, cache = model(s.last[:, None], positions, cache=cache, cache_index=index, kv_len=kv_len)
         step = jnp.minimum(s.lengths, n - 1)
         tok, lp, raw = sample_rows(_token_keys(s.keys, step), logits[:, 0], config, temperature)
         return i + 1, cache, _record(s, jnp.where(s.done, batch, all_rows), step, tok, lp, raw, config)
