@@ -49,6 +49,7 @@ class ModelSection(Section):
     param_dtype: str = setting("", choices=DTYPES)  # "" = the checkpoint's
     dtype: str = setting("", choices=DTYPES)  # compute dtype, "" = param dtype
     remat: str = setting("none", choices=("none", "full", "dots"))
+    freeze_vision: bool = False  # a vision-language policy's vision tower stays as loaded (not trained)
     critic_path: str = ""  # "" = initialise the critic from the policy checkpoint
     lora: LoRA = section(LoRA)
     seed: int = 0

@@ -43,7 +43,8 @@ class RLModels:
         self.use_critic = bool(run.algo.use_critic)
         self.need_ref = bool(run.algo.use_kl_loss or run.algo.use_kl_in_reward)
         critic = setup_lib.make_critic(run.model, policy) if self.use_critic else None
-        self.actor = sharding.place_for_training(setup_lib.split_model(policy, self.lora), mesh)
+        self.actor = sharding.place_for_training(
+            setup_lib.split_model(policy, self.lora, freeze_vision=bool(run.model.freeze_vision)), mesh)
         self.critic = (sharding.place_for_training(setup_lib.split_model(critic, self.lora, setup_lib.CRITIC_HEAD),
                                                    mesh) if critic is not None else None)
         self.ref_params = jax.tree.map(jnp.copy, self.actor.full()) if self.need_ref else None

@@ -28,10 +28,16 @@ class SplitModel:
         return nnx.merge(self.graphdef, self.trainable, self.frozen)
 
 
-def split_model(model: nnx.Module, lora: bool, head: str | None = None) -> SplitModel:
+VISION_TOWER = "visual"  # where a vision-language model keeps its vision tower (Qwen25VLModel.visual)
+
+
+def split_model(model: nnx.Module, lora: bool, head: str | None = None, freeze_vision: bool = False) -> SplitModel:
     """Trainable = LoRA adapters (and the parameters under `head`, a critic's value head) when LoRA is on, else
-    every parameter."""
-    graphdef, trainable, frozen = nnx.split(model, trainable_filter(lora, head), ...)
+    every parameter; with `freeze_vision`, none of a vision-language model's tower (`visual`)."""
+    trains = trainable_filter(lora, head)
+    if freeze_vision:
+        trains = nnx.All(trains, nnx.Not(nnx.PathContains(VISION_TOWER)))
+    graphdef, trainable, frozen = nnx.split(model, trains, ...)
     return SplitModel(graphdef, trainable, frozen)
 
 
