@@ -22,8 +22,10 @@ from envs.protocols import EnvBatch
 from ragen_jax.rollout.config import RolloutConfig
 from ragen_jax.rollout.context import ContextBuilder
 from ragen_jax.rollout.episodes import EpisodeBook, finish_rollout
+from ragen_jax.rollout.images import ImagePrompts, image_spans, images_from
 from ragen_jax.rollout.types import Episode, RolloutResult
 from ragen_jax.sampling import Sampler, episode_turn_keys
+from ragen_jax.sampling.vision import VLSampler, context_positions, vl_config_of
 from ragen_jax.sharding.distributed import agree_any, allgather_objects
 from ragen_jax.sharding.placement import global_to_local_rows
 
@@ -33,6 +35,10 @@ class LockstepEngine:
 
     With a mesh, this process plays rows `self.rows` of the `batch_size` episodes (all of them with one
     process): its env batch holds `local_batch_size` episodes.
+
+    A vision-language policy (a Qwen25VLModel's graphdef) reads its envs' pictures: contexts carry image tokens
+    (`rollout.images`), each row's new tokens their M-RoPE positions and pictures (`sampling.vision.VLSampler`);
+    one process, one lane.
     """
 
     def __init__(self, graphdef, tokenizer, config: RolloutConfig, batch_size: int, mesh=None, lanes: int = 0):
@@ -42,8 +48,19 @@ class LockstepEngine:
         self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
         self.stop_sequences = config.stop_sequences(tokenizer)
         self.stop_after = config.stop_gates(tokenizer)
-        self.sampler = Sampler(graphdef, cache_size=config.max_model_len,
-                               pad_id=tokenizer.pad_token_id, batch_size=batch_size, mesh=mesh, lanes=lanes or None)
+        self.vl_config = vl_config_of(graphdef)
+        self.image_prompts: ImagePrompts | None = None
+        if self.vl_config is not None:
+            if mesh is not None and mesh.size > 1:
+                raise ValueError("A vision-language policy rolls out on one device for now (VLSampler has no mesh).")
+            from ragen_jax.models.vision.processor import image_processor_for
+
+            self.image_prompts = ImagePrompts(tokenizer, image_processor_for(self.vl_config.vision))
+            self.sampler = VLSampler(graphdef, cache_size=config.max_model_len, pad_id=tokenizer.pad_token_id,
+                                     batch_size=batch_size)
+        else:
+            self.sampler = Sampler(graphdef, cache_size=config.max_model_len, pad_id=tokenizer.pad_token_id,
+                                   batch_size=batch_size, mesh=mesh, lanes=lanes or None)
         self.rows = self.sampler.rows
         self.local_batch_size = self.sampler.local_batch_size
 
@@ -81,12 +98,13 @@ class LockstepEngine:
             for b, row in new_rows.items():
                 new_tokens[b, : len(row)] = row
                 new_lens[b] = len(row)
+            images = self._image_inputs(play, new_rows, cache_lens) if self.image_prompts is not None else {}
             play.timing["glue"] += time.perf_counter() - t0
 
             t0 = time.perf_counter()
             keys = episode_turn_keys(key, play.episode_ids(), play.turns())
             out = self.sampler.generate(params, new_tokens, new_lens, keys, sampling,
-                                        cache=cache, cache_lens=cache_lens, active=active)
+                                        cache=cache, cache_lens=cache_lens, active=active, **images)
             cache = out.cache
             tokens, lengths, sample_lp, raw_lp, cache_lens = (
                 global_to_local_rows(x, self.rows)
@@ -107,13 +125,28 @@ class LockstepEngine:
 
         t0 = time.perf_counter()
         episodes, logprobs = self._gather(play.episodes, play.logprobs)
-        result = finish_rollout(self.builder, cfg, self.tokenizer, episodes, logprobs, tag, play.timing, row_multiple)
+        result = finish_rollout(self.builder, cfg, self.tokenizer, episodes, logprobs, tag, play.timing, row_multiple,
+                                image_prompts=self.image_prompts)
         result.timing["glue"] += time.perf_counter() - t0
         result.extras["turn_times"] = turn_times
         result.extras["decode_steps_per_token"] = slot_steps / max(generated, 1)
         return result
 
     # ----------------------------------------------------------------------------------------
+    def _image_inputs(self, play: EpisodeBook, new_rows: dict, cache_lens: np.ndarray) -> dict:
+        """VLSampler.generate's image arguments for this turn's rows: each row's new tokens' M-RoPE positions
+        (from its whole context), the pictures of the image tokens the cache does not hold yet, its rope_delta."""
+        b = self.local_batch_size
+        positions, images, deltas = [None] * b, [None] * b, np.zeros(b, np.int32)
+        for row in new_rows:
+            ctx, row_images = play.contexts[row], play.context_images[row]
+            start = int(cache_lens[row])
+            pos, deltas[row] = context_positions(ctx, row_images, self.vl_config)
+            positions[row] = pos[:, start:]
+            held = len(image_spans(ctx[:start], self.image_prompts.image_pad_id))
+            images[row] = images_from(row_images, held)
+        return {"positions": positions, "images": images, "rope_deltas": deltas}
+
     def _gather(self, episodes: list[Episode], logprobs: dict) -> tuple[list[Episode], dict]:
         """Every process's played rows, in batch order (processes sharing rows contribute them once)."""
         parts = allgather_objects((self.rows.start, episodes, logprobs))
