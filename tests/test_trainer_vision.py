@@ -96,3 +96,26 @@ def test_freeze_vision_keeps_the_tower_fixed_while_the_language_model_trains(vl,
     assert not any("visual" in str(path) for path, _ in jax.tree_util.tree_leaves_with_path(split.trainable)) \
         or not freeze
     assert jnp.isfinite(jnp.asarray(jax.tree.leaves(after["visual"])[0])).all()
+
+
+@pytest.mark.slow  # ~20 s on 2 shared cores: the tower twice
+def test_a_training_batchs_per_row_picture_slots_score_as_the_rows_pictures(vl):
+    """row_image_arrays (fixed picture slots per row, as training batches carry them) + vl_row_logprobs give the
+    log-probs of vl_policy_logprobs over the rows' own pictures."""
+    from ragen_jax.trainer.vision_scoring import row_image_arrays, vl_row_logprobs
+
+    model, tokenizer, builder, prompts = vl
+    graphdef, params = nnx.split(model)
+    rows = rows_of(prompts, builder, [("<image> then <image>", [picture(5), picture(6)]), ("none", []),
+                                      ("<image> only", [picture(7)])])
+    tokens, mask = padded([c for c, _ in rows], 48)
+    images = [im for _, im in rows]
+    arrays = row_image_arrays(tokens, mask, images, model.vl_config)
+    assert arrays["pixels"].shape[:2] == (3, 2) and arrays["mrope"].shape == (3, 3, 48)
+    positions, inputs = vision_rows(tokens, mask, images, model.vl_config)
+    want = jax.jit(lambda p: vl_policy_logprobs(nnx.merge(graphdef, p), tokens, mask, positions, inputs)[0])(params)
+    got = jax.jit(lambda p, a: vl_row_logprobs(nnx.merge(graphdef, p), tokens, mask, a)[0])(params, arrays)
+    np.testing.assert_allclose(np.asarray(got) * mask, np.asarray(want) * mask, atol=1e-5)
+    with pytest.raises(ValueError, match="one picture size"):
+        row_image_arrays(tokens, mask, [rows_of(prompts, builder, [("<image>", [picture(1, 84)])])[0][1],
+                                        images[1], images[2]], model.vl_config)

@@ -30,6 +30,7 @@ from ragen_jax.algos.policy_loss import (ALL_ROWS_ATTR, ROLLOUT_WEIGHTS_KEY, pol
 from ragen_jax.algos.settings import AlgoSettings, advantage_hparams, policy_loss_hparams, value_loss_hparams
 from ragen_jax.algos.shaping import shape_advantages
 from ragen_jax.optim import guarded_apply
+from ragen_jax.trainer.vision_scoring import IMAGE_KEYS, vl_row_logprobs
 
 
 def _shift_right(x: jax.Array) -> jax.Array:
@@ -227,8 +228,14 @@ def make_actor_loss(algo: AlgoSettings) -> ActorLoss:
         return policy_loss_denominator(policy_fn, mask, algo.loss_agg_mode, row_valid, algo.loss_scale_factor)
 
     def terms(model, mb, denom):
-        logprobs, entropy = policy_logprobs(model, mb["tokens"], mb["attention_mask"], temperature=algo.temperature,
-                                            chunk_size=algo.logprob_chunk, positions=mb.get("positions"))
+        if IMAGE_KEYS[0] in mb:  # a vision-language policy's rows: the tower runs inside the loss
+            logprobs, entropy = vl_row_logprobs(model, mb["tokens"], mb["attention_mask"],
+                                                {k: mb[k] for k in IMAGE_KEYS}, temperature=algo.temperature,
+                                                chunk_size=algo.logprob_chunk)
+        else:
+            logprobs, entropy = policy_logprobs(model, mb["tokens"], mb["attention_mask"],
+                                                temperature=algo.temperature, chunk_size=algo.logprob_chunk,
+                                                positions=mb.get("positions"))
         mask = mb["loss_mask"]
         weights = {ROLLOUT_WEIGHTS_KEY: mb["rollout_weights"]} if weighs_itself else {}
         pg, metrics = call_with_supported(policy_fn, logprobs, mb["old_logprobs"], mb["advantages"], mask,
@@ -268,7 +275,10 @@ def make_step_fns(actor_graphdef, critic_graphdef, algo: AlgoSettings, actor_tx,
         return nnx.merge(actor_graphdef, trainable, frozen)
 
     @jax.jit
-    def score_policy(trainable, frozen, tokens, attention_mask, positions=None):
+    def score_policy(trainable, frozen, tokens, attention_mask, positions=None, images=None):
+        if images is not None:  # a vision-language policy's rows (`vision_scoring.IMAGE_KEYS`)
+            return vl_row_logprobs(actor_model(trainable, frozen), tokens, attention_mask, images,
+                                   temperature=algo.temperature, chunk_size=algo.logprob_chunk)
         return policy_logprobs(actor_model(trainable, frozen), tokens, attention_mask,
                                temperature=algo.temperature, chunk_size=algo.logprob_chunk, positions=positions)
 

@@ -30,6 +30,7 @@ from ragen_jax.errors import RagenError, RunFolderError
 from ragen_jax.monitoring import Monitor, wandb_settings
 from ragen_jax.rollout import RolloutConfig, make_engine
 from ragen_jax.rollout.dump import dump_kwargs, trajectory_sample_text, write_jsonl
+from ragen_jax.sampling.vision import vl_config_of
 from ragen_jax.trainer import setup as setup_lib
 from ragen_jax.trainer import stages
 from ragen_jax.trainer.collapse_monitor import CollapseMonitor
@@ -211,7 +212,8 @@ class Trainer:
         if skip:
             return stages.step_report(collected.metrics, observed, selection.metrics, counted,
                                       stages.skipped_update(skip), timing=collected.timing)
-        batch = stages.training_batch(collected.result.batch, selection.rows, run.trainer.mini_batch_size, self.mesh)
+        batch = stages.training_batch(collected.result.batch, selection.rows, run.trainer.mini_batch_size, self.mesh,
+                                      vl_config_of(models.actor.graphdef))
         scored = stages.score(models, self.fns, batch, run.algo, micro, self.state.kl_in_reward_coef)
         self.state.kl_in_reward_coef = scored.next_kl_coef
         batch, data_metrics, scoring_s = stages.advantages(self.fns, scored, selection.filter.kept_ratio,

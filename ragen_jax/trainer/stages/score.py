@@ -21,6 +21,7 @@ from ragen_jax.rollout.types import TrajectoryBatch
 from ragen_jax.trainer.batch_stats import (batch_entropy, explained_variance, in_row_context, row_total_stats,
                                            sampler_agreement, token_stats)
 from ragen_jax.trainer.steps import scored_positions
+from ragen_jax.trainer.vision_scoring import IMAGE_KEYS, row_image_arrays
 
 # what the update reads of a rollout's batch
 BATCH_KEYS = ("tokens", "attention_mask", "loss_mask", "sample_logprobs", "token_rewards", "group_ids",
@@ -42,12 +43,20 @@ class TrainingBatch:
         return float((self.host["loss_mask"] > 0).sum())
 
 
-def training_batch(batch: TrajectoryBatch, rows: np.ndarray, mini_batch_size: int, mesh) -> TrainingBatch:
+def training_batch(batch: TrajectoryBatch, rows: np.ndarray, mini_batch_size: int, mesh,
+                   vl_config: Any = None) -> TrainingBatch:
     """Rows `rows` of a rollout's batch, compacted to whole mini-batches and placed on the mesh. Padding rows
-    join no real group's statistics (GRPO/RLOO group means) nor a real episode."""
+    join no real group's statistics (GRPO/RLOO group means) nor a real episode. Rows with pictures (a
+    vision-language policy's, `vl_config` its VLConfig) carry them as per-row arrays (`vision_scoring.IMAGE_KEYS`)."""
     t0 = time.perf_counter()
     all_arrays = batch.arrays()
-    arrays, row_valid = compact({k: all_arrays[k] for k in BATCH_KEYS}, rows, multiple=mini_batch_size)
+    keys = BATCH_KEYS
+    if batch.images is not None:
+        if vl_config is None:
+            raise ValueError("The batch's rows hold pictures but the policy is not a vision-language model.")
+        all_arrays.update(row_image_arrays(batch.tokens, batch.attention_mask, batch.images, vl_config))
+        keys = BATCH_KEYS + IMAGE_KEYS
+    arrays, row_valid = compact({k: all_arrays[k] for k in keys}, rows, multiple=mini_batch_size)
     for key in ("group_ids", "episode_ids"):
         arrays[key] = np.where(row_valid, arrays[key], -1 - np.arange(len(row_valid))).astype(np.int32)
     arrays["positions"] = scored_positions(arrays["loss_mask"])  # log-probs are needed only where trained
@@ -66,6 +75,8 @@ def score_rows(fn: Callable, a: Any, b: Any, dev: dict, micro: int, *, with_posi
     for i in range(0, dev["tokens"].shape[0], micro):
         rows = slice(i, i + micro)
         extra = (dev["positions"][rows],) if with_positions else ()
+        if with_positions and IMAGE_KEYS[0] in dev:  # a vision-language policy's rows
+            extra += ({k: dev[k][rows] for k in IMAGE_KEYS},)
         out = sharding.settle(fn(a, b, dev["tokens"][rows], dev["attention_mask"][rows], *extra))
         outs.append(out[output] if isinstance(out, tuple) and output is not None else out)
     return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=0), *outs)
