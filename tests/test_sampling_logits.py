@@ -345,3 +345,22 @@ def test_draw_index_skips_zero_weights_where_the_running_sum_dips():
     rows = jnp.broadcast_to(jnp.asarray(weights), (hard.sum(), v))
     picked = np.asarray(jax.jit(draw_index)(jnp.asarray(u[hard]), rows))
     assert (weights[picked] > 0).all()
+
+
+def test_banned_ids_are_never_drawn_and_leave_the_raw_logprobs_alone():
+    """A vision-language policy never samples its image tokens: greedy and sampled draws skip banned ids (even the
+    argmax), the sampling log-probs renormalise without them, the raw log-probs stay the model's."""
+    from ragen_jax.sampling.logits import sample_rows
+
+    logits = jnp.tile(jnp.array([[0.0, 5.0, 1.0, 4.5]]), (64, 1))
+    keys = jax.random.split(jax.random.key(0), 64)
+    for greedy in (True, False):
+        config = SamplingConfig(max_new_tokens=1, greedy=greedy, banned_ids=(1,))
+        tokens, sampled, raw = sample_rows(keys, logits, config)
+        assert not (np.asarray(tokens) == 1).any()
+        want_raw = np.asarray(jax.nn.log_softmax(logits[0]))[np.asarray(tokens)]
+        np.testing.assert_allclose(np.asarray(raw), want_raw, atol=1e-6)
+        if not greedy:
+            kept = jax.nn.log_softmax(logits[0].at[1].set(-jnp.inf))
+            np.testing.assert_allclose(np.asarray(sampled), np.asarray(kept)[np.asarray(tokens)], atol=1e-6)
+    assert SamplingConfig(max_new_tokens=1, banned_ids=(3,)).truncates

@@ -31,7 +31,7 @@ def config_problems(run, raw: dict, mode: str) -> list[str]:
     """Every problem of RunConfig `run` that its entries' own rules do not catch (raw: the config as given)."""
     errors = _env_problems(run, mode)
     errors += _lora_errors(run.model.lora)
-    if run.model.preset == "tiny" and run.model.path:
+    if run.model.preset in ("tiny", "tiny_vision") and run.model.path:
         errors.append(f"config.model.path={run.model.path!r} is not loaded: config.model.preset='tiny' builds the "
                       "built-in model; to load the folder instead add --config.model.preset='', to train the built-in "
                       "model add --config.model.path=''")

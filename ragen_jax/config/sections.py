@@ -44,7 +44,8 @@ class LoRA(Section):
 @dataclasses.dataclass(frozen=True)
 class ModelSection(Section):
     path: str = MODEL_PATHS["3b"]  # a local HF folder, or a hub id found in the local HF cache
-    preset: str = setting("", choices=("", "tiny"))  # "tiny": the built-in tiny model and tokenizer (no files)
+    # "tiny": the built-in tiny model and tokenizer (no files); "tiny_vision": the same LM with a small vision tower
+    preset: str = setting("", choices=("", "tiny", "tiny_vision"))
     tiny: TinyModel = section(TinyModel)
     param_dtype: str = setting("", choices=DTYPES)  # "" = the checkpoint's
     dtype: str = setting("", choices=DTYPES)  # compute dtype, "" = param dtype

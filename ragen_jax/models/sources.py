@@ -40,6 +40,7 @@ def model_config_for(model_cfg):
     from ragen_jax.models.tiny import tiny_config
 
     dtype_kwargs = {k: model_cfg[k] for k in ("param_dtype", "dtype") if model_cfg[k]}
-    if model_cfg.preset == "tiny":
-        return tiny_config(**dict(model_cfg.tiny), **dtype_kwargs, remat=model_cfg.remat)
+    if model_cfg.preset in ("tiny", "tiny_vision"):  # the vision preset's language model is the tiny one
+        overrides = {"vocab_size": 1152} if model_cfg.preset == "tiny_vision" else {}
+        return tiny_config(**dict(model_cfg.tiny), **dtype_kwargs, remat=model_cfg.remat, **overrides)
     return read_config(resolve_model_path(model_cfg.path), **dtype_kwargs).replace(remat=model_cfg.remat)

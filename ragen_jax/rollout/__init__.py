@@ -18,13 +18,20 @@ from ragen_jax.rollout.types import Episode, RolloutResult, TrajectoryBatch
 ENGINES = ("auto", "continuous", "lockstep")
 
 
+def vl_config_of(graphdef):
+    """A vision-language policy's VLConfig (it rolls out with the lockstep engine), else None."""
+    from ragen_jax.sampling.vision import vl_config_of as find
+
+    return find(graphdef)
+
+
 def make_engine(kind: str, graphdef, tokenizer, config: RolloutConfig, batch_size: int, *, slots: int = 0,
                 chunk: int = 8, lanes: int = 0, mesh=None) -> ContinuousEngine | LockstepEngine:
     """The rollout engine a config names: "continuous", "lockstep", or "auto" (continuous on one process,
     lockstep across hosts). Both play the same trajectories. lanes: the sampler's decode lanes (0: its default)."""
     if kind not in ENGINES:
         raise ValueError(f"rollout.engine={kind!r} must be 'auto', 'continuous' or 'lockstep'.")
-    if kind == "lockstep" or (kind == "auto" and jax.process_count() > 1):
+    if kind == "lockstep" or (kind == "auto" and (jax.process_count() > 1 or vl_config_of(graphdef) is not None)):
         return LockstepEngine(graphdef, tokenizer, config, batch_size, lanes=lanes, mesh=mesh)
     return ContinuousEngine(graphdef, tokenizer, config, batch_size, slots=slots, chunk=chunk, lanes=lanes, mesh=mesh)
 

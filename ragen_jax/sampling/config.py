@@ -21,6 +21,9 @@ class SamplingConfig:
     # when given, a stop sequence ends a row only after one of these was generated before it (e.g. "</think>": an
     # "</answer>" the reasoning quotes does not end the turn)
     stop_after: tuple[tuple[int, ...], ...] = ()
+    # ids never sampled (a vision-language policy's image tokens: images are environment input); a cut of the
+    # sampling distribution as top-k's, the raw log-probs stay the model's
+    banned_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eos_ids", tuple(int(t) for t in self.eos_ids))
@@ -42,7 +45,7 @@ class SamplingConfig:
     @property
     def truncates(self) -> bool:
         """Whether top-k or top-p cut the vocabulary (part of the compiled program, unlike the temperature)."""
-        return self.top_k > 0 or self.top_p < 1.0
+        return self.top_k > 0 or self.top_p < 1.0 or bool(self.banned_ids)
 
     def program_key(self) -> SamplingConfig:
         """What a compiled sampling program depends on: this config at temperature 1 (the temperature is the

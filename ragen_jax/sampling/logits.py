@@ -159,13 +159,13 @@ def sample_step(key: jax.Array, logits: jax.Array, config: SamplingConfig,
     logits = logits.astype(jnp.float32)
     t = config.temperature if temperature is None else temperature
     if config.greedy:
-        tokens, processed = first_argmax(logits), None
+        tokens, processed = first_argmax(_banned(logits, config)), None
     else:
-        processed = process_logits(logits, config, t)  # logits / 1.0 is logits, bit for bit
+        processed = _banned(process_logits(logits, config, t), config)  # logits / 1.0 is logits, bit for bit
         tokens = inverse_cdf_categorical(key, processed)
     raw = token_logprobs(logits, tokens)
     sampling_logprobs = lambda: token_logprobs(  # noqa: E731
-        process_logits(logits, config, t) if processed is None else processed, tokens)
+        _banned(process_logits(logits, config, t), config) if processed is None else processed, tokens)
     if config.truncates:
         sampled = sampling_logprobs()
     elif _is_static(t):
@@ -173,6 +173,13 @@ def sample_step(key: jax.Array, logits: jax.Array, config: SamplingConfig,
     else:  # a traced temperature: the program decides at run time
         sampled = jax.lax.cond(t == 1.0, lambda: raw, sampling_logprobs)
     return tokens, sampled, raw
+
+
+def _banned(logits: jax.Array, config: SamplingConfig) -> jax.Array:
+    """logits [B, V] with config.banned_ids never drawn (-inf); logits themselves without any."""
+    if not config.banned_ids:
+        return logits
+    return logits.at[:, jnp.asarray(config.banned_ids, jnp.int32)].set(-jnp.inf)
 
 
 def sample_rows(keys: jax.Array, logits: jax.Array, config: SamplingConfig,

@@ -9,6 +9,7 @@ slot + rope_delta. The KV cache carries across turns as for text. One process, o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Sequence
 
@@ -70,8 +71,13 @@ class VLSampler(Sampler):
                  images: Sequence[Any] | None = None, rope_deltas=None) -> SampleOutput:
         """`Sampler.generate` with images: positions[b] [3, new_lens[b]] the M-RoPE positions of row b's new
         tokens (None: text positions cache_lens + i + rope_deltas), images[b] the pictures of its new tokens' image
-        tokens (a `rollout.images.RowImages`, in order), rope_deltas [B] each row's decode offset after these tokens (`context_positions`)."""
+        tokens (a `rollout.images.RowImages`, in order), rope_deltas [B] each row's decode offset after these
+        tokens (`context_positions`). The vision tokens are never sampled (`SamplingConfig.banned_ids`): image
+        tokens mean pictures wherever they are, so a response holding one could not be fed back."""
         b = self.batch_size
+        vl = self.vl_config
+        vision_ids = {vl.image_token_id, vl.video_token_id, vl.vision_start_token_id, vl.vision_end_token_id}
+        config = dataclasses.replace(config, banned_ids=tuple(sorted(set(config.banned_ids) | vision_ids)))
         if cache is None:
             cache, cache_lens = self.init_cache()
         tokens = np.asarray(new_tokens, np.int32)

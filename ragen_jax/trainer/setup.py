@@ -56,8 +56,14 @@ def load_policy_and_tokenizer(model_cfg) -> tuple[nnx.Module, Any]:
 
         model, tokenizer = make_tiny_model(seed=model_cfg.seed, **dict(model_cfg.tiny), **dtype_kwargs,
                                            remat=model_cfg.remat)
+    elif model_cfg.preset == "tiny_vision":
+        from ragen_jax.models.vision.tiny import make_tiny_vl_model
+
+        model, tokenizer = make_tiny_vl_model(seed=model_cfg.seed, **dict(model_cfg.tiny), **dtype_kwargs,
+                                              remat=model_cfg.remat)
     elif model_cfg.preset:
-        raise ValueError(f"Unknown model preset {model_cfg.preset!r}; use 'tiny' or '' (load model.path).")
+        raise ValueError(f"Unknown model preset {model_cfg.preset!r}; use 'tiny', 'tiny_vision' or '' (load "
+                         "model.path).")
     else:
         folder = resolve_model_path(model_cfg.path)
         tokenizer = load_tokenizer(folder)  # first: a missing tokenizer fails before the weights load
