@@ -147,7 +147,14 @@ class RLModels:
         if self.lora:
             model = merge_lora(model)
         if jax.process_index() == 0:
-            save_pretrained(model, folder, tokenizer=self.tokenizer, training_record={"rl_steps": int(rl_steps)})
+            record = {"rl_steps": int(rl_steps)}
+            if hasattr(model, "vl_config"):  # a vision-language policy: transformers' Qwen2.5-VL folder
+                from ragen_jax.models.vision import image_processor_for, save_vl_pretrained
+
+                save_vl_pretrained(model, folder, tokenizer=self.tokenizer, training_record=record,
+                                   image_processor=image_processor_for(model.vl_config.vision))
+            else:
+                save_pretrained(model, folder, tokenizer=self.tokenizer, training_record=record)
         return folder
 
 
