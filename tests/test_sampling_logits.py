@@ -356,7 +356,7 @@ def test_banned_ids_are_never_drawn_and_leave_the_raw_logprobs_alone():
     keys = jax.random.split(jax.random.key(0), 64)
     for greedy in (True, False):
         config = SamplingConfig(max_new_tokens=1, greedy=greedy, banned_ids=(1,))
-        tokens, sampled, raw = sample_rows(keys, logits, config)
+        tokens, sampled, raw = jax.jit(sample_rows, static_argnums=2)(keys, logits, config)
         assert not (np.asarray(tokens) == 1).any()
         want_raw = np.asarray(jax.nn.log_softmax(logits[0]))[np.asarray(tokens)]
         np.testing.assert_allclose(np.asarray(raw), want_raw, atol=1e-6)
