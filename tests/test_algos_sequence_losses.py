@@ -155,6 +155,7 @@ def random_batch(seed, b=7, t=6, row_constant_adv=False):
     return lp, old, adv, mask
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", sorted(BY_HAND))

@@ -102,6 +102,7 @@ def assert_same_update(a, b):
     ("geo_mean", "seq-mean-token-mean", "icepop"),  # row-local, as GSPO
     ("sapo", "seq-mean-token-mean", "seq_geo_mask"),  # token-local
 ])
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_micro_batches_give_the_full_batch_update(loss, mode, correction):
     algo = dataclasses.replace(BASE, policy_loss=loss, loss_agg_mode=mode, rollout_correction=correction,
                                rollout_correction_bound=1.01 if correction == "seq_geo_mask" else None)
@@ -116,6 +117,7 @@ def drop(batch: dict, keep: np.ndarray) -> dict:
     return dict(batch, loss_mask=batch["loss_mask"] * keep)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("loss", ["vanilla", "reinforce", "gspo", "gspo_token", "cispo"])
 def test_sequence_mask_is_dropping_those_rows_by_hand(loss):
     batch = make_batch()

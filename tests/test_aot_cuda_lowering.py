@@ -59,6 +59,7 @@ def _check_attention(name: str, calls: list[str], sharded: bool = False) -> None
         assert not fused, (name, calls)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_every_program_lowers_for_cuda_on_one_device():
     result = L.lower_all()
     assert set(result) == set(P.PROGRAMS)
@@ -67,6 +68,7 @@ def test_every_program_lowers_for_cuda_on_one_device():
         assert low["partitions"] == 1, name
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_every_program_lowers_for_cuda_sharded_over_8_devices(tmp_path):
     result = _lower_on_8_devices(tmp_path)
     assert "error" not in result, result.get("error")

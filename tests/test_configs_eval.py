@@ -94,6 +94,7 @@ def check_eval_output(metrics: dict, records: list[dict], tag: str, cfg) -> None
     assert metrics[f"val/{tag}/num_actions"] == pytest.approx(mean_actions)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("module", ["frozenlake", "bandit", "countdown", "metamathqa", "sudoku", "webshop",
                                     "searchqa", "deepcoder"])
 def test_tiny_eval_end_to_end(module, tmp_path):

@@ -103,6 +103,7 @@ def test_a_command_is_read_as_a_reader_pastes_it(markdown, argv):
     assert L.commands_in_markdown(markdown) == [argv]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("argv", BROKEN, ids=lambda a: " ".join(a[1:]))
 def test_the_check_refuses_a_broken_command(errors, argv):
     assert errors[("BROKEN", *argv)] != ""

@@ -332,6 +332,7 @@ def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
     return out[0]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_cli_server_crash_mid_episode_is_reported():
     proc = subprocess.Popen([sys.executable, "-m", "envs.serve", "--env", TOY, "--port", "0"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

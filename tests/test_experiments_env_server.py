@@ -6,6 +6,7 @@ import pytest
 from experiments.bench import bench_env_server
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_small_run_alternates_blocks_and_reports_medians(capsys):
     result = bench_env_server.main(["--env", "WebShop", "--episodes", "2", "--duration", "0.3",
                                     "--baseline-duration", "0.2"])

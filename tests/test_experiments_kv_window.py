@@ -9,6 +9,7 @@ SMALL = ["--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "
          "--batch", "2", "--prompt", "8", "--new", "4", "--cache", "600"]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_small_run_is_interleaved_labelled_and_checks_tokens(capsys, monkeypatch):
     calls = []
     runner = bench_kv_window.runner

@@ -175,6 +175,7 @@ def test_bench_rollout_at_its_tiny_workload_keeps_the_trajectories_and_prints_th
     assert re.fullmatch(rf"RATIO continuous/lockstep wall: tiny={NUMBER}x", out.strip().splitlines()[-1]), out
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_bench_lanes_at_one_small_case_decodes_the_same_tokens_and_prints_the_ratio(capsys):
     out = _main("bench/bench_lanes.py", ["--cases", "tiny:8", "--repeats", "1"], capsys)
     assert re.search(LOAD, out), out
@@ -182,6 +183,7 @@ def test_bench_lanes_at_one_small_case_decodes_the_same_tokens_and_prints_the_ra
     assert re.fullmatch(rf"RATIO lanes/one program: tiny:8={NUMBER}x", out.strip().splitlines()[-1]), out
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_bench_diagnostics_at_eight_pairs_prints_its_token_shares(capsys):
     out = _main("bench/bench_diagnostics.py", ["--models", "tiny", "--pairs", "8", "--batch-size", "8", "--repeats", "1"],
                 capsys)
@@ -191,6 +193,7 @@ def test_bench_diagnostics_at_eight_pairs_prints_its_token_shares(capsys):
     assert "[tiny] at RAGEN's 64 pairs:" in out, out
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_bench_draw_with_one_repeat_prints_ratios_and_exact_distances(capsys):
     out = _main("bench/bench_draw.py", ["--repeats", "1"], capsys)
     assert re.search(LOAD, out), out

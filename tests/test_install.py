@@ -39,6 +39,7 @@ def test_the_installed_package_checks_a_config_on_its_own(installed, tmp_path):
     assert "ConfigError" in out.stderr and "config.trainer.totl_steps is not a config key" in out.stderr, out.stderr
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_print_config_of_a_tiny_config_runs_from_the_installed_package(installed, tmp_path):
     """A user's own folder with run.py and the config files, the library from the install."""
     shutil.copy(os.path.join(ROOT, "run.py"), tmp_path / "run.py")

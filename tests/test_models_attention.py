@@ -74,6 +74,7 @@ CASES = [  # (mask kind, B, T, S, heads, kv heads, block_q, block_k)
 ]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("kind,b,t,s,heads,kv_heads,bq,bk", CASES)
 def test_blockwise_matches_dense_in_float32(kind, b, t, s, heads, kv_heads, bq, bk):
     q, k, v, rng = _inputs(b, t, s, heads, kv_heads)
@@ -290,6 +291,7 @@ def test_model_loss_and_grads_match_dense(monkeypatch, remat):
         np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(jnp.abs(want).max())), rtol=0)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_model_prefill_at_row_offsets_matches_dense(monkeypatch):
     """A second chunk of 40 tokens prefilled at per-row offsets 0/7/30 into a 96-slot cache, window 80."""
     config = tiny_config(vocab_size=256)

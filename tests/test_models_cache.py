@@ -77,6 +77,7 @@ def test_cache_requires_index():
 
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_chunk_longer_than_the_cache_window_is_refused():
     """Every token of a chunk without query_lengths is real, so T > the window (cache.max_len, or kv_len) always
     drops keys past it: those tokens' logits were silently wrong. With query_lengths the tail is padding."""
@@ -147,6 +148,7 @@ def test_hidden_at_skips_the_last_layers_queries_and_mlp(model):
     assert kept < 0.7 * full, (kept, full)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("block", [8, 256])
 def test_hidden_at_many_positions_gives_the_same_hidden_and_gradients(model, monkeypatch, block):
     """The update's use: the trained positions of padded rows (sorted, repeated at the end as scored_positions
@@ -191,6 +193,7 @@ def _stale(cache, lengths, fill):
                          v=tuple(jnp.where(past[:, None, :, None], fill, v) for v in cache.v))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("step", ["prefill", "prefill_kept", "decode", "decode_slot_mask"])
 @pytest.mark.parametrize("implementation", ["blockwise_or_ragged", "dense"])
 @pytest.mark.parametrize("kv_len", [None, 32])

@@ -86,6 +86,7 @@ def test_bad_shapes_are_named():
         ragged_decode_attention(q, cv, cv, jnp.asarray([3, 4]))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_model_decode_step_uses_it_and_matches_the_window(monkeypatch):
     """A cache step goes ragged on the CPU and gives the windowed dense step's logits and cache."""
     model = CausalLM(tiny_config(), rngs=nnx.Rngs(0))

@@ -27,6 +27,7 @@ def _model(cfg, lora):
     return nnx.split(model)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("cfg,lora", [(QWEN2_UNTIED, False), (QWEN3_TIED, False), (QWEN2_UNTIED, True)],
                          ids=["qwen2-untied", "qwen3-tied", "qwen2-lora"])
 def test_decode_steps_with_decode_weights_equal_the_models_own(cfg, lora):

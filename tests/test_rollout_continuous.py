@@ -133,6 +133,7 @@ def test_host_helpers_compile_a_few_shapes():
     assert _rows_of._cache_size() - rows_before <= 5
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_decode_lanes_play_the_same_trajectories(tiny, ragged_turns, lockstep_runs):
     """The continuous engine with its sampler in four lanes of two slots (each group's episodes spread over two
     lanes, so a group's shared prompt is prefilled once in each) plays the lockstep engine's trajectories."""
@@ -148,6 +149,7 @@ def test_decode_lanes_play_the_same_trajectories(tiny, ragged_turns, lockstep_ru
     assert stats["prefills"] == 2 * GROUPS + stats["first_tokens"] - N
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_run_samples_with_the_top_p_and_top_k_it_is_given(tiny, ragged_turns, lockstep_runs):
     """A validation's own top_p / top_k (engine.run's) replace the config's in both engines: engines configured to
     keep only the top token play, given top_p=1 and top_k=0, the trajectories of a whole-vocabulary config."""

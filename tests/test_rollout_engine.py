@@ -165,6 +165,7 @@ class RecordingSampler:
         return out
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_cache_reuse_keeps_logprobs_of_a_fresh_forward_in_every_context_mode(tiny):
     """Real sampler, 4 turns: "full" (reuses the cache, then rewinds it when max_model_len drops turn 1),
     "limited_multi_turn" (window 2: rewinds at turn 3) and "single_turn". Every response's sampled and
@@ -452,6 +453,7 @@ class FloodEnv(LineEnv):
         return result
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("kind", ["lockstep", "continuous"])
 def test_an_observation_too_long_for_the_context_fails_only_its_episode(tiny, kind):
     from ragen_jax.rollout import make_engine

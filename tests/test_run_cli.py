@@ -70,6 +70,7 @@ def test_lean_without_a_server_stops_before_any_rollout(tmp_path):
     (["--config=configs/countdown.py:tiny", "--config.env.kwargs.data_path={empty}"],
      ["Countdown", "No usable Countdown tasks", "{empty}"]),
 ])
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_an_env_its_kwargs_cannot_build_is_one_fatal_line(tmp_path, args, needles):
     """An env's setup problem (a data file without usable rows, dense retrieval without its encoder folder) is one
     FATAL line naming the env and the fix; before, it was a ValueError traceback from inside the trainer."""
@@ -121,6 +122,7 @@ def test_an_oracle_warm_start_on_a_host_env_is_one_fatal_line(tmp_path):
                           "config.warmstart.enabled=False")
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_fresh_run_into_an_earlier_runs_checkpoints_is_one_fatal_line(tmp_path):
     """Without resume, a run (or a warm start) in a workdir holding checkpoints would overwrite or mix with them."""
     wd = tmp_path / "run"
@@ -133,6 +135,7 @@ def test_a_fresh_run_into_an_earlier_runs_checkpoints_is_one_fatal_line(tmp_path
         assert sorted(os.listdir(wd)) == ["checkpoints"]  # nothing built or written
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_unknown_variant_lists_the_known_ones(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/sudoku.py:tiny,nosuch", workdir=wd)
@@ -171,6 +174,7 @@ def test_a_missing_model_folder_is_named_as_a_folder_not_a_hub_id(path):
     assert "hf download" not in str(e.value) and "--config.model.path" in str(e.value)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_eval_of_another_models_checkpoint_is_one_fatal_line(tmp_path):
     """A workdir whose checkpoint another model wrote: the differing tensors and the fix, not Orbax's traceback."""
     import jax.numpy as jnp
@@ -213,6 +217,7 @@ def test_a_config_file_that_fails_to_load_is_one_fatal_line_naming_it(tmp_path, 
     ("missing_key", "lacks the required key 'hidden_size'"),
     ("bad_heads", "must be a multiple of num_kv_heads"),
 ])
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_model_folder_that_cannot_serve_is_one_fatal_line(tmp_path, damage, needle):
     """A model folder's problems (read before any weight loads) are one FATAL line, never a traceback; a
     tokenizer without a chat template (a base model's) is one at load time, not at the first rollout."""
@@ -237,6 +242,7 @@ def test_a_model_folder_that_cannot_serve_is_one_fatal_line(tmp_path, damage, ne
     assert_one_fatal_line(proc, wd, needle)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_workdir_that_cannot_be_created_is_one_fatal_line_before_the_model_loads(tmp_path):
     (tmp_path / "a_file").write_text("")
     wd = tmp_path / "a_file" / "run"
@@ -261,6 +267,7 @@ runpy.run_path("run.py", run_name="__main__")
 """
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("checkpoints", [[], [3]])
 def test_ctrl_c_while_the_model_loads_is_one_line_saying_what_is_on_disk(tmp_path, checkpoints):
     """Before the RL steps there is nothing to save: no KeyboardInterrupt traceback, one line naming the latest
@@ -281,6 +288,7 @@ def test_ctrl_c_while_the_model_loads_is_one_line_saying_what_is_on_disk(tmp_pat
         assert "before any checkpoint was written" in last and "nothing to resume" in last, last
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_config_file_imports_the_modules_beside_it_from_the_folder_run_py_runs_in(tmp_path):
     """docs/custom_envs.md: run.py puts the current folder on the import path, so a config file there may import
     the module that registers its env (envs.register) and then name the env by its registered name."""
@@ -301,6 +309,7 @@ def test_a_config_file_imports_the_modules_beside_it_from_the_folder_run_py_runs
     assert '"name": "MyCounter"' in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_remote_env_without_its_server_is_one_fatal_line_before_any_model_work(tmp_path):
     """docs/remote_envs.md: a RemoteEnv whose server is not up stops the run at once with the URL and how to start
     the server, as Lean does, not a traceback."""

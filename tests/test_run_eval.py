@@ -109,6 +109,7 @@ def test_the_resolved_config_records_the_workdir_given_on_the_command_line(tmp_p
     assert config["workdir"] == str(wd)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_eval_banner_says_what_is_evaluated_and_eval_leaves_no_checkpoints_folder(tmp_path):
     """--mode=eval's banner names the weights, the episodes per validation and the outputs, and none of the
     training lines (steps, episodes per step); eval writes only under <workdir>/eval/ (no empty checkpoints/)."""

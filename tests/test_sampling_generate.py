@@ -64,6 +64,7 @@ def test_greedy_equals_argmax_of_full_forward_with_ragged_prompts(model):
         np.testing.assert_allclose(np.asarray(out.logprobs[b]), ref[b, lens[b] : lens[b] + 10], atol=1e-5)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_sampled_logprobs_match_fresh_forward_with_temperature_and_top_k(model):
     graphdef, params = model
     prompts, lens = _prompts(np.random.RandomState(1), [7, 3, 12])
@@ -103,6 +104,7 @@ def _first_stop(gen, eos, seqs, n):
     return n, 0
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_eos_and_stop_sequences_end_rows_at_the_right_place(model):
     graphdef, params = model
     prompts, lens = _prompts(np.random.RandomState(2), [6, 6, 6, 6])
@@ -123,6 +125,7 @@ def test_eos_and_stop_sequences_end_rows_at_the_right_place(model):
     assert int(out.finish_reason[0]) == 1 and int(out.finish_reason[1]) in (1, 2)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_continuation_matches_generation_from_scratch(model):
     graphdef, params = model
     rng = np.random.RandomState(3)

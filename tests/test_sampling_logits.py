@@ -202,6 +202,7 @@ def test_generate_samples_the_configured_distribution(tiny, temperature, top_k, 
     assert len(np.unique(first)) > 1
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("top_k", [0, 3])
 def test_temperatures_share_the_compiled_programs(tiny, top_k):
     """Training and validation sample at different temperatures through one sampler: the programs take the

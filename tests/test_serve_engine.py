@@ -41,6 +41,7 @@ def _job(tokenizer, content: str, seed: int, budget: int = MAX_TOKENS, sampling=
     return Job(np.asarray(tokenizer.encode(text), np.int32), 1, budget, sampling, choice_keys(seed, 1))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_batched_requests_answer_as_alone_and_max_tokens_and_stop_end_them(endpoint):
     client, engine, served = endpoint
     tok = served.tokenizer

@@ -48,6 +48,7 @@ def _expected_shard(shape, spec: str, mesh) -> list[int]:
     return out
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("mesh", MESHES, ids=str)
 def test_every_array_is_placed_as_its_spec_says(placement, mesh):
     for section in ("trainable", "frozen", "sampling", "batch", "cache"):

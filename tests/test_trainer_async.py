@@ -59,6 +59,7 @@ def _async_steps(trainer, steps: int):
     return metrics
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_max_staleness_zero_is_the_synchronous_run_bit_for_bit(tmp_path):
     sync = Trainer(_config(tmp_path / "sync"))
     sync_played = _recorded(sync)
@@ -84,6 +85,7 @@ def test_max_staleness_one_overlaps_and_bounds_every_trained_token(tmp_path):
     assert trainer.state.rollout_index == 4  # what a checkpoint keeps: the next rollout the learner takes
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_the_drop_policy_drops_and_counts_batches_too_stale(tmp_path):
     """The worker runs ahead freely; at max_staleness 0 every batch the learner did not see drawn with its own
     version is dropped, counted in tokens, and never trained."""
@@ -180,6 +182,7 @@ class Blocking(HostEnv):
         return "Again.", 0.0, self.turn >= 3, False, {}
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_host_envs_step_while_the_other_slots_decode(tmp_path):
     """One slow env step no longer stops every other episode: the continuous engine steps host envs in the
     background and goes on decoding the slots that are not waiting."""

@@ -106,6 +106,7 @@ def test_a_group_left_with_one_healthy_episode_does_not_train(tmp_path, monkeypa
     assert set(np.asarray(seen["dev"]["group_ids"])[rows].tolist()) == {1}
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_non_finite_reward_fails_only_its_episode(tmp_path, caplog, monkeypatch):
     """A NaN reward from one env is an env error: its episode leaves the update, the others still train."""
     trainer = _flaky_trainer(tmp_path, failing=(), monkeypatch=monkeypatch, nan={1})
@@ -171,6 +172,7 @@ def test_a_validation_whose_envs_all_failed_is_reported_and_never_reads_as_low_s
     assert trainer.stop_reason().startswith("validation success stayed below")
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_overflowing_updates_stop_the_run_with_a_reason(tmp_path, caplog):
     cfg = bandit_config(tmp_path)
     cfg.optim.actor.lr = cfg.optim.critic.lr = 1e39  # past float32: every update would make the weights inf/NaN
@@ -201,6 +203,7 @@ def test_sampler_and_trainer_agree_on_the_sampled_tokens(tmp_path):
     assert metrics["rollout/context_changed_token_ratio"] == 0.0  # one turn: every row is its sampling context
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_turns_trained_in_a_truncated_context_do_not_read_as_sampler_mismatch(tmp_path):
     """A "full" row past max_model_len drops old turns, so its earlier turns were sampled seeing more than the row
     shows (as RAGEN). Their sampler log-probs are of that longer context: before, they read as a mismatch of
@@ -260,6 +263,7 @@ def test_the_learning_rate_schedule_runs_over_rl_steps_as_verls(tmp_path):
     assert not all(np.array_equal(a, b) for a, b in zip(before, leaves()))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_step_without_an_update_does_not_move_the_learning_rate_schedule(tmp_path, monkeypatch):
     """veRL steps a scheduler only when its update runs: a step the filter emptied (or a collapsed one) moves no
     warmup. Before, the schedules ran on the RL step, so the first update after an empty step 0 trained at
@@ -348,6 +352,7 @@ class FragileCounter(JaxEnv):
         return f"ticks={int(state['n'])}"
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("engine", ["lockstep", "continuous"])
 @pytest.mark.parametrize("fail_at", [0, 2])
 def test_a_jax_env_whose_renderer_raises_fails_only_its_episode(tmp_path, monkeypatch, engine, fail_at):

@@ -60,6 +60,7 @@ def _scripted_rollout(tmp_path, monkeypatch):
     return probe, result
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_dropped_groups_change_nothing_and_kept_rows_are_the_whole_update(tmp_path, monkeypatch):
     probe, result = _scripted_rollout(tmp_path, monkeypatch)
     assert [ep.total_reward for ep in result.episodes] == [1.0 if p == "A" else 0.0 for p in PICKS]
@@ -116,6 +117,7 @@ def _cut_trained_tokens(result: RolloutResult) -> RolloutResult:
     return dataclasses.replace(result, batch=dataclasses.replace(result.batch, loss_mask=mask))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_length_and_entropy_filters_run_in_the_trainer_as_ragen_scores_them(tmp_path, monkeypatch):
     """RAGEN's trainer filters on `length` (LengthRolloutFilter: trained tokens per trajectory, group mean) and
     `entropy` / `entropy_variance` (EntropyRolloutFilter: each row's masked mean token entropy under the current

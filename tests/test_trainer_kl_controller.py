@@ -7,6 +7,7 @@ from ragen_jax.trainer import Trainer
 from test_trainer_e2e import bandit_config
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_the_adaptive_controller_moves_the_coefficient_and_a_fixed_one_keeps_it(tmp_path):
     cfg = bandit_config(tmp_path, use_kl_in_reward=True, kl_penalty="low_var_kl", kl_ctrl_type="adaptive",
                         kl_ctrl_coef=0.1, kl_ctrl_target=0.01, kl_ctrl_horizon=100.0)

@@ -3,6 +3,7 @@ weights frozen, its adapters and value head trained, and a run with a warm start
 
 import jax
 import numpy as np
+import pytest
 
 from ragen_jax.trainer import Trainer
 from test_trainer_e2e import bandit_config
@@ -26,6 +27,7 @@ def _config(workdir):
     return c
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_the_critic_trains_adapters_and_head_over_frozen_base_weights_and_resumes(tmp_path):
     trainer = Trainer(_config(tmp_path))
     assert trainer.models.critic is not None

@@ -70,6 +70,7 @@ def test_a_checkpoint_step_already_on_disk_is_never_skipped_silently(tmp_path):
     assert Checkpointer(folder).restore_meta(1)["run"] == "earlier"
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
     straight, straight_log = run(recipe(tmp_path / "straight", 4))
     first, first_log = run(recipe(tmp_path / "resumed", 2))
@@ -254,6 +255,7 @@ def sigterm_kills():
         signal.signal(signal.SIGTERM, previous)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_signal_mid_run_stops_after_the_step_saves_it_and_resumes(tmp_path, monkeypatch, sigterm_kills):
     """Ctrl-C or a scheduler's SIGTERM: the step in flight finishes and is saved (a preset with save_every=0 lost
     the whole run), no final validation or export, and the run goes on from there with resume=True."""
@@ -295,6 +297,7 @@ def refuse_checkpoint(monkeypatch, checkpointer, refused_step: int) -> None:
     monkeypatch.setattr(type(checkpointer), "save", save_maybe_full)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_checkpoint_the_disk_refuses_is_reported_and_the_run_goes_on(tmp_path, monkeypatch, caplog):
     """A full disk at one save: its partial folder is removed (it holds space), one error line names the cause
     and the latest checkpoint, the run trains on, and the next save (a fresh Orbax manager state) succeeds."""
@@ -365,6 +368,7 @@ def test_an_export_the_disk_refuses_is_written_by_resuming_the_finished_run(tmp_
     assert finished_steps(str(tmp_path / "checkpoints")) == [1]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_run_that_stopped_early_is_not_trained_on_by_its_resume(tmp_path, caplog):
     """A run that stopped early (here: updates skipped for overflow) and is resumed (a requeued job, or the fix an
     export on a full disk names) stays stopped: it trained further steps, as the run itself had refused to, and the
@@ -410,6 +414,7 @@ def test_a_save_cut_short_by_a_kill_leaves_no_folder_behind_once_the_run_goes_on
                for r in caplog.records)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_resume_with_another_config_names_each_change(tmp_path, caplog):
     """A resume overwrote config.json with its own config without a word: a changed seed, batch or lr silently
     made the resumed steps another run's, and the record of the first config was gone."""
@@ -452,6 +457,7 @@ def test_a_signal_during_the_final_save_lets_it_finish(tmp_path, monkeypatch, si
     assert signal.getsignal(signal.SIGTERM) is kill
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_tensorboard_shows_each_step_once_after_a_resume(tmp_path):
     """A killed run logs steps past its last checkpoint; the resume logs them again. TensorBoard drew both (two
     points at one step, a zig-zag line); a session START at the first step the resume logs drops the earlier ones."""
@@ -502,6 +508,7 @@ def test_a_run_into_the_folder_of_one_that_never_saved_shows_only_its_own_curves
     assert [e.step for e in acc.Scalars("actor/lr")] == [1]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_bfloat16_checkpoint_without_the_float32_master_resumes_with_the_master_rebuilt(tmp_path, caplog):
     """bfloat16 parameters train through a float32 master copy in the optimizer state (MasterWeights); a
     checkpoint written before it holds only what is now `.inner`, and its resume failed with "does not fit"

@@ -124,6 +124,7 @@ def test_the_stages_one_by_one_are_train_step(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_the_gradient_analysis_runs_when_due_and_changes_no_parameter(tmp_path):
     """diagnostics.gradient_every: RAGEN-2's gradient split on the batch the update starts from, at steps 1, N + 1,
     ...; an analysis only: the parameters after the step are those of a run without it."""

@@ -64,6 +64,7 @@ def _state_overflows() -> optax.GradientTransformation:
     (lambda b: b, _state_overflows()),  # finite loss, gradient and weights; the new optimizer state is not
     (lambda b: b, optax.adam(1e39)),  # the same through an optimizer with state
 ])
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_poisoned_update_changes_nothing_and_is_counted(poison, tx):
     algo = dataclasses.replace(BASE, policy_loss="vanilla", use_kl_loss=False)
     before, opt_before, after, opt_after, metrics = actor_update(algo, poison(make_batch()), tx)
@@ -136,6 +137,7 @@ def test_the_guard_costs_at_most_two_kernels_per_state_leaf():
     assert fusions(guarded) <= fusions(plain) + 2 * leaves + 8
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("mode", AGG_MODES)
 def test_micro_batches_give_the_mini_batch_update_for_every_aggregation(mode):
     """PPO with entropy bonus and a KL term: micro-batches of 2 rows give the update of one 8-row pass."""
@@ -206,6 +208,7 @@ def test_scoring_only_the_trained_positions_changes_nothing(mode):
         np.testing.assert_allclose(part_metrics[key], full_metrics[key], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_micro_batch_scope_averages_each_micro_batchs_own_loss():
     """loss_scope="micro_batch" (veRL 0.4, RAGEN): every micro-batch aggregated over its own rows, the mean over
     micro-batches; with one row per micro-batch token-mean is then seq-mean-token-mean."""
@@ -237,6 +240,7 @@ def _zero_rows(batch: dict, n: int) -> dict:
     return {k: np.concatenate([v, np.zeros((n, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("scope", ["mini_batch", "micro_batch"])
 @pytest.mark.parametrize("mode", AGG_MODES)
 def test_padding_rows_change_no_update(scope, mode):
@@ -257,6 +261,7 @@ def test_padding_rows_change_no_update(scope, mode):
         np.testing.assert_allclose(padded_metrics[key], alone_metrics[key], rtol=1e-5, atol=1e-6, err_msg=key)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_the_critic_aggregates_by_its_own_mode():
     """RAGEN's critic is token-mean whatever the actor's loss_agg_mode (`algo.critic_loss_agg_mode`)."""
     from ragen_jax.models import ValueModel
@@ -307,6 +312,7 @@ def test_bi_level_turn_ends_follow_the_configured_rule(rule):
     assert np.abs(np.asarray(other) - np.asarray(ret)).max() > 1e-3  # the two rules give other returns here
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("scope", ["mini_batch", "micro_batch"])
 def test_loss_scale_factor_keeps_the_sum_norm_loss_off_the_padded_width(scope):
     """The trainer pads rows to a bucketed width, so seq-mean-token-sum-norm's default horizon (the width, as veRL

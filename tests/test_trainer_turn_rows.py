@@ -2,6 +2,7 @@
 however many turns it played (RAGEN's episode-id deduplication)."""
 
 import numpy as np
+import pytest
 
 from envs.protocols import HostEnv
 from ragen_jax.trainer import Trainer
@@ -33,6 +34,7 @@ ANSWERS = ["A", "B", "A", "B", "A", "A", "B", "B",  # turn 1 of the 8 episodes
            "B", "A"]  # turn 3 of episodes 0 and 4
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_grpo_counts_each_episode_once_over_its_turn_rows(tmp_path, monkeypatch):
     cfg = bandit_config(tmp_path, preset="grpo", adv_estimator="grpo", use_critic=False,
                         loss_agg_mode="seq-mean-token-mean", norm_adv_by_std_in_grpo=True)

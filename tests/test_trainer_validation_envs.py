@@ -18,6 +18,7 @@ def _config(tmp_path, val_name):
     return c
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_each_validation_env_plays_its_episodes_and_reports_under_its_tag(tmp_path):
     both = Trainer(_config(tmp_path / "both", "Bandit,BanditTest"))
     metrics, episodes = both.run_validation(3)
@@ -74,6 +75,7 @@ def test_validation_env_names_are_checked(tmp_path):
         Trainer(_config(tmp_path, "Bandit,Bandit"))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_run_that_never_validated_ends_with_a_validation(tmp_path):
     """val.at_start=False and val.every beyond total_steps: the final validation still runs (it was skipped
     because the history was empty, and the summary showed no validation figure at all)."""

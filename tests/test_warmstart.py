@@ -317,6 +317,7 @@ def _bandit_config():
     return c
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_sft_steps_lower_the_loss_and_donate_params(tok):
     """A few jitted SFT steps on Bandit demos (no rollouts): the response NLL falls."""
     from ragen_jax.monitoring import Monitor
@@ -382,6 +383,7 @@ def test_sft_metrics_are_logged_once_per_logged_step(tok, monkeypatch):
         assert logged == expected and metrics["sft/steps"] == steps
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_an_sft_step_whose_new_weights_overflow_changes_nothing(tok):
     """The warm start's step has the RL update's guard: finite loss and gradient but infinite new weights (an
     enormous learning rate) leave the weights and the optimizer state as they were, and the step says so."""

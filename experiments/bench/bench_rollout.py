@@ -15,8 +15,8 @@ then `--repeats` timed runs each, interleaved; medians):
 
 For each engine it prints wall seconds (median, min, max), generated tokens, decode steps per generated token
 (the waste: slot-steps the decode loop ran per token it kept; 1.00 is none) and whether its trajectories equal
-the lockstep engine's token for token. The continuous engine runs with each `--slots` value (0 = one slot per
-episode, the default) and each `--lanes` value (0 = the sampler's default decode lanes); the lockstep engine, the
+the lockstep engine's token for token. The continuous engine runs with each `--slots` value (0 = the default,
+`rollout.continuous.default_slots` of the workload) and each `--lanes` value (0 = the sampler's default decode lanes); the lockstep engine, the
 reference, decodes in one lane.
 
     .venv/bin/python experiments/bench/bench_rollout.py [--repeats 3] [--slots 0,32] [--lanes 1,0] [--chunk 8] \
