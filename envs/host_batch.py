@@ -13,8 +13,9 @@ import numpy as np
 
 from envs.errors import EnvSetupError
 from envs.host_checks import checked_reset, checked_step
-from envs.protocols import Action, EnvBatch, HostEnv, TurnResult
+from envs.protocols import Action, EnvBatch, HostEnv, ToolEnv, TurnResult
 from envs.timeouts import run_with_timeouts
+from ragen_jax.tool_calls import ToolCall
 
 
 def _close_quietly(env: HostEnv) -> None:
@@ -44,6 +45,19 @@ def names_by_id(lookup: dict[str, int], names: Sequence[str] | None, env: str) -
     return list(names)
 
 
+def tool_step(env: HostEnv, call: ToolCall) -> tuple:
+    """Run one tool call on a ToolEnv -> its result as a checked step 5-tuple (a tool's `done` ends the episode as
+    terminated). TypeError when the env has no tools (the rollout's action_format and the env disagree)."""
+    if not isinstance(env, ToolEnv):
+        raise TypeError(f"A tool call reached {type(env).__name__}, which is no ToolEnv; set "
+                        "rollout.action_format='answer' for it.")
+    result = env.call(call.name, dict(call.arguments))
+    if not (isinstance(result, tuple) and len(result) == 4):
+        raise TypeError(f"{type(env).__name__}.call must return (text, reward, done, info), got {result!r:.80}")
+    text, reward, done, info = result
+    return checked_step((text, reward, done, False, info), type(env).__name__)
+
+
 class HostEnvBatch(EnvBatch):
     """B host envs run concurrently; an exception or timeout ends only that episode, with the error recorded.
 
@@ -66,6 +80,8 @@ class HostEnvBatch(EnvBatch):
         self.action_names = list(first.action_names) if first.action_names else None
         if self.action_lookup:
             self.action_names = names_by_id(self.action_lookup, self.action_names, type(first).__name__)
+        # the tool schemas of a ToolEnv (rollout.action_format="tool_call"), None for other envs
+        self.tools = [dict(t) for t in first.tools()] if isinstance(first, ToolEnv) else None
         self._done = np.zeros(len(self.envs), bool)
         self._observations = [""] * len(self.envs)  # current text, kept through turns without actions
         self._broken = np.zeros(len(self.envs), bool)  # a timed-out env may still be running: never reuse
@@ -130,11 +146,14 @@ class HostEnvBatch(EnvBatch):
         out = {"observation": "", "reward": 0.0, "terminated": False, "truncated": False, "success": False,
                "executed": 0, "effective": False, "info": {}}
         for action in actions:
-            if isinstance(action, (int, np.integer)):
-                if not self.action_names:
-                    raise TypeError(f"Action id {action} given to an env without an action lookup.")
-                action = self.action_names[int(action)]
-            text, reward, terminated, truncated, info = checked_step(env.step(str(action)), type(env).__name__)
+            if isinstance(action, ToolCall):
+                text, reward, terminated, truncated, info = tool_step(env, action)
+            else:
+                if isinstance(action, (int, np.integer)):
+                    if not self.action_names:
+                        raise TypeError(f"Action id {action} given to an env without an action lookup.")
+                    action = self.action_names[int(action)]
+                text, reward, terminated, truncated, info = checked_step(env.step(str(action)), type(env).__name__)
             info = dict(info or {})
             out.update(observation=text, terminated=bool(terminated), truncated=bool(truncated), info=info)
             out["reward"] += float(reward)

@@ -4,6 +4,8 @@
   vmappable and jittable) plus host-side text rendering and an action lookup.
 - `HostEnv`: a Gym-style text environment (`reset(seed)` / `step(action_text)`), for text and tool
   tasks and for users' own environments.
+- `ToolEnv`: a host environment whose actions are tool calls (`tools()` JSON schemas, `call(name, arguments)`),
+  played with `rollout.action_format="tool_call"`.
 - `EnvBatch`: what the rollout sees. A batch of episodes of one env that advance turn by turn;
   each turn executes the (already parsed) actions of every active episode and returns text
   observations, summed turn rewards and done flags. Both kinds are wrapped into it (`envs.batch`).
@@ -19,9 +21,11 @@ from typing import Any, Generic, Sequence, TypeVar
 import numpy as np
 from gymnax.environments import environment as gymnax_env
 
+from ragen_jax.tool_calls import ToolCall, parse_tool_calls, tool_name
+
 # One action as parsed from the model's answer: an action id for envs with an action lookup,
-# the raw (stripped) answer text for envs without one.
-Action = int | str
+# the raw (stripped) answer text for envs without one, a ToolCall in the tool-call action format.
+Action = int | str | ToolCall
 
 TState = TypeVar("TState")
 TParams = TypeVar("TParams")
@@ -106,14 +110,54 @@ class HostEnv(abc.ABC):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Apply one action; returns (text, reward, terminated, truncated, info)."""
 
+    def scripted_action(self) -> str | ToolCall | None:
+        """A scripted policy for warm-start demonstrations (`warmstart.source=oracle` on a host env): the action to
+        take in the current state (the answer text, or a ToolCall for a ToolEnv), None when there is none (the
+        demo episode stops there). Envs without a script keep this default and need a JSONL of demonstrations."""
+        return None
+
     def close(self) -> None:
         """Release resources (processes, sockets)."""
+
+
+class ToolEnv(HostEnv):
+    """A host environment whose actions are tool calls (`rollout.action_format="tool_call"`).
+
+    `tools()` lists the tools as JSON schemas in OpenAI's shape ({"type": "function", "function": {"name",
+    "description", "parameters"}}): the chat template shows them, and the rollout checks each call's arguments
+    against them before `call` runs it. `call(name, arguments) -> (observation_text, reward, done, info)`: the text
+    is the tool's result, returned to the model in the template's tool role; `info` as for `HostEnv.step` (a call
+    the tool rejects, e.g. an expression it cannot read, sets action_is_valid False and says why in the text).
+    `step(text)` reads a JSON call from text, so the env also plays in the answer format and over envs.serve.
+    """
+
+    @abc.abstractmethod
+    def tools(self) -> list[dict[str, Any]]:
+        """The tools' JSON schemas (same list every episode)."""
+
+    @abc.abstractmethod
+    def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
+        """Run tool `name` with `arguments` (checked against its schema) -> (text, reward, done, info)."""
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """One call given as text (a <tool_call> block or bare JSON); unreadable text is an invalid action."""
+        text = action if "<tool_call>" in action else f"<tool_call>{action}</tool_call>"
+        parsed = parse_tool_calls(text, [tool_name(t) for t in self.tools()])
+        if parsed.problem or not parsed.calls:
+            problem = parsed.problem or "no tool call"
+            return (f"Invalid tool call: {problem}.", 0.0, False, False,
+                    {"action_is_valid": False, "action_in_lookup": False, "tool_error": problem})
+        text, reward, done, info = self.call(parsed.calls[0].name, dict(parsed.calls[0].arguments))
+        return text, reward, done, False, info
 
 
 # What a subclass must define, with the signature the error shows (HostEnv's abstract methods, JaxEnv's stubs).
 _REQUIRED = {
     "HostEnv": {"instruction": "def instruction(self) -> str", "reset": "def reset(self, seed: int)",
                 "step": "def step(self, action: str)"},
+    "ToolEnv": {"instruction": "def instruction(self) -> str", "reset": "def reset(self, seed: int)",
+                "tools": "def tools(self) -> list[dict] (JSON schemas)",
+                "call": "def call(self, name: str, arguments: dict)"},
     "JaxEnv": {"reset_env": "def reset_env(self, key, params)", "step_env": "def step_env(self, key, state, action, "
                "params)", "instruction": "def instruction(self) -> str", "render_text": "def render_text(self, "
                "state, params=None) -> str", "action_names": "an action_names property (display names, id order)"},
@@ -122,7 +166,7 @@ _REQUIRED = {
 
 def missing_methods(cls: type) -> list[str]:
     """What env class `cls` (a HostEnv or JaxEnv subclass) leaves undefined, as the definitions to add; [] if none."""
-    base = JaxEnv if issubclass(cls, JaxEnv) else HostEnv
+    base = JaxEnv if issubclass(cls, JaxEnv) else ToolEnv if issubclass(cls, ToolEnv) else HostEnv
     missing = []
     for name, definition in _REQUIRED[base.__name__].items():
         found = inspect.getattr_static(cls, name, None)

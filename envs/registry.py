@@ -222,6 +222,9 @@ register("BanditTest", "envs.bandit.env:Bandit", kind="jax", prompt_max_tokens=1
 # data_path=None: seeded offline tasks; point it at a local copy of the original data to use that.
 register("Countdown", "envs.countdown.env:CountdownEnv", kind="host", prompt_max_tokens=100,
          data_path=None, solvable_ops="+-")
+# Countdown through tools (rollout.action_format="tool_call"): a calculator, then submit
+register("ToolCountdown", "envs.countdown.tool_env:ToolCountdownEnv", kind="host", prompt_max_tokens=100,
+         data_path=None, solvable_ops="+-")
 register("MetamathQA", "envs.metamathqa.env:MetaMathQAEnv", kind="host", prompt_max_tokens=100,
          data_path=None, max_attempts=1)
 # RAGEN's `static` env_type (no envs.yaml entry in RAGEN): dataset_name picks metamathqa, gsm8k, theoremqa, math,

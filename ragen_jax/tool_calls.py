@@ -114,3 +114,49 @@ def _template_call(call: Any) -> dict[str, Any]:
         except ValueError as e:
             raise ValueError(f"the arguments of tool call {function['name']!r} are not JSON ({e})") from None
     return {**call, "type": "function", "function": {"name": function["name"], "arguments": arguments}}
+
+
+_JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
+               "object": (dict,), "null": (type(None),)}
+
+
+def tool_name(schema: Mapping[str, Any]) -> str:
+    """The name of a tool schema in OpenAI's shape ({"type": "function", "function": {"name": ...}}) or bare."""
+    return str(schema.get("function", schema)["name"])
+
+
+def argument_problem(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> str:
+    """Why `arguments` do not fit a tool's JSON schema ("" when they do): a missing required argument, one the
+    schema does not declare (unless it allows additionalProperties), a top-level value of the wrong JSON type or
+    outside its enum. Only the top level is checked: the tool itself judges nested values."""
+    function = schema.get("function", schema)
+    name = function.get("name", "?")
+    parameters = function.get("parameters") or {}
+    properties = parameters.get("properties") or {}
+    missing = [key for key in parameters.get("required", ()) if key not in arguments]
+    if missing:
+        return f"tool {name!r} needs the argument(s) {', '.join(map(repr, missing))}"
+    if properties and parameters.get("additionalProperties") is not True:
+        unknown = sorted(set(arguments) - set(properties))
+        if unknown:
+            return (f"tool {name!r} takes no argument(s) {', '.join(map(repr, unknown))} "
+                    f"(it takes {', '.join(map(repr, properties))})")
+    for key, value in arguments.items():
+        spec = properties.get(key) or {}
+        kinds = spec.get("type")
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds or ())
+        allowed = tuple(t for k in kinds for t in _JSON_TYPES.get(k, ()))
+        wrong_bool = isinstance(value, bool) and "boolean" not in kinds  # a bool is an int in Python, not in JSON
+        if allowed and (not isinstance(value, allowed) or wrong_bool):
+            return f"argument {key!r} of tool {name!r} must be of JSON type {' or '.join(kinds)}, got {value!r:.60}"
+        if "enum" in spec and value not in spec["enum"]:
+            return f"argument {key!r} of tool {name!r} must be one of {spec['enum']}, got {value!r:.60}"
+    return ""
+
+
+def tools_text(tools: Iterable[Mapping[str, Any]]) -> str:
+    """The tools as a system-prompt block, for a chat template that does not render `tools=` itself: one JSON
+    schema a line, and how to call them (the format `parse_tool_calls` reads)."""
+    lines = "\n".join(json.dumps(dict(t), ensure_ascii=False) for t in tools)
+    return (f"\n\nTools you can call (JSON schemas, one a line):\n{lines}\n"
+            f'Call a tool by writing {OPEN}{{"name": "<tool name>", "arguments": {{<arguments>}}}}{CLOSE}.')

@@ -152,6 +152,9 @@ class RolloutSection(Section):
     prompt_max_tokens: int = setting(0, Rule(lambda v: v >= 0,
                                              "must be >= 0 (0 = the env's, else rollout.response_length)"))
     use_turn_scores: bool = False
+    # answer (RAGEN's <answer>...</answer>) | tool_call (<tool_call>{"name", "arguments"}</tool_call> to an env with
+    # tools, envs.protocols.ToolEnv: the chat template lists the tools, results return in its tool role)
+    action_format: str = setting("answer", choices=("answer", "tool_call"))
     # added to the reward of every invalid turn: NaN or inf would make every update non-finite
     format_penalty: float = setting(-0.1, FINITE)
     reward_norm_method: str = setting("identity", choices=("identity", "mean_std", "mean", "asym_clip"))
@@ -174,6 +177,9 @@ class RolloutSection(Section):
         if self.response_length >= self.max_model_len:
             problems.append(f"rollout.response_length ({self.response_length}) must be < rollout.max_model_len "
                             f"({self.max_model_len}): a turn's context and response share max_model_len")
+        if self.action_format == "tool_call" and self.context_mode == "single_turn":
+            problems.append("rollout.action_format='tool_call' needs a chat context (tool results return as messages "
+                            "in the template's tool role): set rollout.context_mode to 'full' or 'limited_multi_turn'")
         turn_scores = turn_scores_problem(self.context_mode, self.use_turn_scores)
         return problems + ([turn_scores] if turn_scores else [])
 

@@ -69,13 +69,16 @@ class Tokenizer:
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
-        """The prompt text given by the tokenizer's own chat template."""
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
+                            tools: Sequence[Mapping] | None = None) -> str:
+        """The prompt text given by the tokenizer's own chat template (`tools`: JSON schemas, through the
+        template's own `tools=` argument)."""
         if not getattr(self.hf, "chat_template", None):
             raise ValueError("This tokenizer has no chat_template; add one to tokenizer_config.json or "
                              "chat_template.jinja.")
         return self.hf.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt,
+            tools=[dict(t) for t in tools] if tools else None,
         )
 
     def token_id(self, token: str) -> int:

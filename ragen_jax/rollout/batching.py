@@ -39,7 +39,7 @@ def _episode_samples(builder: ContextBuilder, ep: Episode, ep_idx: int, *, mode:
         start = ep.history_start if mode == "full" else history_starts[t]
         messages = build_messages(ep.system, ep.history[: t + 1], start, mode=mode,
                                   max_tokens=ep.prompt_max_tokens or max_tokens, enable_think=enable_think,
-                                  format_penalty=format_penalty, style=ep.prompt_style)
+                                  format_penalty=format_penalty, style=ep.prompt_style, tools=ep.tools)
         for m in messages:
             if m["role"] == "assistant":
                 m["tokens"] = m["record"].response_tokens

@@ -33,8 +33,10 @@ class RolloutConfig(RolloutSection, TurnLimits):
         return cls(**vars(run.rollout), **vars(run.env.turn_limits))
 
     def stop_sequences(self, tokenizer) -> tuple[tuple[int, ...], ...]:
-        """The token sequences that end a response besides the end-of-turn ids (an engine computes them once)."""
-        return stop_sequences_for(tokenizer, "</answer>") if self.stop_at_answer else ()
+        """The token sequences that end a response besides the end-of-turn ids: "</answer>", or "</tool_call>" in
+        the tool-call format (one call a turn), with stop_at_answer (an engine computes them once)."""
+        end = "</tool_call>" if self.action_format == "tool_call" else "</answer>"
+        return stop_sequences_for(tokenizer, end) if self.stop_at_answer else ()
 
     def stop_gates(self, tokenizer) -> tuple[tuple[int, ...], ...]:
         """With thinking, "</answer>" ends a response only after "</think>": RAGEN's parse reads the answer after

@@ -10,8 +10,11 @@ wrote is ever re-tokenized, and template/environment tokens never enter the loss
 from __future__ import annotations
 
 import functools
+import json
 
 import numpy as np
+
+from ragen_jax.tool_calls import tools_text
 
 _SENTINEL = "\u2063RAGEN_ASSISTANT_{}\u2063"
 
@@ -19,9 +22,12 @@ _SENTINEL = "\u2063RAGEN_ASSISTANT_{}\u2063"
 class ContextBuilder:
     """Turns chat messages (with sampled assistant tokens) into token ids and a turn map."""
 
-    def __init__(self, tokenizer, *, enable_think: bool = True, cache_size: int = 65536):
+    def __init__(self, tokenizer, *, enable_think: bool = True, action_format: str = "answer",
+                 cache_size: int = 65536):
         self.tokenizer = tokenizer
-        self.generation_suffix = "<think>" if enable_think else "<answer>"
+        # what the prompt ends with and every response is sampled after (nothing before a bare tool call)
+        self.generation_suffix = "<think>" if enable_think else ("" if action_format == "tool_call" else "<answer>")
+        self._template_renders_tools: dict[str, bool] = {}
         self._encode_cached = functools.lru_cache(maxsize=cache_size)(self._encode)
         eos_ids = tuple(tokenizer.eos_token_ids)
         self._eos_text = {i: tokenizer.decode([i]) for i in eos_ids}
@@ -63,8 +69,12 @@ class ContextBuilder:
                 content = _SENTINEL.format(k)
                 k += 1
             render_messages.append({"role": m["role"], "content": content})
+        tools = messages[0].get("tools") if messages else None
+        if tools and not self.template_renders_tools(tools):  # the tools' schemas in the system message instead
+            render_messages[0] = {**render_messages[0], "content": render_messages[0]["content"] + tools_text(tools)}
+            tools = None
         text = self._render(render_messages, add_generation_prompt=add_generation_prompt,
-                            sampled_last=bool(assistant) and messages[-1] is assistant[-1])
+                            sampled_last=bool(assistant) and messages[-1] is assistant[-1], tools=tools)
         tokens: list[int] = []
         turns: list[int] = []
         rest = text
@@ -87,19 +97,36 @@ class ContextBuilder:
             self._append_text(tokens, turns, self.generation_suffix)
         return np.asarray(tokens, np.int32), np.asarray(turns, np.int32)
 
-    def _render(self, messages: list[dict], *, add_generation_prompt: bool, sampled_last: bool) -> str:
+    def template_renders_tools(self, tools: list[dict]) -> bool:
+        """Whether the chat template shows `tools` given through its `tools=` argument (Qwen2.5's and Qwen3's do; a
+        template that ignores them gets their schemas appended to the system message, `tools_text`)."""
+        key = json.dumps(tools, sort_keys=True)
+        if key not in self._template_renders_tools:
+            probe = [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]
+            try:
+                with_tools = self.tokenizer.apply_chat_template(probe, add_generation_prompt=True, tools=tools)
+            except TypeError:  # a tokenizer stand-in without a tools argument
+                with_tools = None
+            plain = self.tokenizer.apply_chat_template(probe, add_generation_prompt=True)
+            self._template_renders_tools[key] = with_tools is not None and with_tools != plain
+        return self._template_renders_tools[key]
+
+    def _render(self, messages: list[dict], *, add_generation_prompt: bool, sampled_last: bool,
+                tools: list[dict] | None = None) -> str:
         """The chat text with sentinels in the assistant slots. A conversation that ends with a sampled assistant
         message renders it after its turn's generation prompt, as it was sampled: a template may render a final
         assistant message differently (Qwen3 puts an empty "<think>\\n\\n</think>\\n\\n" before the one after the
         last user message), which would train the response after tokens the policy never saw."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+        extra = {"tools": tools} if tools else {}
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, **extra)
         if add_generation_prompt or not sampled_last:
             return text
         sentinel = messages[-1]["content"]
         _, sep, closing = text.rpartition(sentinel)
         if not sep:
             return text  # the template altered the content: `assemble` says so
-        return self.tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True) + sentinel + closing
+        return (self.tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True, **extra)
+                + sentinel + closing)
 
     def _append_text(self, tokens: list[int], turns: list[int], text: str) -> None:
         if text:

@@ -76,7 +76,7 @@ class ContinuousEngine:
         devices = 1 if mesh is None else mesh.devices.size
         self.slots = min(slots or default_slots(batch_size, config.response_length, devices), batch_size)
         self.chunk, self.share_prompts = int(chunk), share_prompts
-        self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
+        self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think, action_format=config.action_format)
         self.stop_sequences = config.stop_sequences(tokenizer)
         self.stop_after = config.stop_gates(tokenizer)
         self.sampler = Sampler(graphdef, cache_size=config.max_model_len, pad_id=tokenizer.pad_token_id,

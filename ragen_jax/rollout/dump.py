@@ -31,7 +31,8 @@ def dump_kwargs(rollout: Any) -> dict[str, Any]:
 def episode_messages(ep: Episode, *, max_tokens: int, enable_think: bool, format_penalty: float) -> list[dict]:
     """The whole conversation (all turns, no truncation) as plain chat messages."""
     messages = build_messages(ep.system, ep.history, 0, mode="full", max_tokens=ep.prompt_max_tokens or max_tokens,
-                              enable_think=enable_think, format_penalty=format_penalty, style=ep.prompt_style)
+                              enable_think=enable_think, format_penalty=format_penalty, style=ep.prompt_style,
+                              tools=ep.tools)
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
@@ -81,10 +82,14 @@ def _finite(value: float) -> float | None:
 
 def episode_record(ep: Episode, index: int, group: tuple[int, bool] | None = None, **prompt_kwargs: Any) -> dict:
     """One JSONL line of `write_jsonl`: {"custom_id", "messages" (the whole conversation), "metadata" (RAGEN's keys,
-    then ours)}; `group` as in `ragen_metadata`."""
+    then ours)}; `group` as in `ragen_metadata`. A tool-call episode also carries "tools" (the schemas its template
+    listed, as OpenAI's fine-tuning files do) and metadata.tool_errors (per turn, why no valid call was read)."""
+    tools = {"tools": list(ep.tools)} if ep.tools else {}
+    tool_errors = {"tool_errors": [r.tool_error for r in ep.history if r.response_tokens is not None]} if tools else {}
     return {
         "custom_id": f"traj_{index}",
         "messages": episode_messages(ep, **prompt_kwargs),
+        **tools,
         "metadata": {
             **ragen_metadata(ep, index, group),
             "env_tag": ep.env_tag,
@@ -97,6 +102,7 @@ def episode_record(ep: Episode, index: int, group: tuple[int, bool] | None = Non
             "error": ep.error,
             "final_state": ep.final_state,
             "response_tokens": [r.response_tokens for r in ep.history if r.response_tokens is not None],
+            **tool_errors,
         },
     }
 

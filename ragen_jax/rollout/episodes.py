@@ -20,7 +20,7 @@ from ragen_jax.rollout.batching import build_batch
 from ragen_jax.rollout.config import RolloutConfig
 from ragen_jax.rollout.context import ContextBuilder, common_prefix_length
 from ragen_jax.rollout.images import ImagePrompts, RowImages, cached_prefix_length, shown_images
-from ragen_jax.rollout.parsing import case_insensitive_lookup, parse_response, recorded_response
+from ragen_jax.rollout.parsing import case_insensitive_lookup, parse_response, parse_tool_response, recorded_response
 from ragen_jax.rollout.prompts import TurnRecord, build_messages, system_prompt
 from ragen_jax.rollout.types import Episode, RolloutResult
 
@@ -30,7 +30,8 @@ def open_episodes(env: EnvBatch, cfg: RolloutConfig, tag: str, seeds, group_ids,
     """Episodes at their first turn: RAGEN's system prompt of `env`, and the "Max response length" the prompts
     state: `cfg.prompt_max_tokens`, else the env variant's (RAGEN's envs.yaml `max_tokens`), else response_length.
     images: per episode, the first observation's pictures (an image-format env's `last_images`; None: text)."""
-    names = getattr(env, "prompt_action_names", env.action_names)
+    tools = env_tools(env, cfg)
+    names = None if tools else getattr(env, "prompt_action_names", env.action_names)
     # The legend in every observation_format, as in RAGEN's runs: its ctx_manager gates it on a format read from
     # the custom_envs entry, while its configs set the format in env_config (docs/custom_envs.md).
     system = system_prompt(env.instruction(), env.legend(), names, cfg.max_actions_per_traj, cfg.action_sep,
@@ -39,8 +40,22 @@ def open_episodes(env: EnvBatch, cfg: RolloutConfig, tag: str, seeds, group_ids,
     images = images or [()] * len(observations)
     return [Episode(env_tag=tag, seed=int(s), group_id=int(g), system=system, prompt_style=cfg.prompt_style,
                     prompt_max_tokens=int(shown),
-                    history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj, images=tuple(im))])
+                    history=[TurnRecord(state=o, actions_left=cfg.max_actions_per_traj, images=tuple(im))],
+                    tools=tools)
             for s, g, o, im in zip(seeds, group_ids, observations, images)]
+
+
+def env_tools(env: EnvBatch, cfg: RolloutConfig) -> tuple:
+    """The tool schemas episodes of `env` offer: its `tools` in the tool-call action format (ValueError naming the
+    fix when it has none), () in the answer format."""
+    if cfg.action_format != "tool_call":
+        return ()
+    tools = tuple(getattr(env, "tools", None) or ())
+    if not tools:
+        raise ValueError(f"rollout.action_format='tool_call' needs an env with tools (envs.protocols.ToolEnv), but "
+                         f"{type(env).__name__} offers none: set rollout.action_format='answer', or use a tool env "
+                         "(e.g. env.name=ToolCountdown).")
+    return tools
 
 
 class ContextOverflowError(RagenError, ValueError):
@@ -69,7 +84,7 @@ def fit_image_context(builder: ContextBuilder, cfg: RolloutConfig, ep: Episode,
     while True:
         messages = build_messages(ep.system, ep.history, start, mode=cfg.context_mode,
                                   max_tokens=ep.prompt_max_tokens or cfg.response_length, enable_think=cfg.enable_think,
-                                  format_penalty=cfg.format_penalty, style=ep.prompt_style)
+                                  format_penalty=cfg.format_penalty, style=ep.prompt_style, tools=ep.tools)
         for m in messages:
             if m["role"] == "assistant":
                 m["tokens"] = m["record"].response_tokens
@@ -195,13 +210,19 @@ class EpisodeBook:
         record = ep.history[-1]
         response = np.asarray(response, np.int32)
         text = self.builder.generation_suffix + self.tokenizer.decode(response.tolist())
-        parsed = parse_response(text, action_lookup=self.lookups[b], max_actions=cfg.max_actions_per_turn,
-                                enable_think=cfg.enable_think, separator=cfg.action_sep)
         record.response_tokens = response.tolist()
         record.context_tokens = self.contexts[b]
         record.response_text = strip_end_of_turn(text, self.builder.eos_texts)
-        record.recorded_text = recorded_response(record.response_text, enable_think=cfg.enable_think,
-                                                 max_actions=cfg.max_actions_per_turn, separator=cfg.action_sep)
+        if ep.tools:  # the tool-call format: the calls are the actions; why none is valid goes on the record
+            parsed = parse_tool_response(record.response_text, tools=ep.tools, max_calls=cfg.max_actions_per_turn,
+                                         enable_think=cfg.enable_think)
+            record.tool_error = parsed.problem
+            record.recorded_text = record.response_text
+        else:
+            parsed = parse_response(text, action_lookup=self.lookups[b], max_actions=cfg.max_actions_per_turn,
+                                    enable_think=cfg.enable_think, separator=cfg.action_sep)
+            record.recorded_text = recorded_response(record.response_text, enable_think=cfg.enable_think,
+                                                     max_actions=cfg.max_actions_per_turn, separator=cfg.action_sep)
         record.invalid = not parsed.turn_is_valid
         ep.valid_turns += int(parsed.turn_is_valid)
         if record.invalid:

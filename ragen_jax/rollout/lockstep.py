@@ -45,7 +45,7 @@ class LockstepEngine:
         self.config = config
         self.tokenizer = tokenizer
         self.batch_size = batch_size
-        self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think)
+        self.builder = ContextBuilder(tokenizer, enable_think=config.enable_think, action_format=config.action_format)
         self.stop_sequences = config.stop_sequences(tokenizer)
         self.stop_after = config.stop_gates(tokenizer)
         self.vl_config = vl_config_of(graphdef)

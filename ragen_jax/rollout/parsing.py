@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any, Mapping, Sequence
+
+from ragen_jax.tool_calls import CLOSE, OPEN, argument_problem, parse_tool_calls, tool_name
 
 ACTION_SEP = "||"
 SPECIAL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
@@ -29,14 +32,16 @@ class ParsedResponse:
     actions: the executable actions: ids for names found in the lookup (unknown names dropped),
       or the answer strings themselves when the env has no lookup.
     num_invalid: how many kept names were not in the lookup.
+    problem: why a tool-call response is not a valid action ("" when it is, and in the answer format).
     """
 
     format_ok: bool
     think: str
     answer: str
     action_names: tuple[str, ...]
-    actions: tuple[int | str, ...]
+    actions: tuple[Any, ...]
     num_invalid: int
+    problem: str = ""
 
     @property
     def turn_is_valid(self) -> bool:
@@ -137,3 +142,36 @@ def recorded_response(response: str, *, enable_think: bool, max_actions: int, se
     if sum(1 for name in answer.split(separator) if name.strip()) > max_actions:
         answer = f" {separator} ".join(parsed.action_names)
     return f"<think>{parsed.think}</think><answer>{answer}</answer>" if enable_think else f"<answer>{answer}</answer>"
+
+
+def parse_tool_response(response: str, *, tools: Sequence[Mapping[str, Any]], max_calls: int,
+                        enable_think: bool = True) -> ParsedResponse:
+    """Parse one full response in the tool-call action format (`rollout.action_format="tool_call"`): with thinking,
+    `<think>...</think>` then `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; the first `max_calls`
+    calls are the actions (envs.protocols.ToolEnv.call runs them). Never raises: a missing or unclosed block,
+    malformed JSON, a tool not offered or arguments that do not fit its schema give no action, `num_invalid` 1 and
+    the reason in `problem` (the turn is penalised as an invalid answer and the reason shown to the model)."""
+    think, rest = "", response
+    if enable_think:
+        start, end = response.find("<think>"), response.find("</think>")
+        if start < 0 or end < start:
+            return _tool_problem(response, "the reply must close its reasoning with </think> before the tool call")
+        think, rest = _strip_specials(response[start + len("<think>"):end]), response[end + len("</think>"):]
+    schemas = {tool_name(t): t for t in tools}
+    parsed = parse_tool_calls(rest, schemas)
+    if parsed.problem:
+        return _tool_problem(rest, parsed.problem, think)
+    if not parsed.calls:
+        offered = ", ".join(schemas) or "none"
+        return _tool_problem(rest, f"no {OPEN}...{CLOSE} block: call one of the tools ({offered})", think)
+    calls = parsed.calls[:max_calls]
+    for call in calls:
+        problem = argument_problem(schemas[call.name], call.arguments)
+        if problem:
+            return _tool_problem(rest, problem, think)
+    names = tuple(call.name for call in calls)
+    return ParsedResponse(True, think, _strip_specials(rest), names, tuple(calls), 0)
+
+
+def _tool_problem(answer: str, problem: str, think: str = "") -> ParsedResponse:
+    return ParsedResponse(False, think, _strip_specials(answer), (), (), 1, problem)

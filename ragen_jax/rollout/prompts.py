@@ -48,6 +48,7 @@ class TurnRecord:
     context_tokens: Any = None  # the exact tokens the response was sampled after (np.int32 [L])
     recorded_text: str | None = None  # the response as single_turn summaries show it (RAGEN's llm_response)
     images: tuple = ()  # the state's pictures (RGB [H, W, 3] uint8), one per IMAGE_MARKER in `state`
+    tool_error: str = ""  # tool-call format: why the response held no valid call (shown to the model next turn)
 
 
 def system_prompt(
@@ -103,6 +104,30 @@ def turn_content(record: TurnRecord, turn_number: int, max_tokens: int, enable_t
     )
 
 
+def tool_format_prompt(enable_think: bool) -> str:
+    """How a reply calls a tool, as the tool-call format's turns state it."""
+    call = '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+    return f"<think> [Your thoughts] </think> {call}" if enable_think else call
+
+
+def tool_turn_content(record: TurnRecord, max_tokens: int, enable_think: bool, style: str = "ragen") -> str:
+    """The user message that opens a tool-call episode: the state, the calls left and the reply format."""
+    if style == "compact":
+        return f"\n{record.state}\n"
+    return (f"\nState:\n{record.state}\nYou have {record.actions_left} tool calls left. Always output: "
+            f"{tool_format_prompt(enable_think)} with no extra text, one tool call per reply. "
+            f"Max response length: {max_tokens} words (tokens).\n")
+
+
+def tool_reply_message(previous: TurnRecord, record: TurnRecord) -> dict:
+    """What the model reads after its reply `previous` in the tool-call format: the tool's result in the template's
+    tool role, or (no valid call, so no tool ran) a user message with the reason and the state unchanged."""
+    if previous.tool_error:
+        return {"role": "user", "content": f"Your reply held no valid tool call: {previous.tool_error}. Nothing ran; "
+                                           f"you have {record.actions_left} tool calls left. Call one of the tools."}
+    return {"role": "tool", "content": record.state}
+
+
 def turn_score(record: TurnRecord, format_penalty: float) -> float:
     """The turn's env reward plus its format penalty: what `use_turn_scores` trains on that turn."""
     return record.reward + (format_penalty if record.invalid else 0.0)
@@ -124,12 +149,17 @@ def build_messages(
     enable_think: bool,
     format_penalty: float,
     style: str = "ragen",
+    tools: tuple = (),
 ) -> list[dict]:
     """Chat messages for the turns history[history_start:]; the last turn may lack a response.
 
     Assistant messages carry the record itself under "record" (besides "content") so the caller
-    can splice in the exact sampled tokens.
+    can splice in the exact sampled tokens. With `tools` (the tool-call action format) the system message carries
+    them under "tools" (the context builder renders them through the chat template) and each turn after the first
+    opens with the tool's result (`tool_reply_message`).
     """
+    if tools:
+        return _tool_messages(system, history, history_start, mode, max_tokens, enable_think, style, tools)
     if mode == "single_turn":
         return _single_turn_messages(system, history, history_start, max_tokens, enable_think,
                                      format_penalty, style)
@@ -171,5 +201,23 @@ def _single_turn_messages(system, history, history_start, max_tokens, enable_thi
     messages = [{"role": "system", "content": system}, {"role": "user", "content": content}]
     record = history[current]
     if record.response_text is not None:
+        messages.append({"role": "assistant", "content": record.response_text, "record": record})
+    return messages
+
+
+def _tool_messages(system, history, history_start, mode, max_tokens, enable_think, style, tools) -> list[dict]:
+    """The tool-call format's conversation: system (with the tools), the first shown turn's state as a user message,
+    then per turn the reply and what it got back (a tool result, or the reason no tool ran)."""
+    if mode not in ("full", "limited_multi_turn"):
+        raise ValueError(f"The tool-call action format needs context mode full or limited_multi_turn, got {mode!r}.")
+    messages: list[dict] = [{"role": "system", "content": system, "tools": list(tools)},
+                            {"role": "user", "content": tool_turn_content(history[history_start], max_tokens,
+                                                                          enable_think, style)}]
+    for idx in range(history_start, len(history)):
+        record = history[idx]
+        if idx > history_start:
+            messages.append(tool_reply_message(history[idx - 1], record))
+        if record.response_text is None:
+            break
         messages.append({"role": "assistant", "content": record.response_text, "record": record})
     return messages

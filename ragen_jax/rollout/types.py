@@ -32,6 +32,7 @@ class Episode:
     effective_turns: int = 0
     info_sums: dict[str, float] = dataclasses.field(default_factory=dict)
     final_state: str | None = None  # the observation after the last turn (None after an env error)
+    tools: tuple = ()  # the env's tool schemas in the tool-call action format (rollout.action_format), else ()
 
     @property
     def num_turns(self) -> int:

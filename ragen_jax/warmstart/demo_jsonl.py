@@ -30,7 +30,7 @@ def row_conversations(ep: Episode, cfg: RolloutConfig) -> list[dict]:
         start = ep.history_start if cfg.context_mode == "full" else ep.history[t].history_start
         messages = build_messages(ep.system, ep.history[: t + 1], start, mode=cfg.context_mode,
                                   max_tokens=ep.prompt_max_tokens or cfg.response_length, enable_think=cfg.enable_think,
-                                  format_penalty=cfg.format_penalty, style=ep.prompt_style)
+                                  format_penalty=cfg.format_penalty, style=ep.prompt_style, tools=ep.tools)
         out, tokens = [], []
         for m in messages:
             item = {"role": m["role"], "content": m["content"]}
