@@ -35,8 +35,8 @@ def _tiny_tool(c):
     c.val.groups = c.val.batch_size = 16
     c.trainer.mini_batch_size = 16
     c.rollout.enable_think = False  # a bare tool call fits the tiny model's short responses
-    c.rollout.response_length = 48
-    c.rollout.max_model_len = 1536
+    c.rollout.response_length = 96  # a call of the tiny tokenizer's short tokens
+    c.rollout.max_model_len = 2048
 
 
 def get_config(arg: str | None = None):

@@ -42,8 +42,9 @@ def parse_tool_calls(text: str, tool_names: Iterable[str] | None = None) -> Pars
     if OPEN not in text:
         return ParsedToolCalls((), text)
     known = None if tool_names is None else set(tool_names)
+    blocks, rest = _blocks(text)
     calls = []
-    for block in _BLOCK.findall(text):
+    for block in blocks:
         call, problem = _read_call(block.strip())
         if not problem and known is not None and call.name not in known:
             offered = ", ".join(sorted(known)) or "none"
@@ -51,10 +52,25 @@ def parse_tool_calls(text: str, tool_names: Iterable[str] | None = None) -> Pars
         if problem:
             return ParsedToolCalls((), text, problem)
         calls.append(call)
-    rest = _BLOCK.sub("", text)
     if OPEN in rest or CLOSE in rest:
         return ParsedToolCalls((), text, f"a {OPEN} block is not closed by {CLOSE}")
     return ParsedToolCalls(tuple(calls), rest.strip())
+
+
+def _blocks(text: str) -> tuple[list[str], str]:
+    """(the inside of each OPEN...CLOSE block, the text outside them), as `_BLOCK.findall` and `_BLOCK.sub` would
+    give them, in time linear in the text (the lazy regex rescans the rest of the text from every unclosed OPEN:
+    quadratic on a reply of many OPENs)."""
+    blocks, outside, pos = [], [], 0
+    while (start := text.find(OPEN, pos)) >= 0:
+        end = text.find(CLOSE, start + len(OPEN))
+        if end < 0:
+            break
+        outside.append(text[pos:start])
+        blocks.append(text[start + len(OPEN):end])
+        pos = end + len(CLOSE)
+    outside.append(text[pos:])
+    return blocks, "".join(outside)
 
 
 def _read_call(block: str) -> tuple[ToolCall | None, str]:
