@@ -219,10 +219,32 @@ def _warmstart_errors(warmstart, spec, mode: str) -> list[str]:
                       f"format only) or to a JSONL file of demonstrations{fix}")
     if spec.kind == "jax" or warmstart.source not in PLAYED_DEMO_SOURCES:
         return errors
-    jsonl = "config.warmstart.source to a JSONL file of demonstrations"
+    if warmstart.source == "oracle" and _scripted(spec):
+        if warmstart.reasoning != "fixed":
+            errors.append(f"config.warmstart.reasoning={warmstart.reasoning!r} needs an env state to describe; the "
+                          f"scripted demos of host env {spec.name!r} think warmstart.reasoning_text: set "
+                          "config.warmstart.reasoning='fixed'")
+        return errors
+    jsonl = "config.warmstart.source to a JSONL file of demonstrations (its format: docs/running.md, Demonstrations)"
     fix = f"set {jsonl}" if mode == "sft" else f"set config.warmstart.enabled=False, or {jsonl}"
-    return errors + [f"config.warmstart.source={warmstart.source!r} plays demonstrations in a JAX env batch, but "
-                     f"config.env.name={spec.name!r} is a host env: {fix}"]
+    scripted = ("" if warmstart.source == "oracle" else
+                "; or warmstart.source='oracle' if the env class defines scripted_action() (HostEnv.scripted_action)")
+    return errors + [f"config.warmstart.source={warmstart.source!r} needs "
+                     f"{'a JAX env batch' if warmstart.source == 'random' else 'an oracle'}, but "
+                     f"config.env.name={spec.name!r} is a host env without scripted_action(): {fix}{scripted}"]
+
+
+def _scripted(spec) -> bool:
+    """Whether the host env class `spec` builds overrides HostEnv.scripted_action (a policy for demonstrations;
+    ragen_jax.warmstart.scripted.has_scripted_policy, not imported here: the warm start imports the config)."""
+    from envs.protocols import HostEnv
+
+    try:
+        factory = spec.resolve_factory()
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(factory, type) and issubclass(factory, HostEnv) and (
+        getattr(factory, "scripted_action", None) is not HostEnv.scripted_action)
 
 
 def _without_oracle(spec) -> str | None:

@@ -32,11 +32,13 @@ def _demo_code_files(env_batch) -> list[str]:
 
     from envs import describe, symbols
     from ragen_jax.rollout import batching, config, context, episodes, parsing, prompts
-    from ragen_jax.warmstart import demo_jsonl, demos
+    from ragen_jax import tool_calls
+    from ragen_jax.warmstart import demo_jsonl, demos, scripted
 
-    modules = (batching, config, context, episodes, parsing, prompts, demos, demo_jsonl, describe, symbols)
+    modules = (batching, config, context, episodes, parsing, prompts, demos, demo_jsonl, scripted, tool_calls,
+               describe, symbols)
     files = [inspect.getsourcefile(m) for m in modules]
-    for obj in (env_batch, getattr(env_batch, "env", None)):
+    for obj in (env_batch, getattr(env_batch, "env", None), (getattr(env_batch, "envs", None) or [None])[0]):
         module = inspect.getmodule(type(obj)) if obj is not None else None
         path = getattr(module, "__file__", None)
         if path and path.endswith(".py"):

@@ -8,7 +8,7 @@ the loss covers the assistant messages whose "weight" is not 0 (OpenAI's fine-tu
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -39,8 +39,9 @@ def row_conversations(ep: Episode, cfg: RolloutConfig) -> list[dict]:
                 item["weight"] = int(trained)
                 tokens.append(list(m["record"].response_tokens))
             out.append(item)
-        records.append({"messages": out, "metadata": {"env_tag": ep.env_tag, "seed": ep.seed, "turn": t,
-                                                      "response_tokens": tokens}})
+        tools = {"tools": list(ep.tools)} if ep.tools else {}
+        records.append({"messages": out, **tools, "metadata": {"env_tag": ep.env_tag, "seed": ep.seed, "turn": t,
+                                                               "response_tokens": tokens}})
     return records
 
 
@@ -67,29 +68,59 @@ def _assistant_tokens(tokenizer, builder: ContextBuilder, content: str, given: l
     return _response_tokens(builder, content[len(prefix):], cfg)
 
 
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _record_tools(record: Any, cfg: RolloutConfig, where: str) -> list | None:
+    """A record's "tools" (the JSON schemas a tool-call conversation's template lists), checked against the format."""
+    tools = record.get("tools") if isinstance(record, dict) else None
+    if cfg.action_format != "tool_call":
+        if tools:
+            raise ValueError(f"{where}: the record lists \"tools\" but rollout.action_format='answer'; set "
+                             "rollout.action_format='tool_call' (RL then lists the env's tools too) or drop them.")
+        return None
+    if not (isinstance(tools, list) and tools and all(
+            isinstance(t, dict) and isinstance(t.get("function", t).get("name"), str) for t in tools)):
+        raise ValueError(f"{where}: rollout.action_format='tool_call' needs \"tools\": [{{\"type\": \"function\", "
+                         "\"function\": {\"name\": ..., \"parameters\": {...}}}, ...] in each record (the env's "
+                         "schemas, as RL's prompts list them).")
+    return tools
+
+
+def _check_message(m: Any, where: str, index: int) -> None:
+    """One message of a demonstration, or ValueError naming the line, the message and the fix."""
+    at = f"{where}, message {index + 1}"
+    if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+        raise ValueError(f"{at}: each message needs a role ({'|'.join(ROLES)}) and a string content; got {m!r:.200}.")
+    if "weight" in m and m["role"] != "assistant":
+        raise ValueError(f"{at}: only assistant messages take a weight (the others are never trained); drop it.")
+    if m.get("weight", 1) not in (0, 1):  # "0" or 0.5 would train silently
+        raise ValueError(f"{at}: a message's weight is 0 (not trained) or 1 (trained); got {m['weight']!r}.")
+    if m.get("tool_calls"):
+        raise ValueError(f"{at}: write a tool call in the assistant content as the model writes it "
+                         "('<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>'), not as \"tool_calls\": "
+                         "demonstrations train the exact tokens of the content.")
+
+
 def rows_from_conversations(records: Sequence[dict], tokenizer, cfg: RolloutConfig, *,
                             source: str = "demos", line_numbers: Sequence[int] | None = None) -> DemoRows:
-    """One row per record {"messages": [...], "metadata": {"response_tokens": ...}?}; loss on
-    assistant messages whose "weight" is not 0 (OpenAI fine-tuning format). line_numbers: each record's line in
-    `source`, for errors (default 1, 2, ...)."""
-    builder = ContextBuilder(tokenizer, enable_think=cfg.enable_think)
+    """One row per record {"messages": [...], "tools": [...]?, "metadata": {"response_tokens": ...}?}; loss on
+    assistant messages whose "weight" is not 0 (OpenAI fine-tuning format; docs/running.md, Demonstrations).
+    line_numbers: each record's line in `source`, for errors (default 1, 2, ...)."""
+    builder = ContextBuilder(tokenizer, enable_think=cfg.enable_think, action_format=cfg.action_format)
     rows = []
     for i, record in enumerate(records):
         where = f"{source} line {line_numbers[i] if line_numbers is not None else i + 1}"
         messages = record.get("messages") if isinstance(record, dict) else record
         if not isinstance(messages, list) or not messages:
             raise ValueError(f"{where}: expected {{\"messages\": [{{\"role\": ..., \"content\": ...}}, ...]}}.")
+        tools = _record_tools(record, cfg, where)
         given = recorded_response_tokens(
             record, sum(isinstance(m, dict) and m.get("role") == "assistant" for m in messages))
         chat, trained, k = [], [], 0
-        for m in messages:
-            if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
-                    or not isinstance(m.get("content"), str):
-                raise ValueError(f"{where}: each message needs a role (system|user|assistant) and a "
-                                 f"string content; got {m!r}.")
+        for index, m in enumerate(messages):
+            _check_message(m, where, index)
             item = {"role": m["role"], "content": m["content"]}
-            if m.get("weight", 1) not in (0, 1):  # "0" or 0.5 would train silently
-                raise ValueError(f"{where}: a message's weight is 0 (not trained) or 1 (trained); got {m['weight']!r}.")
             if m["role"] == "assistant":
                 item["tokens"] = _assistant_tokens(tokenizer, builder, m["content"],
                                                    given[k] if given else None, cfg, where)
@@ -98,6 +129,8 @@ def rows_from_conversations(records: Sequence[dict], tokenizer, cfg: RolloutConf
                     check_response_length(len(item["tokens"]), cfg, f"{where}: assistant message {k + 1}", "it")
                 k += 1
             chat.append(item)
+        if tools:
+            chat[0]["tools"] = tools
         if not trained:
             raise ValueError(f"{where}: no assistant message to train on (all weights are 0 or none exist).")
         tokens, turn_map = builder.assemble(chat, add_generation_prompt=False)
@@ -126,7 +159,8 @@ def load_jsonl_demos(path: str, tokenizer, cfg: RolloutConfig) -> DemoRows:
             if line.strip():
                 try:
                     records.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path} line {n} is not JSON ({e}).") from None
+                except (json.JSONDecodeError, RecursionError) as e:
+                    raise ValueError(f"{path} line {n} is not JSON ({e}); each line is one JSON object "
+                                     "(docs/running.md, Demonstrations).") from None
                 lines.append(n)
     return rows_from_conversations(records, tokenizer, cfg, source=path, line_numbers=lines)

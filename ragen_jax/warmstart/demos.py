@@ -252,12 +252,29 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
     "state_filler" (`filler_words` random words).
     """
     from envs.batch import make_env_batch
+    from envs.host_batch import HostEnvBatch
+    from ragen_jax.warmstart.scripted import has_scripted_policy, play_scripted_episodes
 
     if num_demos <= 0:
         raise ValueError(f"num_demos must be > 0, got {num_demos}.")
     env_batch = make_env_batch(env_name, batch_size, **(env_kwargs or {}))
-    policy = random_policy(env_batch.env, seed) if random_actions else None
-    thoughts = reasoning_thoughts(reasoning, env_batch.env, text=reasoning_text, filler_words=filler_words, seed=seed)
+    if isinstance(env_batch, HostEnvBatch):  # a host env plays its own script (HostEnv.scripted_action)
+        if random_actions or reasoning != "fixed" or not has_scripted_policy(type(env_batch.envs[0])):
+            raise ValueError(f"{env_name} is a host env: its demonstrations come from its scripted_action() with "
+                             "warmstart.source='oracle' and warmstart.reasoning='fixed', or from a JSONL file "
+                             "(docs/running.md, Demonstrations).")
+
+        def play(seeds):
+            return play_scripted_episodes(env_batch, seeds, tokenizer, cfg, reasoning_text=reasoning_text,
+                                          tag=env_name)
+    else:
+        policy = random_policy(env_batch.env, seed) if random_actions else None
+        thoughts = reasoning_thoughts(reasoning, env_batch.env, text=reasoning_text, filler_words=filler_words,
+                                      seed=seed)
+
+        def play(seeds):
+            return play_oracle_episodes(env_batch, seeds, tokenizer, cfg, policy=policy, reasoning_text=thoughts,
+                                        tag=env_name)
     only_success = only_success and not random_actions
     episodes: list[Episode] = []
     first_error = ""
@@ -267,8 +284,7 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
         while len(episodes) < num_demos and next_seed - seed < max_tries * num_demos:
             seeds = list(range(next_seed, next_seed + batch_size))
             next_seed += batch_size
-            played = play_oracle_episodes(env_batch, seeds, tokenizer, cfg, policy=policy,
-                                          reasoning_text=thoughts, tag=env_name)
+            played = play(seeds)
             failed = [ep.error for ep in played if ep.error]  # an env or policy failure never becomes a demo
             first_error = first_error or (failed[0] if failed else "")
             kept = [ep for ep in played if not ep.error and (ep.success or not only_success)]
@@ -284,7 +300,7 @@ def oracle_demo_episodes(env_name: str, num_demos: int, tokenizer, cfg: RolloutC
 # ------------------------------------------------------------------------------ episodes -> rows
 def demo_rows(episodes: list[Episode], tokenizer, cfg: RolloutConfig, *, chunk: int = 256) -> DemoRows:
     """Training rows of played episodes via `build_batch` (the RL batch's context mode and masks)."""
-    builder = ContextBuilder(tokenizer, enable_think=cfg.enable_think)
+    builder = ContextBuilder(tokenizer, enable_think=cfg.enable_think, action_format=cfg.action_format)
     parts = []
     for i in range(0, len(episodes), chunk):
         eps = episodes[i:i + chunk]
