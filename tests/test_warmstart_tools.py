@@ -67,7 +67,7 @@ GOOD = {"role": "assistant", "content": '<tool_call>{"name": "submit", "argument
     (json.dumps({"messages": []}), 'expected {"messages"'),
     (json.dumps({"messages": [SYSTEM, USER, GOOD]}), 'needs "tools"'),
     (json.dumps({"tools": TOOLS, "messages": [SYSTEM, {"role": "robot", "content": "x"}, GOOD]}),
-     "message 2: each message needs a role (system|user|assistant|tool)"),
+     "each message needs a role (system|user|assistant|tool)"),
     (json.dumps({"tools": TOOLS, "messages": [SYSTEM, {**USER, "weight": 1}, GOOD]}), "only assistant messages"),
     (json.dumps({"tools": TOOLS, "messages": [SYSTEM, USER, {**GOOD, "weight": 0.5}]}), "weight is 0"),
     (json.dumps({"tools": TOOLS, "messages": [SYSTEM, USER, {**GOOD, "weight": 0}]}), "no assistant message to train"),

@@ -89,17 +89,19 @@ def _record_tools(record: Any, cfg: RolloutConfig, where: str) -> list | None:
 
 def _check_message(m: Any, where: str, index: int) -> None:
     """One message of a demonstration, or ValueError naming the line, the message and the fix."""
-    at = f"{where}, message {index + 1}"
+    which = f" (message {index + 1})"
     if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-        raise ValueError(f"{at}: each message needs a role ({'|'.join(ROLES)}) and a string content; got {m!r:.200}.")
+        raise ValueError(f"{where}: each message needs a role ({'|'.join(ROLES)}) and a string content; got "
+                         f"{m!r:.200}{which}.")
     if "weight" in m and m["role"] != "assistant":
-        raise ValueError(f"{at}: only assistant messages take a weight (the others are never trained); drop it.")
+        raise ValueError(f"{where}: only assistant messages take a weight (the others are never trained); drop it"
+                         f"{which}.")
     if m.get("weight", 1) not in (0, 1):  # "0" or 0.5 would train silently
-        raise ValueError(f"{at}: a message's weight is 0 (not trained) or 1 (trained); got {m['weight']!r}.")
+        raise ValueError(f"{where}: a message's weight is 0 (not trained) or 1 (trained); got {m['weight']!r}{which}.")
     if m.get("tool_calls"):
-        raise ValueError(f"{at}: write a tool call in the assistant content as the model writes it "
+        raise ValueError(f"{where}: write a tool call in the assistant content as the model writes it "
                          "('<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>'), not as \"tool_calls\": "
-                         "demonstrations train the exact tokens of the content.")
+                         f"demonstrations train the exact tokens of the content{which}.")
 
 
 def rows_from_conversations(records: Sequence[dict], tokenizer, cfg: RolloutConfig, *,
