@@ -4,7 +4,8 @@
 in-process (BM25 over the bundled synthetic corpus) unless `--config.env.kwargs.retrieval_url`
 names a server (`python -m envs.searchqa.serve`, RAGEN's API); `questions_path` / `corpus_path`
 load HotpotQA-style files. Variants: `:tiny` (tiny model on CPU), `:dense` (dense retrieval,
-needs `env.kwargs.model_dir`), plus `:grpo` / `:0.5b` ...
+needs `env.kwargs.model_dir`), plus `:grpo` / `:0.5b` ...; `:tool` plays ToolSearchQA through tool calls (search,
+then answer; docs/tools.md), `:tiny_tool` on the tiny model.
 """
 
 import ml_collections
@@ -20,6 +21,27 @@ def _tiny(c):
 
 def _dense(c):
     c.env.kwargs.retrieval_method = "dense"
+
+
+def _tool(c):
+    """ToolSearchQA in the tool-call action format: one call a turn."""
+    c.env.name = "ToolSearchQA"
+    c.rollout.action_format = "tool_call"
+    c.rollout.context_mode = "full"
+    c.rollout.context_window = -1
+
+
+def _tiny_tool(c):
+    _tiny(c)
+    _tool(c)
+    c.env.max_turn = 3
+    c.env.groups = c.env.group_size = 4
+    c.env.kwargs.top_k = 2
+    c.env.kwargs.max_doc_chars = 200
+    c.trainer.mini_batch_size = 16
+    c.rollout.enable_think = False  # a bare tool call fits the tiny model's short responses
+    c.rollout.response_length = 96
+    c.rollout.max_model_len = 4096
 
 
 def get_config(arg: str | None = None):
@@ -38,4 +60,4 @@ def get_config(arg: str | None = None):
     c.trainer.mini_batch_size = 32
     c.trainer.micro_batch_size = 4
     c.workdir = "runs/searchqa"
-    return apply_variants(c, arg, {"tiny": _tiny, "dense": _dense})
+    return apply_variants(c, arg, {"tiny": _tiny, "dense": _dense, "tool": _tool, "tiny_tool": _tiny_tool})

@@ -242,5 +242,7 @@ register("AlfworldOOD", "envs.alfworld.env:AlfworldEnv", kind="host", prompt_max
          eval_dataset="eval_out_of_distribution")
 register("WebShop", "envs.webshop.env:WebShopEnv", kind="host", prompt_max_tokens=200)
 register("SearchQA", "envs.searchqa.env:SearchQAEnv", kind="host", prompt_max_tokens=300)
+# SearchQA through tools (rollout.action_format="tool_call"): search, then answer
+register("ToolSearchQA", "envs.searchqa.tool_env:ToolSearchQAEnv", kind="host", prompt_max_tokens=300)
 register("DeepCoder", "envs.deepcoder.env:DeepCoderEnv", kind="host", prompt_max_tokens=8000)
 register("Lean", "envs.lean.env:LeanEnv", kind="host", prompt_max_tokens=512)

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from configs import searchqa
 from configs.countdown import get_config
 from envs.batch import make_env_batch
 from envs.countdown.tool_env import TOOLS
@@ -47,6 +48,16 @@ def test_scripted_tool_demos_solve_in_two_calls_and_train_only_the_replies(tok, 
     back = load_jsonl_demos(path, tok, cfg)
     np.testing.assert_array_equal(back.tokens[:, :rows.tokens.shape[1]], rows.tokens)
     np.testing.assert_array_equal(back.loss_mask[:, :rows.tokens.shape[1]], rows.loss_mask)
+
+
+def test_scripted_search_demos_search_then_answer(tok):
+    cfg = _cfg(enable_think=False, max_model_len=4096)
+    env = make_env_batch("ToolSearchQA", 2, top_k=2, max_doc_chars=200)
+    episodes = play_scripted_episodes(env, [0, 1], tok, cfg)
+    for ep in episodes:
+        assert ep.success and ep.num_turns == 2 and ep.env_reward == 1.0
+        assert '"name": "search"' in ep.history[0].response_text and "[Document 1]" in ep.history[1].state
+        assert "search[" not in ep.history[0].state  # the text actions' line is gone: the tools replace it
 
 
 def test_only_envs_with_a_script_play_demos():
@@ -95,10 +106,11 @@ def test_a_good_tool_demonstration_trains_its_reply_only(tok, tmp_path):
 
 
 @pytest.mark.parametrize("variant", ["tiny_tool", "tool"])
-def test_the_tool_presets_are_valid_configs(variant):
-    cfg = get_config(variant)
+@pytest.mark.parametrize("module", ["countdown", "searchqa"])
+def test_the_tool_presets_are_valid_configs(module, variant):
+    cfg = (get_config if module == "countdown" else searchqa.get_config)(variant)
     validate_config(cfg)
-    assert cfg.env.name == "ToolCountdown" and cfg.rollout.action_format == "tool_call"
+    assert cfg.env.name.startswith("Tool") and cfg.rollout.action_format == "tool_call"
     cfg.warmstart.enabled, cfg.warmstart.source = True, "oracle"  # the scripted demos are allowed on it
     validate_config(cfg)
     cfg.warmstart.source = "random"
