@@ -2,7 +2,8 @@
 
 The synthetic catalogue (300 products) runs offline; `--config.env.kwargs.data_dir=DIR` loads the
 original WebShop product and goal files. Variants: `:tiny` (tiny model on CPU), `:score` (reward
-is the raw purchase score instead of RAGEN's 1-if-perfect), plus `:grpo` / `:0.5b` ...
+is the raw purchase score instead of RAGEN's 1-if-perfect), plus `:grpo` / `:0.5b` ...; `:tool` plays ToolWebShop
+through tool calls (search, click; docs/tools.md), `:tiny_tool` on the tiny model.
 """
 
 import ml_collections
@@ -21,6 +22,26 @@ def _score(c):
     c.env.kwargs.reward_mode = "score"
 
 
+def _tool(c):
+    """ToolWebShop in the tool-call action format: one call a turn, RAGEN's tips (text-action syntax) off."""
+    c.env.name = "ToolWebShop"
+    c.env.kwargs.show_tips = False
+    c.rollout.action_format = "tool_call"
+    c.rollout.context_mode = "full"
+    c.rollout.context_window = -1
+
+
+def _tiny_tool(c):
+    _tiny(c)
+    _tool(c)
+    c.env.max_turn = c.env.max_actions_per_traj = 3
+    c.env.groups = c.env.group_size = 4
+    c.trainer.mini_batch_size = 16
+    c.rollout.enable_think = False  # a bare tool call fits the tiny model's short responses
+    c.rollout.response_length = 96
+    c.rollout.max_model_len = 6144  # three results pages of ~1300 tiny-tokenizer tokens
+
+
 def get_config(arg: str | None = None):
     c = get_base_config()
     c.env.name = "WebShop"
@@ -35,4 +56,4 @@ def get_config(arg: str | None = None):
     c.trainer.mini_batch_size = 32
     c.trainer.micro_batch_size = 4
     c.workdir = "runs/webshop"
-    return apply_variants(c, arg, {"tiny": _tiny, "score": _score})
+    return apply_variants(c, arg, {"tiny": _tiny, "score": _score, "tool": _tool, "tiny_tool": _tiny_tool})

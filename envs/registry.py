@@ -241,6 +241,8 @@ register("Alfworld", "envs.alfworld.env:AlfworldEnv", kind="host", prompt_max_to
 register("AlfworldOOD", "envs.alfworld.env:AlfworldEnv", kind="host", prompt_max_tokens=512,
          eval_dataset="eval_out_of_distribution")
 register("WebShop", "envs.webshop.env:WebShopEnv", kind="host", prompt_max_tokens=200)
+# WebShop through tools (rollout.action_format="tool_call"): search, click
+register("ToolWebShop", "envs.webshop.tool_env:ToolWebShopEnv", kind="host", prompt_max_tokens=200)
 register("SearchQA", "envs.searchqa.env:SearchQAEnv", kind="host", prompt_max_tokens=300)
 # SearchQA through tools (rollout.action_format="tool_call"): search, then answer
 register("ToolSearchQA", "envs.searchqa.tool_env:ToolSearchQAEnv", kind="host", prompt_max_tokens=300)

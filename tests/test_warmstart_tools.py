@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from configs import searchqa
+from configs import searchqa, webshop
 from configs.countdown import get_config
 from envs.batch import make_env_batch
 from envs.countdown.tool_env import TOOLS
@@ -106,11 +106,16 @@ def test_a_good_tool_demonstration_trains_its_reply_only(tok, tmp_path):
 
 
 @pytest.mark.parametrize("variant", ["tiny_tool", "tool"])
-@pytest.mark.parametrize("module", ["countdown", "searchqa"])
+@pytest.mark.parametrize("module", ["countdown", "searchqa", "webshop"])
 def test_the_tool_presets_are_valid_configs(module, variant):
-    cfg = (get_config if module == "countdown" else searchqa.get_config)(variant)
+    cfg = {"countdown": get_config, "searchqa": searchqa.get_config, "webshop": webshop.get_config}[module](variant)
     validate_config(cfg)
     assert cfg.env.name.startswith("Tool") and cfg.rollout.action_format == "tool_call"
+    if module == "webshop":  # no scripted policy: its warm start needs a JSONL of demonstrations
+        cfg.warmstart.enabled = True
+        with pytest.raises(ValueError, match="without scripted_action"):
+            validate_config(cfg)
+        return
     cfg.warmstart.enabled, cfg.warmstart.source = True, "oracle"  # the scripted demos are allowed on it
     validate_config(cfg)
     cfg.warmstart.source = "random"
