@@ -63,7 +63,8 @@ def rollout_of(path: str, episodes: list, run: Any, tokenizer: Any):
     cfg = RolloutConfig.of(run)
     logprobs = {(i, t): (np.zeros(len(r.response_tokens), np.float32),) * 2
                 for i, ep in enumerate(episodes) for t, r in enumerate(ep.history) if r.response_tokens is not None}
-    return finish_rollout(ContextBuilder(tokenizer, enable_think=cfg.enable_think), cfg, tokenizer, episodes,
+    return finish_rollout(ContextBuilder(tokenizer, enable_think=cfg.enable_think, action_format=cfg.action_format),
+                          cfg, tokenizer, episodes,
                           logprobs, tag="", timing={}, row_multiple=1), False
 
 
