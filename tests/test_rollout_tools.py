@@ -155,3 +155,21 @@ def test_a_tool_call_to_an_env_without_tools_ends_only_that_episode():
     plain.reset([1])
     result = plain.step([[ToolCall("submit", {"expression": "1"})]], np.array([True]))
     assert result.terminated[0] and "no ToolEnv" in result.errors[0]
+
+
+@pytest.mark.slow  # two run.py processes on the tiny model: minutes on a CPU
+def test_the_tiny_tool_preset_trains_and_evaluates(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    small = ["--config=configs/countdown.py:tiny_tool", "--config.env.groups=2", "--config.env.group_size=2",
+             "--config.trainer.mini_batch_size=4", "--config.val.groups=4", "--config.val.batch_size=4",
+             f"--workdir={tmp_path / 'run'}"]
+    for mode, extra in (("train", ["--config.trainer.total_steps=1"]), ("eval", [])):
+        proc = subprocess.run([sys.executable, "run.py", f"--mode={mode}", *small, *extra], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert os.path.isdir(tmp_path / "run" / "checkpoints")
