@@ -166,7 +166,8 @@ def test_the_tiny_tool_preset_trains_and_evaluates(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     small = ["--config=configs/countdown.py:tiny_tool", "--config.env.groups=2", "--config.env.group_size=2",
-             "--config.trainer.mini_batch_size=4", "--config.val.groups=4", "--config.val.batch_size=4",
+             "--config.trainer.mini_batch_size=4", "--config.trainer.micro_batch_size=4", "--config.val.groups=4",
+             "--config.val.batch_size=4",
              f"--workdir={tmp_path / 'run'}"]
     for mode, extra in (("train", ["--config.trainer.total_steps=1"]), ("eval", [])):
         proc = subprocess.run([sys.executable, "run.py", f"--mode={mode}", *small, *extra], cwd=root, env=env,
