@@ -217,6 +217,10 @@ register("FrozenLake", "envs.frozenlake.env:FrozenLake", kind="jax", prompt_max_
          size=4, p=0.9, success_rate=0.8, render_mode="text")
 register("CoordFrozenLake", "envs.frozenlake.env:FrozenLake", kind="jax", prompt_max_tokens=120,
          size=4, p=0.9, success_rate=0.8, render_mode="grid_coord")
+# RAGEN's game_2048 and rubikscube custom_envs entries (envs.yaml max_tokens 8192 and 96).
+register("game_2048", "envs.game_2048.env:Game2048", kind="jax", prompt_max_tokens=8192)
+register("rubikscube", "envs.rubikscube.env:RubiksCube", kind="jax", prompt_max_tokens=96, scramble_depth=1,
+         max_steps=20)
 register("Bandit", "envs.bandit.env:Bandit", kind="jax", prompt_max_tokens=100, arm_names="train")
 register("BanditTest", "envs.bandit.env:Bandit", kind="jax", prompt_max_tokens=100, arm_names="test")
 # data_path=None: seeded offline tasks; point it at a local copy of the original data to use that.
