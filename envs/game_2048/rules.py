@@ -20,7 +20,9 @@ def slide_row_left(row: jax.Array) -> tuple[jax.Array, jax.Array]:
     Tiles keep their order; scanning from index 0, a tile equal to the next one merges with it into their
     double, and the merged tile takes no further part this move ([2, 2, 2, 2] -> [4, 4, 0, 0])."""
     n = row.shape[0]
-    packed = row[jnp.argsort(row == 0, stable=True)]  # non-zero tiles first, in order
+    filled = row != 0
+    slot = jnp.where(filled, jnp.cumsum(filled) - 1, n)  # each tile's place once the gaps are gone
+    packed = jnp.zeros_like(row).at[slot].set(row, mode="drop")  # non-zero tiles first, in order
     out = jnp.zeros_like(row)
     write = jnp.int32(0)
     skip = jnp.bool_(False)  # the tile at i was merged into i - 1
