@@ -259,7 +259,8 @@ def test_a_key_a_config_file_misspells_is_refused_with_the_right_one():
     assert "config.env.max_turns is not a config key (did you mean config.env.max_turn?)" in message
     assert "config.trainer.total_step is not a config key (did you mean config.trainer.total_steps?)" in message
     assert "anything_goes" not in message
-    for name in ("bandit", "countdown", "frozenlake", "sokoban", "sudoku", "webshop"):  # shipped configs pass
+    for name in ("bandit", "countdown", "frozenlake", "sokoban", "sudoku", "webshop", "game_2048",
+                 "rubikscube"):  # shipped configs pass
         validate_config(__import__(f"configs.{name}", fromlist=["get_config"]).get_config("tiny"))
 
 

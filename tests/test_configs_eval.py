@@ -19,7 +19,7 @@ MAX_TURNS = 3  # caps the multi-turn envs (a random tiny policy rarely finishes 
 MAX_MODEL_LEN = 2048  # one size for all envs, so they share compiled sampler programs
 VAL_TAGS = {"frozenlake": "FrozenLake", "bandit": "Bandit", "countdown": "Countdown", "metamathqa": "MetamathQA",
             "sudoku": "SimpleSudoku", "webshop": "WebShop", "searchqa": "SearchQA", "deepcoder": "DeepCoder",
-            "lean": "Lean"}
+            "lean": "Lean", "game_2048": "game_2048", "rubikscube": "rubikscube"}
 METADATA_KEYS = {"env_id", "env_tag", "seed", "group_id", "num_turns", "num_actions", "total_reward", "success"}
 
 
@@ -96,7 +96,8 @@ def check_eval_output(metrics: dict, records: list[dict], tag: str, cfg) -> None
 
 @pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("module", ["frozenlake", "bandit", "countdown", "metamathqa", "sudoku", "webshop",
-                                    "searchqa", "deepcoder"])
+                                    "searchqa", "deepcoder",
+                                    *(pytest.param(m, marks=pytest.mark.slow) for m in ("game_2048", "rubikscube"))])
 def test_tiny_eval_end_to_end(module, tmp_path):
     tag = VAL_TAGS[module]
     cfg = tiny_eval_config(module)
@@ -130,10 +131,12 @@ RAGEN_SETTINGS = {
     "searchqa": ("SearchQA", 5, 1, 10, 400, 5000, 16, 8),
     "deepcoder": ("DeepCoder", 1, 1, 1, 400, 3600, 8, 16),
     "lean": ("Lean", 15, 4, 30, 512, 8096, 8, 16),
+    "game_2048": ("game_2048", 800, 1, 700, 256, 8192, 8, 16),
+    "rubikscube": ("rubikscube", 25, 4, 20, 500, 3600, 8, 16),
 }
 
 
-LEARNING_PRESETS = ("sokoban", "frozenlake", "bandit")  # warm start then RL, validated on 128-512 episodes
+LEARNING_PRESETS = ("sokoban", "frozenlake", "bandit", "game_2048", "rubikscube")  # warm start then RL, validated on 128-512 episodes
 
 
 @pytest.mark.parametrize("module", sorted(RAGEN_SETTINGS))
@@ -171,7 +174,7 @@ def test_variants_validate_and_unknown_ones_fail():
 
 
 CONFIG_MODULES = ("sokoban", "frozenlake", "bandit", "countdown", "metamathqa", "sudoku", "webshop", "searchqa",
-                  "deepcoder", "lean")
+                  "deepcoder", "lean", "game_2048", "rubikscube")
 
 
 def known_variants(module) -> list[str]:

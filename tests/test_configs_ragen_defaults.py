@@ -15,7 +15,7 @@ from configs.base import get_base_config
 from ragen_jax.config import validate_config
 
 ENV_MODULES = ("sokoban", "frozenlake", "bandit", "countdown", "metamathqa", "sudoku", "webshop", "searchqa",
-               "deepcoder", "lean")
+               "deepcoder", "lean", "game_2048", "rubikscube")
 VERL = "verl/trainer/config/_generated_ppo_trainer.yaml"
 
 # (config key, RAGEN's value, where RAGEN sets it)
@@ -209,12 +209,19 @@ ENV_SETTINGS = {
              "env.kwargs.request_timeout": (30.0, "ragen/env/lean/config.py (request_timeout)"),
              "env.kwargs.max_retries": (3, "ragen/env/lean/config.py (max_retries)"),
              "env.kwargs.max_steps": (100, "ragen/env/lean/config.py (max_steps)")},
+    "game_2048": {"val.groups": (512, "base.yaml:170"), "rollout.context_window": (5, "_9_2048.yaml:10"),
+                  "env.kwargs.size": (4, "ragen/env/game_2048/config.py (size)"),
+                  "env.kwargs.two_prob": (0.9, "ragen/env/game_2048/config.py (two_prob)"),
+                  "env.kwargs.use_log_reward": (True, "ragen/env/game_2048/config.py (use_log_reward)"),
+                  "env.kwargs.target_tile": (0, "none: RAGEN plays until no move is left")},
+    "rubikscube": {"val.groups": (512, "base.yaml:170"), "rollout.context_window": (5, "_10_rubikscube.yaml:17"),
+                   "env.kwargs.scramble_depth": (1, "envs.yaml:371"), "env.kwargs.max_steps": (20, "envs.yaml:372")},
 }
 # envs.yaml max_tokens, the prompts' "Max response length" of each registered variant
 PROMPT_MAX_TOKENS = {"SimpleSokoban": 100, "CoordSokoban": 120, "LargerSokoban": 100, "SokobanDifferentGridVocab": 100,
                      "FrozenLake": 100, "CoordFrozenLake": 120, "Bandit": 100, "BanditTest": 100, "Countdown": 100,
                      "MetamathQA": 100, "SimpleSudoku": 150, "MediumSudoku": 150, "WebShop": 200, "SearchQA": 300,
-                     "DeepCoder": 8000, "Lean": 512}
+                     "DeepCoder": 8000, "Lean": 512, "game_2048": 8192, "rubikscube": 96}
 
 
 @pytest.mark.parametrize("module", ENV_MODULES)
