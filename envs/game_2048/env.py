@@ -119,7 +119,7 @@ class Game2048(JaxEnv[Game2048State, Game2048Params]):
         action = jnp.asarray(action, jnp.int32)
         moved, gained = moved_all[action], gains[action]
         board = jnp.where(moved, rules.spawn_tile(key, boards[action], params.two_prob), state.board)
-        stuck = moved & ~rules.legal_moves(board).any()
+        stuck = moved & rules.no_move_left(board)
         top = board.max()
         reached = (top >= params.target_tile) if params.target_tile else jnp.bool_(False)
         terminated = stuck | (moved & reached)
@@ -136,7 +136,7 @@ class Game2048(JaxEnv[Game2048State, Game2048Params]):
 
     def is_terminated(self, state: Game2048State, params: Game2048Params) -> jax.Array:
         reached = (state.board.max() >= params.target_tile) if params.target_tile else jnp.bool_(False)
-        return reached | ~rules.legal_moves(state.board).any()
+        return reached | rules.no_move_left(state.board)
 
     def is_truncated(self, state: Game2048State, params: Game2048Params) -> jax.Array:
         """The env's own step cap (none by default, as in RAGEN)."""

@@ -18,24 +18,28 @@ def slide_row_left(row: jax.Array) -> tuple[jax.Array, jax.Array]:
     """One line [N] slid toward index 0 with merges -> (line [N], merged tile sum []).
 
     Tiles keep their order; scanning from index 0, a tile equal to the next one merges with it into their
-    double, and the merged tile takes no further part this move ([2, 2, 2, 2] -> [4, 4, 0, 0])."""
+    double, and the merged tile takes no further part this move ([2, 2, 2, 2] -> [4, 4, 0, 0]). Written with
+    one-hot sums instead of scatters (several times faster when vmapped on a CPU)."""
     n = row.shape[0]
+    cells = jnp.arange(n)
     filled = row != 0
-    slot = jnp.where(filled, jnp.cumsum(filled) - 1, n)  # each tile's place once the gaps are gone
-    packed = jnp.zeros_like(row).at[slot].set(row, mode="drop")  # non-zero tiles first, in order
-    out = jnp.zeros_like(row)
+    slot = jnp.cumsum(filled) - 1  # each tile's place once the gaps are gone
+    packed = jnp.sum(jnp.where(filled[:, None] & (slot[:, None] == cells[None, :]), row[:, None], 0), axis=0)
+    values, places, gained = [], [], jnp.zeros((), row.dtype)
     write = jnp.int32(0)
     skip = jnp.bool_(False)  # the tile at i was merged into i - 1
-    gained = jnp.zeros((), row.dtype)
     for i in range(n):
         value = packed[i]
         nxt = packed[i + 1] if i + 1 < n else jnp.zeros((), row.dtype)
         live = ~skip & (value != 0)
         merge = live & (value == nxt)
-        out = jnp.where(live, out.at[write].set(jnp.where(merge, 2 * value, value)), out)
-        gained = gained + jnp.where(merge, 2 * value, 0)
+        values.append(jnp.where(live, jnp.where(merge, 2 * value, value), 0))
+        places.append(write)
+        gained = gained + jnp.where(merge, 2 * value, 0).astype(row.dtype)
         write = write + live.astype(jnp.int32)
         skip = merge
+    values, places = jnp.stack(values), jnp.stack(places)
+    out = jnp.sum(jnp.where(places[:, None] == cells[None, :], values[:, None], 0), axis=0).astype(row.dtype)
     return out, gained
 
 
@@ -87,3 +91,10 @@ def spawn_tile(key: jax.Array, board: jax.Array, two_prob) -> jax.Array:
 def legal_moves(board: jax.Array) -> jax.Array:
     """[4] bool: the moves that change `board`."""
     return all_moves(board)[2]
+
+
+def no_move_left(board: jax.Array) -> jax.Array:
+    """[] bool: no move changes `board` (it is full and no two neighbours are equal); cheaper than legal_moves."""
+    across = jnp.any(board[:, 1:] == board[:, :-1])
+    down = jnp.any(board[1:, :] == board[:-1, :])
+    return jnp.all(board != 0) & ~across & ~down
