@@ -92,7 +92,7 @@ def test_an_oracle_warm_start_on_a_jax_env_without_an_oracle_is_refused(monkeypa
         validate_config(_config("NoSolverLake", warmstart=True))
     validate_config(_config("NoSolverLake", warmstart=True, source="random"))
     validate_config(_config("NoSolverLake", warmstart=False))
-    for env_name in ("SimpleSokoban", "FrozenLake", "Bandit"):
+    for env_name in ("SimpleSokoban", "FrozenLake", "Bandit", "game_2048", "rubikscube"):
         validate_config(_config(env_name, warmstart=True))
 
 
