@@ -323,12 +323,16 @@ def test_context_window_range():
 
 
 def test_tiny_presets_keep_a_bounded_window():
-    """The `:tiny` presets play single_turn with only the current turn shown (short contexts on a CPU); Lean keeps
-    RAGEN's max_context_window 5 (_7_lean.yaml:18)."""
+    """The `:tiny` presets play single_turn with only the current turn shown (short contexts on a CPU), except
+    where an env's RAGEN config sets its own max_context_window, which stays (configs/base.py's apply_tiny): Lean's
+    5 (_7_lean.yaml:18), game_2048's and rubikscube's 5."""
+    own_window = {"lean": 5, "game_2048": 5, "rubikscube": 5}
     for module in ENV_MODULES:
         c = importlib.import_module(f"configs.{module}").get_config("tiny")
         if c.rollout.context_mode != "full":
-            assert c.rollout.context_window == (5 if module == "lean" else 1), module
+            assert c.rollout.context_window == own_window.get(module, 1), module
+            assert importlib.import_module(f"configs.{module}").get_config().rollout.context_window == \
+                own_window.get(module, -1), module
 
 
 def test_bandit_validates_on_both_arm_vocabularies_as_ragen():
