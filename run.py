@@ -64,6 +64,14 @@ def _main(cfg, mode: str) -> None:
     if (error := _workdir_error(workdir)) and not _PRINT_CONFIG.value:
         sys.exit(f"FATAL {error}")  # before minutes of model loading
     target = None
+    if mode == "eval" and run.model.api_base and not _PRINT_CONFIG.value:  # an endpoint: no local model is loaded
+        from ragen_jax.trainer.api_eval import run_api_eval
+
+        if _CHECKPOINT.value:
+            sys.exit("FATAL --checkpoint names local weights; with --config.model.api_base the endpoint is evaluated: "
+                     "drop one of them.")
+        print(json.dumps(run_api_eval(_run_config(cfg, run, workdir, mode), workdir), indent=2))
+        return
     if mode == "eval" and not _PRINT_CONFIG.value:
         from ragen_jax.trainer.evaluate import eval_target
 

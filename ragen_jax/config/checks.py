@@ -31,6 +31,7 @@ def config_problems(run, raw: dict, mode: str) -> list[str]:
     """Every problem of RunConfig `run` that its entries' own rules do not catch (raw: the config as given)."""
     errors = _env_problems(run, mode)
     errors += _lora_errors(run.model.lora)
+    errors += _api_problems(run.model, mode)
     if run.model.preset in ("tiny", "tiny_vision") and run.model.path:
         errors.append(f"config.model.path={run.model.path!r} is not loaded: config.model.preset='tiny' builds the "
                       "built-in model; to load the folder instead add --config.model.preset='', to train the built-in "
@@ -51,6 +52,19 @@ def config_problems(run, raw: dict, mode: str) -> list[str]:
             errors.append(f"config.optim.{m}.warmup_steps={o.warmup_steps} and warmup_steps_ratio="
                           f"{o.warmup_steps_ratio} are both set; set one of them (the other to 0)")
     return errors
+
+
+def _api_problems(model, mode: str) -> list[str]:
+    """model.api_base (an endpoint evaluated in place of a local model) only evaluates, and names its model."""
+    if not model.api_base:
+        return []
+    if mode != "eval":
+        return [f"config.model.api_base={model.api_base!r} evaluates an endpoint and trains nothing: run it with "
+                "--mode=eval, or drop --config.model.api_base to train the local model"]
+    if not model.api_model:
+        return ["config.model.api_base is set but config.model.api_model is empty: name the model the endpoint "
+                "serves (--config.model.api_model=NAME)"]
+    return []
 
 
 def validation_envs(val_name: str, train_name: str) -> list[str]:

@@ -54,6 +54,12 @@ class ModelSection(Section):
     critic_path: str = ""  # "" = initialise the critic from the policy checkpoint
     lora: LoRA = section(LoRA)
     seed: int = 0
+    # --mode=eval of an OpenAI-compatible endpoint instead of a local model (docs/serving.md); "" = a local model
+    api_base: str = ""  # e.g. http://127.0.0.1:8000/v1 (POST {api_base}/chat/completions); key: $OPENAI_API_KEY
+    api_model: str = ""  # the model name the endpoint serves
+    api_concurrency: int = setting(8, POSITIVE)  # requests in flight at once
+    api_timeout_s: float = setting(60.0, POSITIVE)  # per request
+    api_retries: int = setting(2, AT_LEAST_0)  # retries of a failed request
 
     def dtype_kwargs(self) -> dict[str, str]:
         """The dtypes a model is built or loaded in, when set ("" = the checkpoint's)."""
