@@ -172,3 +172,32 @@ def test_run_py_evaluates_an_endpoint_without_a_local_model(stub, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout[done.stdout.index("{"):])["val/Bandit/success"] == 1.0
     assert len(seen) == 2
+
+
+@pytest.mark.slow
+def test_our_own_server_on_the_tiny_model_gives_per_env_metrics(tmp_path):
+    """python -m ragen_jax.serve's engine on the tiny model (an HF export) behind HTTP on 127.0.0.1: its untrained
+    answers are scored, whatever they say, and every episode finishes without an endpoint failure."""
+    from envs.serve.asgi import AsgiServer
+    from ragen_jax.serve.app import create_app
+    from ragen_jax.serve.engine import Engine
+    from ragen_jax.serve.weights import load_served
+    sys.path.insert(0, os.path.dirname(__file__))
+    from serve_testlib import tiny_hf_folder
+
+    served = load_served(tiny_hf_folder(tmp_path / "tiny-agent", tools_template=False))
+    engine = Engine(served.graphdef, served.params, served.tokenizer, slots=4, cache_size=2048, max_tokens=16,
+                    chunk=8).start()
+    thread = AsgiServer(create_app(engine, served.name, source=served.source)).start()
+    try:
+        metrics = run_api_eval(_run(thread.url + "/v1", **{"model.api_model": served.name, "model.api_timeout_s": 300.0}),
+                               str(tmp_path))  # the first requests compile
+    finally:
+        thread.stop()
+        engine.stop()
+    assert metrics["val/api/failed_episodes"] == 0.0 and metrics["eval/num_episodes"] == 6.0
+    assert {"val/Bandit/success", "val/Bandit/action_is_valid", "val/Bandit/pass_at_2"} <= set(metrics)
+    assert metrics["val/api/completion_tokens"] == 16.0  # the untrained model runs to max_tokens
+    records = [json.loads(line) for line in
+               (tmp_path / "eval" / f"api_{served.name}" / "rollouts.jsonl").read_text().splitlines()]
+    assert all(r["messages"][-1]["role"] == "assistant" for r in records)
