@@ -62,7 +62,7 @@ def stub():
                 pass
 
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}/v1", seen
 
@@ -201,3 +201,10 @@ def test_our_own_server_on_the_tiny_model_gives_per_env_metrics(tmp_path):
     records = [json.loads(line) for line in
                (tmp_path / "eval" / f"api_{served.name}" / "rollouts.jsonl").read_text().splitlines()]
     assert all(r["messages"][-1]["role"] == "assistant" for r in records)
+
+
+def test_the_tool_call_format_is_refused_before_any_request(stub, tmp_path):
+    url, seen = stub()
+    with pytest.raises(ConfigError, match="action_format='answer'"):
+        run_api_eval(_run(url).replace(**{"rollout.action_format": "tool_call"}), str(tmp_path))
+    assert seen == []

@@ -27,6 +27,7 @@ import numpy as np
 
 from ragen_jax.config.checks import validation_envs
 from ragen_jax.config.sections import env_tag
+from ragen_jax.errors import ConfigError
 from ragen_jax.rollout.config import RolloutConfig
 from ragen_jax.rollout.episodes import _row_lookups, book_turn, open_episodes
 from ragen_jax.rollout.metrics import episode_metrics
@@ -129,6 +130,9 @@ def play_env(env, cfg: RolloutConfig, tag: str, seeds, group_ids, complete: Call
     completion tokens of every answered turn). Each turn's requests of the open episodes run on `pool`."""
     n = len(seeds)
     observations = env.reset([int(s) for s in seeds], instances=list(range(n)))
+    if any(len(pictures) for pictures in getattr(env, "last_images", None) or ()):
+        raise ConfigError(f"model.api_base sends text turns, but {tag}'s observations hold images: evaluate a local "
+                          "(vision-language) model instead.")
     episodes = open_episodes(env, cfg, tag, seeds, group_ids, observations)
     lookups = _row_lookups(env, n)
     active = np.ones(n, bool)
@@ -186,7 +190,7 @@ def run_api_eval(run: Any, workdir: str, client: Any | None = None) -> dict[str,
 
     cfg, m, val = RolloutConfig.of(run), run.model, run.val
     if cfg.action_format == "tool_call":
-        raise ValueError("model.api_base evaluates text turns in the answer action format: set "
+        raise ConfigError("model.api_base evaluates text turns in the answer action format: set "
                          "rollout.action_format='answer' (or evaluate a local model).")
     client = client or ChatClient(m.api_base, m.api_model, temperature=0.0 if val.greedy else val.temperature,
                                   max_tokens=cfg.response_length, top_p=val.top_p, timeout_s=m.api_timeout_s,
