@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -44,15 +45,24 @@ def stub():
     reply is `answer` formatted with the episode's {hi} and {lo} arm names."""
     servers = []
 
-    def start(answer="<think>risk pays</think><answer>{hi}</answer>", status=200, garbage=False):
-        seen = []
+    def start(answer="<think>risk pays</think><answer>{hi}</answer>", status=200, garbage=False, fail_first=0,
+              delay=0.0):
+        seen, flight = [], {"now": 0, "most": 0}
+        lock = threading.Lock()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                seen.append((self.path, body))
+                with lock:
+                    seen.append((self.path, body, self.headers.get("Authorization")))
+                    flight["now"] += 1
+                    flight["most"] = max(flight["most"], flight["now"])
+                    failing = len(seen) <= fail_first
+                time.sleep(delay)
+                with lock:
+                    flight["now"] -= 1
                 payload = b"<html>not json" if garbage else json.dumps(_reply(body, answer)).encode()
-                self.send_response(status)
+                self.send_response(500 if failing else status)
                 self.send_header("Content-Type", "text/html" if garbage else "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -64,6 +74,7 @@ def stub():
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
+        start.most_in_flight = lambda: flight["most"]
         return f"http://127.0.0.1:{server.server_address[1]}/v1", seen
 
     yield start
@@ -94,7 +105,7 @@ def test_scripted_high_arm_answers_succeed_and_the_requests_are_ragen_messages(s
     assert metrics["val/Bandit/env_error"] == 0.0 and metrics["val/api/failed_episodes"] == 0.0
     assert metrics["eval/num_episodes"] == 6.0 and metrics["val/api/completion_tokens"] == 7.0
     assert len(seen) == 6  # Bandit: one turn an episode
-    path, body = seen[0]
+    path, body, _ = seen[0]
     assert path == "/v1/chat/completions" and body["model"] == "stub-model"
     assert body["max_tokens"] == run.rollout.response_length and body["temperature"] == run.val.temperature
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
@@ -114,7 +125,22 @@ def test_low_arm_and_unparsable_answers_score_as_the_rollout_scores_them(stub, t
     metrics = run_api_eval(_run(url, **{"env.max_turn": 2}), str(tmp_path))
     assert metrics["val/Bandit/success"] == 0.0 and metrics["val/Bandit/env_error"] == 0.0
     assert len(seen) == 12  # two invalid turns an episode, then the turn cap
-    assert "No valid action provided previously" in seen[-1][1]["messages"][-1]["content"]
+    messages = seen[-1][1]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[2]["content"] == "<think>I pick the second one"  # read after the opening <think>
+    assert "No valid action provided previously" in messages[-1]["content"]
+
+
+def test_requests_are_bounded_retried_and_carry_the_key(stub, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-test")
+    url, seen = stub(fail_first=1, delay=0.05)
+    metrics = run_api_eval(_run(url, **{"model.api_retries": 1, "model.api_concurrency": 2}), str(tmp_path))
+    assert metrics["val/api/failed_episodes"] == 0.0 and metrics["val/Bandit/success"] == 1.0
+    assert len(seen) == 7  # one 500, retried, and six answers
+    assert stub.most_in_flight() == 2
+    assert {auth for _, _, auth in seen} == {"Bearer sk-secret-test"}
+    out = tmp_path / "eval" / "api_stub-model"
+    assert not any("sk-secret-test" in f.read_text() for f in out.iterdir() if f.is_file())
 
 
 @pytest.mark.parametrize("how", ["garbage", "500", "down"])
