@@ -6,8 +6,9 @@ POST {api_base}/chat/completions with the val temperature and max_tokens = rollo
 text is parsed as a sampled response would be, the env stepped and the turn booked as the rollout books it
 (`book_turn`). Requests run on a bounded thread pool (model.api_concurrency), each with a timeout and a bounded
 retry; a request that still fails, or a reply with no text, ends only its episode, with the reason recorded (the
-metrics leave it out, as they leave out env errors). The `openai` package is the client (the project's test
-dependency, already used by tests/test_serve_api.py); the key is OPENAI_API_KEY when set, never logged.
+metrics leave it out, as they leave out env errors). The `openai` package is the client (pinned in
+requirements-test.txt, already used by tests/test_serve_api.py: its timeouts, retries with backoff and error types are
+the ones every OpenAI-compatible server is tested with); the key is OPENAI_API_KEY when set, never logged.
 
 Responses have no token ids here: a turn's `response_tokens` is an empty list (it marks the turn as played), so the
 token-length metrics are left out and `val/api/completion_tokens` reports the server's `usage` instead.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import logging
 import os
 import re
 import time
@@ -36,7 +36,6 @@ from ragen_jax.rollout.prompts import build_messages
 from ragen_jax.rollout.rewards import group_seeds
 from ragen_jax.rollout.types import Episode
 
-logger = logging.getLogger(__name__)
 
 API_ERROR = "ApiError"  # the prefix of an episode's error when its endpoint failed it
 
@@ -50,8 +49,11 @@ class ChatClient:
 
     def __init__(self, api_base: str, model: str, *, temperature: float, max_tokens: int, top_p: float = 1.0,
                  timeout_s: float = 60.0, retries: int = 2):
-        import openai
-
+        try:
+            import openai
+        except ImportError as e:
+            raise ConfigError("model.api_base needs the `openai` package (requirements-test.txt pins it): "
+                              "pip install openai") from e
         self.model, self.temperature, self.max_tokens, self.top_p = model, temperature, max_tokens, top_p
         self._client = openai.OpenAI(base_url=api_base.rstrip("/"), api_key=os.environ.get("OPENAI_API_KEY") or "none",
                                      timeout=timeout_s, max_retries=retries)
