@@ -15,7 +15,6 @@ from configs import bandit, sokoban
 from ragen_jax import algos
 from ragen_jax.config import validate_config
 from ragen_jax.algos.settings import AlgoSettings
-from ragen_jax.algos.settings import AlgoSettings
 from ragen_jax.trainer.steps import make_step_fns
 
 VOCAB, DIM, ROWS, T = 32, 8, 8, 10
