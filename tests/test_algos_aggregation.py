@@ -55,6 +55,7 @@ def _random_batch(key, b=6, t=5, f=3, v=7):
     return feats, targets, old_lp, ref_lp, adv, mask
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("mode", MODES)
 def test_micro_batch_accumulation_equals_full_batch(mode):
     batch = _random_batch(jax.random.key(0))

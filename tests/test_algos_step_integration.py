@@ -191,6 +191,7 @@ def test_preset_configs_validate_and_build(preset, loss, agg, clip):
     ("geo_mean", "seq-mean-token-mean", dict(clip_ratio_low=0.4, clip_ratio_high=0.4)),
     ("sapo", "seq-mean-token-mean", dict(tau_pos=1.0, tau_neg=1.05)),
 ])
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_verl_losses_train_in_the_actor_update(loss, mode, hparams):
     """veRL's clip_cov / kl_cov / geo_mean / sapo, selected by name with veRL's keys, run one actor update, and
     their keys reach them (a penalty on more tokens, a detached token, other temperatures move the update)."""
@@ -247,6 +248,7 @@ GMPO = dataclasses.replace(BASE, policy_loss="geo_mean", loss_agg_mode="seq-mean
                            clip_ratio_high=0.4)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("micro", [ROWS, ROWS // 2])
 def test_geo_mean_update_counts_an_empty_row_but_not_a_padding_row(micro):
     """veRL's geo_mean is a torch.mean over the rows: an empty response (here row 1) counts, a padding row

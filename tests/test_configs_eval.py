@@ -106,6 +106,7 @@ def test_tiny_eval_end_to_end(module, tmp_path):
     assert metrics[f"val/{tag}/env_error"] == 0.0, [r["metadata"]["error"] for r in records]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_tiny_eval_lean_against_stand_in_server(tmp_path):
     from envs.lean.testing_server import StandInLeanServer
 

@@ -68,6 +68,7 @@ def _comparable(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not k.startswith("timing_s/") and k != "collapse/num_trajectories"}
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_trainer_metrics_equal_the_offline_report_on_the_pkl(played):
     d = played.cfg.diagnostics
     assert played.metrics["collapse_first_turn_sample/num_samples"] == 6.0  # a draw of 6 from 8

@@ -238,6 +238,7 @@ def play_reference_solutions(num_episodes: int, tests_at_once: int):
     return batch.step([[fenced(env.problem.solution)] for env in envs], np.ones(num_episodes, bool))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_32_episodes_at_once_with_reference_solutions_all_pass():
     result = play_reference_solutions(32, tests_at_once=2)
     assert result.errors == [""] * 32

@@ -28,6 +28,7 @@ def _run(args, cwd, target):
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_the_installed_package_checks_a_config_on_its_own(installed, tmp_path):
     code = ("import ragen_jax; from ragen_jax.config import default_config, validate_config; "
             "cfg = default_config(); cfg.model.preset, cfg.model.path = 'tiny', ''; "

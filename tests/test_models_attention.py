@@ -92,6 +92,7 @@ def test_blockwise_matches_dense_in_float32(kind, b, t, s, heads, kv_heads, bq, 
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5 * max(scale, 1.0), rtol=0)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("kind", ["causal", "right", "left"])
 @pytest.mark.parametrize("sort", [True, False])
 def test_blockwise_with_query_positions_matches_dense(kind, sort):
@@ -117,6 +118,7 @@ def test_blockwise_with_query_positions_matches_dense(kind, sort):
                                    rtol=0)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("kind,b,t,s,heads,kv_heads,bq,bk", [CASES[0], CASES[2], CASES[3], CASES[5]])
 def test_blockwise_bfloat16_is_as_accurate_as_dense(kind, b, t, s, heads, kv_heads, bq, bk):
     """Both bf16 forms against float32 attention of the same bf16 inputs: scores, softmax statistics and dS are

@@ -14,6 +14,7 @@ def root(tmp_path_factory):
     return str(tmp_path_factory.mktemp("hf"))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("case", ["qwen2_untied", "qwen3", "llama3"])
 def test_greedy_32_tokens_match_transformers(case, root):
     folder = hf_folder(case, root)

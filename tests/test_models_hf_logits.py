@@ -18,6 +18,7 @@ def root(tmp_path_factory):
     return str(tmp_path_factory.mktemp("hf"))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_match_transformers_on_left_padded_batch(case, root):
     folder = hf_folder(case, root)
@@ -61,6 +62,7 @@ def test_right_padding_gives_the_same_logits_for_real_tokens(root):
     np.testing.assert_allclose(got_left[lmask], got_right[rmask], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_value_model_loads_backbone_and_exports_as_token_classifier(tmp_path, root):
     folder = hf_folder("qwen2_untied", root)
     critic = load_model(folder, model_cls=ValueModel)

@@ -18,6 +18,7 @@ def _copies_in_entry(compiled_text: str) -> int:
     return sum(" copy(" in line or "copy_" in line.split("=")[0] for line in entry.splitlines())
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("shape", [(3, 5, 16), (7, 16), (2, 1, 4, 16)])
 def test_linear_matches_nnx_linear_values_and_gradients(shape):
     ours = Linear(16, 12, use_bias=True, rngs=nnx.Rngs(0))

@@ -38,6 +38,7 @@ def _train(model, steps=3):
         _step(model, opt)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_lora_starts_as_identity_and_only_adapters_train():
     model = CausalLM(CFG, rngs=nnx.Rngs(0))
     ref = _logits(model)
@@ -72,6 +73,7 @@ def test_unknown_target_is_refused():
         apply_lora(CausalLM(CFG, rngs=nnx.Rngs(0)), 2, 2.0, target_modules=("embed",), rngs=nnx.Rngs(1))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_value_model_from_lora_policy_uses_the_adapted_backbone():
     model = CausalLM(CFG, rngs=nnx.Rngs(0))
     apply_lora(model, rank=4, alpha=8.0, rngs=nnx.Rngs(1))

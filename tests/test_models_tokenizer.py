@@ -66,6 +66,7 @@ def test_skip_special_tokens_keeps_think_and_answer_tags(tok):
     assert tok.decode(ids, skip_special_tokens=True) == "<think> go </think> <answer> Up || Left </answer>"
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_build_script_regenerates_identical_files(tmp_path):
     subprocess.run([sys.executable, "-m", "ragen_jax.models.build_tiny_tokenizer", "--out", str(tmp_path)],
                    check=True, capture_output=True, cwd=pathlib.Path(__file__).parents[1])

@@ -33,6 +33,7 @@ def test_bfloat16_params_and_compute_run_close_to_float32(model):
     assert all(x.dtype == jnp.bfloat16 for x in cache.k + cache.v)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_remat_keeps_values_and_gradients(model):
     tokens = jnp.arange(16, dtype=jnp.int32).reshape(2, 8)
 

@@ -105,6 +105,7 @@ def test_wrong_type(tmp_path):
     assert_fails_cleanly(proc, wd, "--config.env.groups=abc", "invalid literal for int()")
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_bad_values_are_all_reported_at_once(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/sudoku.py:tiny", "--config.rollout.context_mode=bogus",
@@ -113,6 +114,7 @@ def test_bad_values_are_all_reported_at_once(tmp_path):
                          "Unknown environment 'NoSuchEnv'", "config.rollout.response_length (4096) must be < rollout.max_model_len (2048)")
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_an_oracle_warm_start_on_a_host_env_is_one_fatal_line(tmp_path):
     """sokoban.py:tiny warm-starts on oracle play; on a host env that fails before any model work, with the fix."""
     wd = tmp_path / "run"
@@ -358,6 +360,7 @@ def test_mode_sft_records_its_config_and_the_rl_command_it_prints_runs(tmp_path)
         assert json.load(f)["steps_run"] == 1
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_an_unknown_lora_target_is_one_fatal_line_before_the_model_loads(tmp_path):
     """It was apply_lora's ValueError, with a traceback, after the model was built."""
     wd = tmp_path / "run"
@@ -366,6 +369,7 @@ def test_an_unknown_lora_target_is_one_fatal_line_before_the_model_loads(tmp_pat
     assert_one_fatal_line(proc, wd, "config.model.lora.target_modules='q_proj,zz' names ['zz']", "gate_proj")
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_an_unknown_variant_is_one_fatal_line(tmp_path):
     """It was four lines (absl's "Error whilst parsing config file", a blank, the error, absl's help hint), so a
     sweep's failed point showed only the help hint as its reason."""
@@ -387,6 +391,7 @@ def test_an_unknown_variant_is_one_fatal_line(tmp_path):
     (("--config=configs/base.py",), ["'configs/base.py' defines no get_config(arg)", "frozenlake.py"]),
     (("--config=configs/base.py", "--config.trainer.total_steps=3"), ["'configs/base.py' defines no get_config"]),
 ])
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_bad_command_line_is_one_line_and_nothing_else(tmp_path, args, needles):
     """Flag errors were a FATAL line and absl's help hint on a second one (the last line a sweep reports); no
     --config said "flag --config=None"; configs/base.py (no get_config) read as an unknown key 'config_config'."""
@@ -399,6 +404,7 @@ def test_a_bad_command_line_is_one_line_and_nothing_else(tmp_path, args, needles
         assert "base.py" not in fatal.split("Config files in")[1], fatal
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("warmstart", [True, False])
 def test_lengths_too_small_for_any_first_turn_are_one_fatal_line(tmp_path, warmstart):
     """max_model_len too small for every episode's first prompt (in warm-start demos or the first rollout): one
@@ -411,6 +417,7 @@ def test_lengths_too_small_for_any_first_turn_are_one_fatal_line(tmp_path, warms
     assert "> max_model_len 64" in fatal[0] and "Raise rollout.max_model_len" in fatal[0], fatal[0]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("section", ["env.kwargs", "val.env_kwargs"])
 def test_a_new_env_kwarg_on_the_command_line_says_where_to_set_it(tmp_path, section):
     """env.kwargs is the env's constructor arguments: a key the config file does not set cannot be added by a flag.

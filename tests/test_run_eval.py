@@ -46,6 +46,7 @@ def test_an_orbax_target_says_how_many_rl_steps_its_checkpoint_ran():
     assert target.describe() == "checkpoint step 1 (/r/checkpoints/1)"
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_print_config_shows_the_config_and_the_memory_plan_then_exits(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/sokoban.py:tiny", "--config.algo.custom_policy_loss=ragen_jax.algos.policy_loss:"
@@ -100,6 +101,7 @@ def test_train_then_eval_the_checkpoint_and_the_export(tmp_path):
     assert proc.returncode != 0 and proc.stderr.count("FATAL") == 1
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_the_resolved_config_records_the_workdir_given_on_the_command_line(tmp_path):
     """config.json and the TensorBoard hparams are written from the resolved config: its workdir is --workdir's."""
     wd = tmp_path / "elsewhere"

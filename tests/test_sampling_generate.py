@@ -154,6 +154,7 @@ def test_continuation_matches_generation_from_scratch(model):
         np.testing.assert_array_equal(np.asarray(out.cache_lens), np.asarray(scratch.cache_lens))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_rewound_cache_ignores_the_stale_slots_past_cache_lens(model):
     """A call with cache_lens below what the cache holds (the engine rewinds when a turn drops out of the
     context) writes over the stale slots; whatever stays past the row's new end must never be attended.
@@ -225,6 +226,7 @@ def test_attention_window_over_the_cache_changes_nothing(model, monkeypatch, rag
     assert windowed.window_length(1) == 256 and windowed.window_length(700) == 1024
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_inactive_rows_are_untouched_even_when_their_cache_is_full(model):
     graphdef, params = model
     prompts, lens = _prompts(np.random.RandomState(4), [20, 5, 9])
@@ -263,6 +265,7 @@ def test_overflow_and_bad_input_raise_clear_errors(model):
         SamplingConfig(max_new_tokens=2, temperature=0.0)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_compiled_programs_stay_bounded_across_lengths(model, caplog):
     graphdef, params = model
     sampler = Sampler(graphdef, cache_size=64, pad_id=PAD, batch_size=2)
@@ -303,6 +306,7 @@ def test_a_repeated_call_compiles_nothing(model, caplog):
     assert compiled == []
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_decode_weights_change_no_tokens_and_are_made_once_per_parameter_version(model):
     """Decoding on weights laid out [out, in] (the CPU default for large models) gives the tokens and log-probs of
     the model's own layout; the laid-out copy is reused while the parameters are the same arrays, remade for new

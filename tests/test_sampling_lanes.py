@@ -64,6 +64,7 @@ def test_lanes_play_the_same_multi_turn_rows_as_one_program(model, greedy, lanes
                 np.testing.assert_allclose(np.asarray(got)[b, :, :held[b]], np.asarray(want)[b, :, :held[b]], atol=1e-5)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_begin_shares_prefills_within_a_lane_only(model):
     """Rows of one group (one prompt, prefilled once) spread over both lanes, begun out of order with other rows:
     each lane prefills the prompt once, and every row's turn equals one program's."""

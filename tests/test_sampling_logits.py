@@ -56,6 +56,7 @@ def chi_square_ok(counts: np.ndarray, probs: np.ndarray, z: float = 4.0) -> bool
     top_k=st.sampled_from([0, 1, 3, 8, 40]),
     top_p=st.sampled_from([0.05, 0.5, 0.9, 1.0]),
 )
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_process_logits_matches_reference(seed, temperature, top_k, top_p):
     logits = np.random.RandomState(seed).randn(3, 20).astype(np.float32) * 2
     config = SamplingConfig(max_new_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -181,6 +182,7 @@ def tiny():
     "temperature,top_k,top_p", [(1.3, 5, 0.75), pytest.param(0.6, 0, 1.0, marks=pytest.mark.slow),
                                 pytest.param(1.0, 2, 1.0, marks=pytest.mark.slow)]
 )
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_generate_samples_the_configured_distribution(tiny, temperature, top_k, top_p):
     graphdef, params = tiny
     batch = 512
@@ -233,6 +235,7 @@ def test_temperatures_share_the_compiled_programs(tiny, top_k):
     assert not np.array_equal(outs[0.5].tokens, outs[2.0].tokens)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("greedy", [True, False])
 @pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (3, 1.0), (0, 0.7), (4, 0.6)])
 def test_a_traced_temperature_samples_and_scores_the_tempered_truncated_distribution(greedy, top_k, top_p):
@@ -283,6 +286,7 @@ def modelled_draw(u: np.ndarray, weights: np.ndarray, cdf: np.ndarray) -> np.nda
     return np.where(hit.any(-1), np.argmax(hit, axis=-1), weights.shape[-1])
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_inverse_cdf_draw_is_its_model_over_the_uniform_grid():
     """`two_stage_grid_probabilities` models the draw over every pair of uniforms it can get (checked here against
     the draw itself, stage by stage, on a row with masked tokens and a padded last block); the model is within

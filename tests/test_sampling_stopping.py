@@ -46,6 +46,7 @@ def test_stop_reason_matches_reference(data, step, eos, seqs):
     seqs=st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=3).map(tuple), min_size=1, max_size=2).map(tuple),
     gates=st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=3).map(tuple), min_size=1, max_size=2).map(tuple),
 )
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_gated_stop_sequences_match_reference(data, step, seqs, gates):
     """With stop_after, a stop sequence counts only after a gate sequence ended before it."""
     config = SamplingConfig(max_new_tokens=10, stop_sequences=seqs, stop_after=gates)

@@ -56,6 +56,7 @@ def test_every_array_is_placed_as_its_spec_says(placement, mesh):
             assert d["shard_shapes"] == [_expected_shard(d["shape"], d["spec"], mesh)], (section, path, d)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("mesh", MESHES, ids=str)
 def test_weights_really_split(placement, mesh):
     data, fsdp, tensor = mesh
@@ -174,6 +175,7 @@ def test_orbax_checkpoint_of_sharded_state_restores_on_same_and_other_mesh(tmp_p
     assert "NaN" in res["nan_error"] and res["latest"] == 3
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_trainer_refuses_batches_and_meshes_that_do_not_fit_before_building_the_model(tmp_path):
     """On 8 devices (data=-1): a rollout batch of 12 and mini/micro-batches of 12/4 do not split 8 ways, a mesh
     of 3 devices or with two -1 axes does not fit; each is one ValueError naming the keys and the fix, raised
@@ -190,6 +192,7 @@ def test_trainer_refuses_batches_and_meshes_that_do_not_fit_before_building_the_
     assert err["two free axes"].startswith("ValueError") and "At most one mesh axis may be -1" in err["two free axes"]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_validation_batch_that_does_not_split_over_the_devices_is_padded_with_whole_groups(tmp_path):
     """On 8 devices (data=-1) a validation batch of 12 or 6 rows was replicated: every device decoded every row and
     held the whole KV cache. It now plays the next multiple of 8 and of val.group_size (the extra episodes are not

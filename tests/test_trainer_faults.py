@@ -58,6 +58,7 @@ def _flaky_trainer(tmp_path, failing, monkeypatch, nan=()):
     return trainer
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_failed_episodes_leave_the_update_and_are_reported(tmp_path, caplog, monkeypatch):
     trainer = _flaky_trainer(tmp_path, failing={1, 6}, monkeypatch=monkeypatch)  # one failure per group of 4
     seen = {}
@@ -134,6 +135,7 @@ def test_a_batch_where_every_episode_failed_skips_the_update(tmp_path, monkeypat
     assert reason.startswith("every episode's environment failed"), reason
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_batch_where_every_episode_failed_is_no_zero_reward_std_step(tmp_path, monkeypatch):
     """No group was measured, so the in-group std (reported 0) is no reading: the zero-std early stop neither
     counts the step nor forgets the streak it had; a measured step with equal rewards in every group counts."""
@@ -243,6 +245,7 @@ def test_closing_the_trainer_closes_every_env_once_and_twice_is_harmless(tmp_pat
     assert trainer.checkpointer._manager is None and trainer.monitor.events is None
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_the_learning_rate_schedule_runs_over_rl_steps_as_verls(tmp_path):
     """veRL steps its lr scheduler once per training step, so every mini-batch of step s trains at lr(s) (and the
     filter, which changes how many mini-batches a step has, cannot stretch a warmup or a cosine). Before, the

@@ -162,6 +162,7 @@ def _update_inputs(cfg, result, monkeypatch):
     return metrics, {k: np.asarray(v) for k, v in seen["dev"].items()}
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_data_metrics_are_verls_over_the_trained_tokens(tmp_path, monkeypatch):
     """veRL's compute_data_metrics: critic/{advantages,returns,values}/{mean,max,min} over the trained tokens,
     critic/vf_explained_var; without a critic no critic/values/* (veRL logs none; 0 would read as a value)."""

@@ -319,6 +319,7 @@ def test_a_checkpoint_the_disk_refuses_is_reported_and_the_run_goes_on(tmp_path,
     assert Trainer(cfg).state.start_step == 3
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_final_checkpoint_the_disk_refuses_ends_the_run_with_the_reason(tmp_path, monkeypatch):
     """The run's last save fails: the summary is still written, and the run ends with one error saying the final
     state is lost, why, what is on disk and how to go on (run.py prints it as its FATAL line)."""
@@ -480,6 +481,7 @@ def test_tensorboard_shows_each_step_once_after_a_resume(tmp_path):
     assert [e.step for e in acc.Scalars(tag)] == [1, 2, 3]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_run_into_the_folder_of_one_that_never_saved_shows_only_its_own_curves(tmp_path):
     """A run stopped (Ctrl-C) before its first checkpoint leaves its TensorBoard events; the next run into that
     workdir (allowed: there is nothing to resume) drew its curves over the stopped run's. A finished run's folder

@@ -184,6 +184,7 @@ def test_scored_positions_lists_each_rows_trained_positions():
     np.testing.assert_array_equal(pos, [[1, 2, 4, 5, 5, 5, 5, 5], [5] * 8, [0, 1, 2, 3, 4, 5, 5, 5]])
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum"])
 def test_scoring_only_the_trained_positions_changes_nothing(mode):
     """Log-probs, entropy and the update computed at the trained positions only equal the full computation."""

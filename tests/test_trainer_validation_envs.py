@@ -139,6 +139,7 @@ class _Bar(list):
         pass
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_the_summary_rates_tokens_over_the_rl_steps_own_time(tmp_path, capsys):
     """The RL-only rate divides by the summed timing_s/step, not by the run's wall time (warm start, validation,
     compiles outside the steps)."""

@@ -108,6 +108,7 @@ def _described_thoughts(tok, cfg, env_name, eps):
     return out
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("env_name", ["SimpleSokoban", "FrozenLake"])
 def test_state_reasoning_demos_think_about_their_own_input(tok, env_name):
     """warmstart.reasoning="state": each turn thinks the env's description of that turn's state, and the
@@ -125,6 +126,7 @@ def test_state_reasoning_demos_think_about_their_own_input(tok, env_name):
         oracle_demo_episodes("Bandit", 4, tok, cfg, seed=1, batch_size=4, reasoning="state")
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_filler_reasoning_demos_set_each_regime_on_purpose(tok):
     """warmstart.reasoning="filler": random words whatever the input (template collapse on purpose);
     "state_filler": the state's description, then random words (diverse). Same seed, same thoughts."""
@@ -219,6 +221,7 @@ def test_demo_contexts_are_what_the_engine_would_prompt(tok, sokoban_eps, mode):
         np.testing.assert_array_equal(rows.tokens[i, :starts[i]], ctx)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_bandit_demo_prompt_matches_the_engine(tok):
     """Env-specific prompt details (Bandit lists no global arm names) follow the engine's system prompt."""
     from flax import nnx
@@ -275,6 +278,7 @@ def test_bad_jsonl_names_the_line_and_fix(tok, tmp_path):
         load_jsonl_demos(str(path), tok, cfg)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_shared_prefix_gives_the_same_loss_and_gradients(tok, sokoban_eps):
     rows = demo_rows(sokoban_eps["single_turn"], tok, _cfg())
     rows = DemoRows(rows.tokens[:6], rows.attention_mask[:6], rows.loss_mask[:6])
@@ -341,6 +345,7 @@ def test_sft_steps_lower_the_loss_and_donate_params(tok):
     assert actor.trainable is not first and jax.tree.leaves(first)[0].is_deleted()  # donated
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_fewer_demo_rows_than_a_micro_batch_still_train(tok):
     """Two Bandit demonstrations (two rows) under the quickstart's micro-batch of 16 rows: each step takes the rows
     there are (it stopped with a reshape error when the micro-batch was larger than the demonstration set)."""
