@@ -223,6 +223,7 @@ def test_grpo_counts_an_episode_once_whatever_its_turn_rows(run):
     np.testing.assert_allclose(per_row[:, 0], [0.5, 0.5, 0.5, -1.5], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("norm", [True, False])
 @pytest.mark.parametrize("seed", range(4))
 def test_grpo_with_episode_ids_matches_ragen(run, norm, seed):
@@ -262,6 +263,7 @@ def test_reinforce_plus_plus_hand_computed(run):
     np.testing.assert_allclose(adv, np_whiten(expected_ret, mask), atol=1e-5)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_estimators_zero_outside_mask_and_stop_gradient():
     rng = np.random.default_rng(3)
     mask = jnp.asarray(rng.random((3, 7)) < 0.5)

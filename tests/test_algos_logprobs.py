@@ -26,6 +26,7 @@ def test_logprobs_from_logits_by_hand():
     np.testing.assert_allclose(lp_t, [[np.log(np.sqrt(3) / (1 + np.sqrt(3)))]], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("chunk_size", [5, 8, 37, 64])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_chunked_equals_unchunked(chunk_size, temperature):
@@ -75,6 +76,7 @@ def test_chunked_never_materialises_full_logits():
     assert chunked[1] < full_logits_bytes / 2, chunked
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_chunks_are_evened_so_the_head_does_little_padding_work():
     """300 positions in chunks of at most 256 are 2 x 150 (the head multiplies [B*150, D] rows per chunk), not
     2 x 256: the padded 212 positions used to cost 70% more vocabulary-head work."""
@@ -101,6 +103,7 @@ def test_out_of_range_targets_stay_finite():
     assert np.all(np.isfinite(lp)) and np.all(np.isfinite(ent))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_remat_or_not_gives_the_same_values_and_gradients_and_auto_remats_large_logits(monkeypatch):
     from ragen_jax.algos import logprobs as lp_module
 

@@ -133,6 +133,7 @@ def test_sequence_mask_is_dropping_those_rows_by_hand(loss):
     np.testing.assert_allclose(metrics["rollout_corr_seq_masked_frac"], len(dropped_rows) / ROWS, rtol=1e-6)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_icepop_is_truncated_is_on_the_tokens_it_keeps():
     batch = make_batch()
     algo = dataclasses.replace(BASE, policy_loss="gspo", loss_agg_mode="seq-mean-token-mean")
@@ -149,6 +150,7 @@ def test_icepop_is_truncated_is_on_the_tokens_it_keeps():
                                len(OUTLIERS) / batch["loss_mask"].sum(), rtol=1e-6)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_tis_correction_equals_tis_cap_in_the_ppo_loss():
     batch = make_batch()
     corrected, metrics = update(dataclasses.replace(BASE, rollout_correction="tis", rollout_correction_bound=1.002),
@@ -166,6 +168,7 @@ def test_tis_correction_equals_tis_cap_in_the_ppo_loss():
     ("gspo", "gspo", "seq-mean-token-mean", (3e-4, 4e-4)),
     ("cispo", "cispo", "token-mean", (1.0, 5.0)),
 ])
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_preset_configs_validate_and_build(preset, loss, agg, clip):
     for cfg in (bandit.get_config(f"tiny,{preset}"), sokoban.get_config(preset)):
         validate_config(cfg)
@@ -210,6 +213,7 @@ def test_sequence_mean_losses_refuse_another_aggregation_in_the_trainer():
         make_step_fns(*split_actor()[:1], None, dataclasses.replace(BASE, policy_loss="sapo"), TX, None, ROWS)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("preset,loss,clip", [("gmpo", "geo_mean", (0.4, 0.4)), ("sapo", "sapo", (0.2, 0.28))])
 def test_gmpo_and_sapo_presets_validate_and_train(preset, loss, clip):
     cfg = bandit.get_config(f"tiny,{preset}")
@@ -264,6 +268,7 @@ def test_geo_mean_update_counts_an_empty_row_but_not_a_padding_row(micro):
     assert metrics["entropy_loss"] == pytest.approx(padded[1]["entropy_loss"], rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("padding", [False, True])
 def test_geo_mean_micro_batch_scope_counts_an_all_empty_micro_batch_as_verl(padding):
     """loss_scope="micro_batch": veRL scales each micro-batch's geo_mean (a mean over its rows) by
@@ -281,6 +286,7 @@ def test_geo_mean_micro_batch_scope_counts_an_all_empty_micro_batch_as_verl(padd
     assert_same_update(delta, want_delta)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_geo_mean_update_weighs_a_row_by_the_geometric_mean_of_its_rollout_weights():
     """Under a rollout correction the update's geo_mean loss is the loss's own with the weights handed to it
     (each row times their geometric mean), not the per-token loss times them (their arithmetic mean)."""
@@ -302,6 +308,7 @@ def test_geo_mean_update_weighs_a_row_by_the_geometric_mean_of_its_rollout_weigh
     assert update(algo, batch)[1]["pg_loss"] == pytest.approx(float(expected), rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("scope", ["mini_batch", "micro_batch"])
 def test_sapo_on_micro_batches_of_empty_rows_is_a_zero_loss_and_no_update(scope):
     """veRL's sapo divides 0 by 0 rows on a micro-batch whose rows are all empty (without global batch info): NaN.

@@ -31,6 +31,7 @@ def run_program(folder) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_second_process_reads_the_programs_the_first_one_compiled(tmp_path):
     folder = tmp_path / "xla"
     first = run_program(folder)

@@ -67,6 +67,7 @@ def test_record_pairs_rebuild_prompts(checkpoint, rollouts):
     assert tok.decode(pairs.turn_reasonings[0][1]) == "push the box left again"
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_cli_reports_metrics(checkpoint, rollouts, tmp_path, capsys):
     path, records = rollouts
     out = tmp_path / "report.json"

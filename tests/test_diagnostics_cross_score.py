@@ -37,6 +37,7 @@ def direct_logprob(model: CausalLM, prompt, reasoning, width: int = 24, temperat
     return float(sum(logp[p - 1 + t, z] for t, z in enumerate(reasoning)))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_cross_score_matches_direct_per_pair():
     model = tiny_model()
     graphdef, params = nnx.split(model)
@@ -52,6 +53,7 @@ def test_cross_score_matches_direct_per_pair():
             assert L_mean[i, j] == pytest.approx(want / max(len(z), 1), abs=2e-4)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_pairs_of_different_length_buckets_batch_apart_and_still_match_direct():
     """Pairs run in batches by their (prompt, reasoning) length buckets, each with its own reasoning width and cache
     window; every pair still scores as a direct forward pass does."""
@@ -68,6 +70,7 @@ def test_pairs_of_different_length_buckets_batch_apart_and_still_match_direct():
             assert L_mean[i, j] == pytest.approx(want / len(z), abs=2e-4)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_cross_score_batch_size_does_not_change_results():
     model = tiny_model(1)
     graphdef, params = nnx.split(model)

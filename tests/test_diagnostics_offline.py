@@ -102,6 +102,7 @@ def test_cli_on_the_run_folder_uses_the_run_settings_and_matches_the_trainer(pla
     assert _comparable(json.loads(out.read_text())) == pytest.approx(_comparable(played.metrics), abs=1e-6)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_cli_reads_the_jsonl_of_the_same_run(played, tmp_path, capsys, caplog):
     caplog.set_level(logging.INFO)
     out = tmp_path / "report.json"
@@ -218,6 +219,7 @@ def test_a_failed_episode_is_left_out_of_the_jsonl_and_pkl_pairs_alike(played):
         record_pairs(records, tok)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_checkpoint_continues_the_runs_ema_of_the_z_score(played):
     """The EMA z-scores continue the EMA the trainer saved with the checkpoint (RAGEN keeps it across steps; a
     Hugging Face folder has none, and test_trainer_metrics_equal_the_offline_report_on_the_pkl sees it start

@@ -87,6 +87,7 @@ def test_group_members_draw_independently_like_ragens_instance_counter():
     assert JaxEnvBatch(env, 16).reset([10000] * 16) == obs
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_payout_and_order_frequencies_over_seeds():
     env = Bandit()
     batch = JaxEnvBatch(env, 2000)

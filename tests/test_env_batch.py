@@ -43,6 +43,7 @@ class CounterEnv(HostEnv):
         return f"count={self.count}", 0.5, False, False, {"action_is_effective": True}
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_jax_batch_turn_stops_at_first_done_and_sums_rewards():
     env = Sokoban(bank_size=1, use_cache=False)
     batch = JaxEnvBatch(env, 3)
@@ -89,6 +90,7 @@ def test_jax_batch_matches_single_episode_play():
         assert result.observations[i] == env.render_text(state)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_jax_batch_truncates_at_step_cap():
     batch = make_env_batch("SimpleSokoban", 1, use_cache=False, bank_size=1, max_steps=6)
     batch.reset([0])

@@ -275,6 +275,7 @@ def test_env_sets_the_process_wide_bound():
             DeepCoderEnv(problems=[BY_ID["sum_two"]], max_concurrent_sandboxes=0)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_step_timeout_covers_the_runs_the_whole_batch_queues():
     wall = 5.0
     climb = BY_ID["climb_stairs"]  # 5 tests

@@ -250,6 +250,7 @@ def stalling_server():
     srv.stop()
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_default_timeout_is_the_one_reported(stalling_server):
     """The timeout set after /spec (step timeout + 5 s) governs the next calls on the same connection."""
     env = RemoteEnv(stalling_server.url, retries=0)

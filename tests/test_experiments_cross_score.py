@@ -8,6 +8,7 @@ from experiments.bench import bench_cross_score as bench
 SMALL = ["--pairs", "2", "--prompt-len", "5", "--reason-len", "3", "--batch-size", "4", "--repeats", "1"]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_smallest_setting_runs_and_prints_the_load_and_a_labelled_ratio(capsys):
     bench.main(SMALL)
     out = capsys.readouterr().out

@@ -44,6 +44,7 @@ def _estimate(config: ModelConfig, micro: int, seq_len: int):
                            logprob_chunk=16)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_tiny_estimate_within_20_percent_of_compiled():
     config = tiny_config()
     measured = compiled_step_bytes(config, micro=4, seq_len=64)
@@ -105,6 +106,7 @@ def test_bf16_lora_and_remat_shrink_the_plan():
     assert full.activations < dots.activations < base.activations and full.activations < 0.7 * base.activations
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_refuses_activation_bound_plan_naming_micro_batch_and_remat():
     plan = estimate_memory(QWEN25_3B, micro_batch_size=64, seq_len=4096, mesh_shape=(1, 8, 1))
     assert 3.0e9 * 4 / 8 < plan.params < 3.2e9 * 4 / 8  # Qwen2.5-3B: 3.09B parameters, fsdp over 8

@@ -162,6 +162,7 @@ def test_query_lengths_skip_padding_queries_only():
         np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, float(jnp.abs(want).max())), rtol=0)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_queries_without_keys_and_empty_rows_stay_finite():
     q, k, v, _ = _inputs(2, 24, 24, 4, 2)
     valid = jnp.asarray(np.stack([np.zeros(24, bool), np.arange(24) >= 20]))  # all padding; left-padded
@@ -173,6 +174,7 @@ def test_queries_without_keys_and_empty_rows_stay_finite():
     assert all(np.isfinite(np.asarray(g)).all() for g in grads)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_blockwise_never_holds_the_scores():
     """The compiled forward+backward at T = S = 2048 needs far less than one [B, H, T, S] float32 score tensor."""
     b, t, heads = 2, 2048, 4
@@ -221,6 +223,7 @@ def test_right_padding_detects_prefix_masks():
     assert not bool(attn.right_padding(jnp.asarray([[0, 1, 1], [1, 0, 0]], bool))[1])
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("kind", ["causal", "right", "left"])
 def test_cudnn_glue_on_the_cpu_through_xlas_fused_attention(monkeypatch, kind):
     """The cuDNN path's own logic (lengths from a right-padded mask, blockwise for any other mask) with cuDNN's
@@ -328,6 +331,7 @@ def test_model_prefill_at_row_offsets_matches_dense(monkeypatch):
 
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("t", [1, 45])
 def test_cache_layout_gives_the_same_attention(t):
     """The KV cache's layout (keys [B, K, hd, S], values [B, K, S, hd]) attends exactly as [B, S, K, hd], decode
@@ -350,6 +354,7 @@ def test_a_short_cache_window_is_read_in_small_key_blocks():
     assert attn.key_block_length(192, block_k=96, cache_layout=True) == 96
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("start", [0, 57])
 def test_prefill_into_a_short_cache_window_matches_dense(start):
     """A 100-token prefill at cache offset `start` into a 192-slot window (three 64-slot key blocks, the last ones

@@ -15,6 +15,7 @@ def model():
     return CausalLM(CFG, rngs=nnx.Rngs(0))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_two_chunk_prefill_with_per_row_index_equals_full_forward(model):
     rng = np.random.RandomState(0)
     lengths = np.array([14, 9, 5])
@@ -99,6 +100,7 @@ def _hidden(model, tokens, positions, **kw):
     return fn(state, jnp.asarray(tokens, jnp.int32), jnp.asarray(positions, jnp.int32), kw)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("slot_mask", [False, True])
 def test_hidden_at_equals_the_full_prefill_at_those_tokens_and_writes_the_same_cache(model, slot_mask):
     """A prefill that keeps one token per row (the sampler's last token) runs the last layer for it alone: the
@@ -237,6 +239,7 @@ def test_non_finite_stale_slots_never_reach_the_output(model, monkeypatch, step,
                 np.testing.assert_array_equal(np.asarray(a)[row, :, :end], np.asarray(b)[row, :, :end])
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_write_past_the_cache_window_raises_outside_jit():
     """cache_index + T > the window (cache.max_len or kv_len) loses the tokens' own keys (a write past the cache is
     dropped, one past kv_len unread): a call with concrete indices names the row and the slots."""
@@ -257,6 +260,7 @@ def test_a_write_past_the_cache_window_raises_outside_jit():
     assert np.isfinite(np.asarray(logits)[:, :2]).all()
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("t", [1, 3])
 def test_a_traced_write_past_the_cache_window_gives_nan_for_those_tokens_only(model, t):
     """Under jit the indices are unknown to Python: tokens whose slot lies past the window (their keys dropped or

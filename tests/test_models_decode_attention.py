@@ -40,6 +40,7 @@ def test_matches_dense_for_every_length(heads, kv_heads, s, block, items):
                                atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("block", [64, 512])  # several blocks per row; the whole cache as one block
 def test_reads_nothing_past_a_rows_length(block):
     """Slots at and past lengths[b] (here NaN) never reach the output."""
@@ -55,6 +56,7 @@ def test_reads_nothing_past_a_rows_length(block):
             np.testing.assert_allclose(np.asarray(out), want, atol=2e-6)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_row_gets_the_same_bits_whatever_the_batch():
     """The continuous engine's promise: a row's attention does not depend on the rows beside it."""
     q, ck, cv = _cache(6, 2, 700, 16, 4, seed=3)
@@ -67,6 +69,7 @@ def test_a_row_gets_the_same_bits_whatever_the_batch():
         np.testing.assert_array_equal(part, full[rows])
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_bfloat16_cache_is_as_accurate_as_dense():
     q, ck, cv = _cache(4, 2, 520, 32, 4, dtype=jnp.bfloat16, seed=5)
     lengths = jnp.asarray([520, 17, 300, 257], jnp.int32)

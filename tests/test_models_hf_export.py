@@ -75,6 +75,7 @@ def test_bfloat16_checkpoint_loads_and_exports_in_bfloat16(tmp_path_factory):
     assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("first_shard_bytes, then_shard_bytes",
                          [(200_000, 2**31), (2**31, 200_000), (100_000, 200_000)])
 def test_exporting_over_an_earlier_export_leaves_only_the_new_weights(first_shard_bytes, then_shard_bytes, tmp_path):

@@ -56,6 +56,7 @@ def test_lora_starts_as_identity_and_only_adapters_train():
         np.testing.assert_array_equal(base_after[path].get_value(), value.get_value(), err_msg=str(path))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_merge_and_export_preserve_the_adapted_function(tmp_path):
     model = CausalLM(CFG, rngs=nnx.Rngs(0))
     apply_lora(model, rank=2, alpha=4.0, target_modules=("q_proj", "v_proj", "down_proj"), rngs=nnx.Rngs(1))
@@ -85,6 +86,7 @@ def test_value_model_from_lora_policy_uses_the_adapted_backbone():
     np.testing.assert_allclose(h_critic, h_policy, atol=1e-5)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_lora_critic_keeps_the_base_weights_frozen_and_trains_adapters_and_head():
     """RAGEN's critic under LoRA is a LoRA model (base.yaml critic lora_rank/alpha/target_modules): the policy's base
     weights stay frozen, its adapters (copied) and the value head train."""

@@ -17,6 +17,7 @@ def model():
     return CausalLM(CFG, rngs=nnx.Rngs(0))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_bfloat16_params_and_compute_run_close_to_float32(model):
     bf = CausalLM(CFG.replace(param_dtype="bfloat16", dtype="bfloat16"), rngs=nnx.Rngs(1))
     nnx.update(bf, jax.tree.map(lambda x: x.astype(jnp.bfloat16), nnx.state(model)))
@@ -49,6 +50,7 @@ def test_remat_keeps_values_and_gradients(model):
             np.testing.assert_allclose(a, b, atol=1e-6, err_msg=policy)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_value_model_from_causal_lm_shares_backbone_values(model):
     critic = ValueModel.from_causal_lm(model, rngs=nnx.Rngs(1))
     tokens = jnp.arange(10, dtype=jnp.int32)[None]
@@ -70,6 +72,7 @@ def test_tiny_preset_computes_in_its_param_dtype_unless_told_otherwise():
     assert tiny_config(param_dtype="bfloat16", dtype="float32").dtype == "float32"  # an explicit dtype wins
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("remat", ["none", "full"])
 def test_rope_sin_and_cos_are_evaluated_once_per_training_step(remat):
     """The RoPE tables are made once per forward and read by every layer, forward and backward: each of sin and cos

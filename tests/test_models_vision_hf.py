@@ -32,6 +32,7 @@ def _random_model(config, seed: int = 0) -> Qwen25VLModel:
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_export_is_read_back_by_transformers_with_the_same_logits(config, tmp_path):
     tokenizer = V.vl_tokenizer()
     model = _random_model(config, seed=3)

@@ -30,6 +30,7 @@ def test_logits_match_transformers_on_one_several_and_no_images(setup):
     assert np.abs(ours["one_image"][-1] - ours["other_pixels"][-1]).max() > 1e-2
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_greedy_decode_with_the_kv_cache_matches_transformers_generate(setup):
     """Prefill (M-RoPE positions) into our KV cache, then decode at slot + rope_delta: the same greedy tokens as
     transformers' generate, for a batch whose rows have different images and lengths."""

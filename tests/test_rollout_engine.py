@@ -656,6 +656,7 @@ class ResetFailsLineEnv(LineEnv):
         return observations
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_an_episode_whose_reset_failed_ends_before_any_generation(tiny):
     """It opened on an empty observation and sampled a whole turn before the step booked the reset's error."""
     from ragen_jax.rollout.continuous import ContinuousEngine

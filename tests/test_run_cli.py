@@ -48,6 +48,7 @@ def test_missing_config_file_is_one_fatal_line(tmp_path):
     assert_one_fatal_line(proc, wd, "configs/no_such_config.py", "does not exist")
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_full_size_config_without_the_model_is_one_fatal_line(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/sokoban.py", workdir=wd, mode="train")
@@ -56,6 +57,7 @@ def test_full_size_config_without_the_model_is_one_fatal_line(tmp_path):
     assert "huggingface-cli" not in line  # the hub's current command is `hf`
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_lean_without_a_server_stops_before_any_rollout(tmp_path):
     with socket.socket() as s:  # a port with nothing listening
         s.bind(("127.0.0.1", 0))
@@ -81,24 +83,28 @@ def test_an_env_its_kwargs_cannot_build_is_one_fatal_line(tmp_path, args, needle
     assert_one_fatal_line(proc, wd, *[n.format(empty=empty) for n in needles], "raised at ")  # where, for a bug
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_unknown_key_names_the_flag(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/countdown.py:tiny", "--config.trainer.no_such_key=1", workdir=wd)
     assert_fails_cleanly(proc, wd, "unknown config key 'no_such_key'", "--config.trainer.no_such_key")
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_misspelled_key_suggests_the_right_one(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/frozenlake.py:tiny", "--config.env.groupz=3", workdir=wd)
     assert_fails_cleanly(proc, wd, "unknown config key 'groupz'", "--config.env.groupz", '"groups"')
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_unknown_section(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/bandit.py:tiny", "--config.no_section.x=1", workdir=wd)
     assert_fails_cleanly(proc, wd, "unknown config key 'no_section'", "--config.no_section.x")
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_wrong_type(tmp_path):
     wd = tmp_path / "run"
     proc = run_cli("--config=configs/countdown.py:tiny", "--config.env.groups=abc", workdir=wd)

@@ -292,6 +292,7 @@ def test_score_tokens_is_padding_invariant(model):
     assert np.all(lp_r[0, 1:9] < 0)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_repeated_call_compiles_nothing(model, caplog):
     """The second call with the same shapes reuses every program, the empty cache and idle state included (a
     fresh jit of the idle state used to compile on every call: ~0.1 s each)."""

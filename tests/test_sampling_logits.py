@@ -145,6 +145,7 @@ def test_top_p_sampling_compiles_without_a_sort():
     "temperature,top_k,top_p",
     [(1.0, 0, 1.0), (0.5, 0, 1.0), (2.0, 0, 1.0), (1.0, 2, 1.0), (1.0, 0, 0.7), (0.8, 4, 0.6)],
 )
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_sample_step_frequencies(temperature, top_k, top_p):
     logits = np.array([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0], np.float32)
     n = 20_000
@@ -266,6 +267,7 @@ def test_first_argmax_is_jnp_argmax_with_ties():
     assert got[3] == 0 and got[5] == 7 and got.dtype == np.int32
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_inverse_cdf_draws_softmax_and_never_a_masked_token():
     from ragen_jax.sampling.logits import inverse_cdf_categorical
 
@@ -319,6 +321,7 @@ def test_inverse_cdf_draw_is_its_model_over_the_uniform_grid():
     np.testing.assert_array_equal(np.asarray(drawn), block * size + in_block)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_the_two_stage_draw_is_closer_to_softmax_than_one_draw_over_the_vocabulary():
     """The reason for the two stages, on the float32 uniform grid: at 151,936 random-normal logits one draw over the
     running sum of all weights is off softmax by ~3.3e-3 in total variation, the two stages by ~1.4e-5."""

@@ -156,6 +156,7 @@ def test_correct_program_runs(sandbox):
     assert r.ok and r.stdout.strip() == "5"
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_live_runs_never_share_a_uid_and_the_process_wide_bound_holds():
     """More Sandboxes than the bound (and than the 16 uid blocks the old scheme had), all at once."""
     cfg = SandboxConfig(cpu_time_s=2, wall_time_s=10)
@@ -177,6 +178,7 @@ def test_live_runs_never_share_a_uid_and_the_process_wide_bound_holds():
     assert POOL.held() == frozenset()
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_slot_and_processes_are_released_on_every_way_out(monkeypatch):
     sb = Sandbox(SandboxConfig(cpu_time_s=1, wall_time_s=2, max_output_bytes=1 << 16), max_concurrency=1)
     with concurrent_sandboxes(1):  # one slot: every run below uses slot 0
@@ -205,12 +207,14 @@ def test_infinite_loop_is_killed(sandbox):
     assert_scores_zero(sandbox, "while True:\n    pass")
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_sleeping_program_hits_wall_clock(sandbox):
     t = time.monotonic()
     r = sandbox.run("import time\ntime.sleep(100)")
     assert r.status == "timeout" and time.monotonic() - t < 30  # far below the program's 100 s
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_fork_bomb_is_bounded_and_cleaned_up(sandbox):
     caps = sandbox.capabilities()
     # Bounded by construction: refuse to run the bomb unless a process cap is in force.

@@ -117,6 +117,7 @@ def test_n_choices_and_usage(serve):
     ({"messages": [{"role": "user", "content": "x " * 100}]}, "maximum context length is 64 tokens"),
     ({"max_tokens": 16, "messages": [{"role": "user", "content": "x " * 45}]}, "(54 in the messages, 16 in the"),
 ])
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_bad_requests_are_400_naming_the_field(serve, kwargs, needle):
     client, engine, _ = serve()
     request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **kwargs}

@@ -62,6 +62,7 @@ def _sweep(root, extra, capsys):
     return code, capsys.readouterr().out
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_sweep_reports_failures_compares_runs_and_reruns_only_what_did_not_finish(tmp_path, monkeypatch, capsys):
     """A failed point does not stop the sweep and says why; the end table compares the points' summaries; a rerun
     skips the finished point (same command), retries the failed one and keeps its earlier log."""

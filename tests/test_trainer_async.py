@@ -97,6 +97,7 @@ def test_the_drop_policy_drops_and_counts_batches_too_stale(tmp_path):
     assert metrics[-1]["async/rollout_index"] >= 2
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_crashed_rollout_worker_ends_the_run_with_its_error(tmp_path):
     trainer = Trainer(_config(tmp_path, schedule="async", max_staleness=1))
     real = trainer.collect

@@ -187,6 +187,7 @@ def test_data_metrics_are_verls_over_the_trained_tokens(tmp_path, monkeypatch):
             assert not [k for k in metrics if k.startswith("critic/values/") or k == "critic/vf_explained_var"]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_actor_entropy_is_ragens_before_the_update_over_the_whole_batch(tmp_path, monkeypatch):
     """RAGEN logs `actor/entropy` from the old log-probs' scoring: agg_loss(entropys, response_mask,
     loss_agg_mode) over the whole batch before the update, not a mean of mini-batch values during it."""

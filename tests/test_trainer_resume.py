@@ -340,6 +340,7 @@ def test_a_final_checkpoint_the_disk_refuses_ends_the_run_with_the_reason(tmp_pa
     assert not any("Checkpoint after" in line for line in summary["outputs"])
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_an_export_the_disk_refuses_is_written_by_resuming_the_finished_run(tmp_path, monkeypatch, caplog):
     """The final checkpoint is on disk but the Hugging Face export fails (full disk): the run ends with that
     error, and the fix it names (the same command with resume=True) writes the export without training again."""
@@ -397,6 +398,7 @@ def test_a_run_that_stopped_early_is_not_trained_on_by_its_resume(tmp_path, capl
     assert on["steps_run"] == 4 and on["stop_reason"] is None and finished_steps(folder) == [1, 3]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_save_cut_short_by_a_kill_leaves_no_folder_behind_once_the_run_goes_on(tmp_path, caplog):
     """A process killed while writing a checkpoint (a scheduler's SIGKILL after its grace period) leaves Orbax's
     temporary folder, up to a whole checkpoint's size; Orbax never removes it, so every such kill held more disk
@@ -435,6 +437,7 @@ def test_a_resume_with_another_config_names_each_change(tmp_path, caplog):
     assert config_changes({"a": 1}, {"b": None}) == ["a: 1 -> (absent)", "b: (absent) -> None"]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_signal_during_the_final_save_lets_it_finish(tmp_path, monkeypatch, sigterm_kills):
     """The run's last checkpoint (its only one with save_every=0) was written after the signal handlers were
     given back: a scheduler's SIGTERM while it wrote killed the process and lost every step of the run."""

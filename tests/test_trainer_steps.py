@@ -75,6 +75,7 @@ def test_a_poisoned_update_changes_nothing_and_is_counted(poison, tx):
     assert healthy[-1]["update_skipped"] == 0.0 and not np.array_equal(healthy[0][0], healthy[2][0])
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_a_poisoned_critic_update_changes_nothing():
     from ragen_jax.models import ValueModel
     from ragen_jax.models.tiny import make_tiny_model
@@ -415,6 +416,7 @@ def test_a_warmup_ratio_is_verls_lr_warmup_steps_ratio(ratio, total, warmup):
     assert float(by_ratio(0)) == (0.0 if warmup else 1e-3)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_algo_kwargs_reach_the_functions_that_name_them():
     """config.algo.kwargs: a custom estimator's and a custom policy loss's own keywords, set from the config."""
     from ragen_jax.algos import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
@@ -526,6 +528,7 @@ def test_a_master_copy_of_mixed_dtype_parameters_shares_no_buffer_with_them():
     np.testing.assert_array_equal(np.asarray(opt.master["head"]), np.asarray(params["head"]))
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 @pytest.mark.parametrize("micro", [1, 2])
 def test_a_steps_update_metrics_are_verls_flat_mean_over_micro_batches(micro):
     """veRL appends one value per micro-batch (append_to_dict) and logs their flat mean (reduce_metrics): a

@@ -46,6 +46,7 @@ def _parsed(tok, cfg, record, lookup):
                           enable_think=cfg.enable_think)
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_sokoban_demos_parse_back_to_shortest_solutions(tok, sokoban_eps):
     cfg = _cfg()
     env = make_env_batch("SimpleSokoban", 1)
@@ -441,6 +442,7 @@ def test_warmstart_run_learns_bandit(tmp_path, monkeypatch):
     assert again.num_rows == metrics["sft/num_rows"]
 
 
+@pytest.mark.slow  # default run: too long for CI's 15 minutes on 2 cores
 def test_demo_responses_longer_than_rl_samples_are_refused(tok):
     """A demo response over rollout.response_length (long thinking) was kept: RL cuts such a response off before
     its answer, so the warm start taught replies the policy can never finish. Now it is refused, saying the fix."""
