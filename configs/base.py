@@ -76,6 +76,14 @@ def apply_smoke(c: ml_collections.ConfigDict) -> None:
     c.diagnostics.max_pairs = min(c.diagnostics.max_pairs, SMOKE_PAIRS)
 
 
+def apply_tool_calls(c):
+    """The tool-call action format (docs/tools.md): one tool call a turn, its result back in the tool role, every turn
+    in the context (a call's result is what the next turn reads)."""
+    c.rollout.action_format = "tool_call"
+    c.rollout.context_mode = "full"
+    c.rollout.context_window = -1
+
+
 def apply_tiny(c: ml_collections.ConfigDict) -> None:
     """The built-in tiny model on CPU: small batches and short turns, learning in minutes."""
     c.model.preset = "tiny"

@@ -9,7 +9,7 @@ model.
 import ml_collections
 from ml_collections import config_dict
 
-from configs.base import apply_tiny, apply_variants, get_base_config
+from configs.base import apply_tiny, apply_tool_calls, apply_variants, get_base_config
 
 
 def _tiny(c):
@@ -23,9 +23,7 @@ def _tool(c):
     c.env.max_turn = 3
     c.env.max_actions_per_turn = 1
     c.env.max_actions_per_traj = 3
-    c.rollout.action_format = "tool_call"
-    c.rollout.context_mode = "full"
-    c.rollout.context_window = -1
+    apply_tool_calls(c)
 
 
 def _tiny_tool(c):

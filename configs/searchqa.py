@@ -11,7 +11,7 @@ then answer; docs/tools.md), `:tiny_tool` on the tiny model.
 import ml_collections
 from ml_collections import config_dict
 
-from configs.base import apply_tiny, apply_variants, get_base_config
+from configs.base import apply_tiny, apply_tool_calls, apply_variants, get_base_config
 
 
 def _tiny(c):
@@ -26,9 +26,7 @@ def _dense(c):
 def _tool(c):
     """ToolSearchQA in the tool-call action format: one call a turn."""
     c.env.name = "ToolSearchQA"
-    c.rollout.action_format = "tool_call"
-    c.rollout.context_mode = "full"
-    c.rollout.context_window = -1
+    apply_tool_calls(c)
 
 
 def _tiny_tool(c):

@@ -9,7 +9,7 @@ through tool calls (search, click; docs/tools.md), `:tiny_tool` on the tiny mode
 import ml_collections
 from ml_collections import config_dict
 
-from configs.base import apply_tiny, apply_variants, get_base_config
+from configs.base import apply_tiny, apply_tool_calls, apply_variants, get_base_config
 
 
 def _tiny(c):
@@ -26,9 +26,7 @@ def _tool(c):
     """ToolWebShop in the tool-call action format: one call a turn, RAGEN's tips (text-action syntax) off."""
     c.env.name = "ToolWebShop"
     c.env.kwargs.show_tips = False
-    c.rollout.action_format = "tool_call"
-    c.rollout.context_mode = "full"
-    c.rollout.context_window = -1
+    apply_tool_calls(c)
 
 
 def _tiny_tool(c):
